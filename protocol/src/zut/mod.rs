@@ -1,0 +1,24 @@
+//! zut RPC v1: commands, responses, events and the message shape, as
+//! specified in `zut-rpc.md`.
+
+mod command;
+mod event;
+mod message;
+mod reasoning;
+mod response;
+pub(crate) mod tagged;
+
+#[cfg(test)]
+mod spec_examples;
+
+pub use command::{Command, Request, RequestError, RequestId, COMMAND_NAMES};
+pub use event::*;
+pub use message::{
+    ContentBlock, Extra, ImageBlock, ImageInput, Message, ModelInfo, PlanItem, TextBlock,
+    ToolCallBlock, ToolResultBlock, Usage,
+};
+pub use reasoning::{InvalidReasoningLevel, ReasoningLevel};
+pub use response::{HelloData, MessagesData, ModelsData, Response, ResponseTag, StateData};
+
+/// The major version reported in the `hello` response.
+pub const PROTOCOL_VERSION: u32 = 1;
