@@ -270,7 +270,7 @@ mod tests {
 
     #[test]
     fn typed_parse_errors() {
-        assert!(matches!(parse_object(b"{\"a\":1}"), Ok(_)));
+        assert!(parse_object(b"{\"a\":1}").is_ok());
         assert!(matches!(
             parse_object(b"[]"),
             Err(FrameError::NotObject("an array"))
