@@ -1,0 +1,244 @@
+//! The agent: one session, one run at a time.
+//!
+//! [`Agent`] is the handle the front-ends hold. Runs (prompts and
+//! compactions) go through a bounded queue to a single worker task, which
+//! executes them in order and writes their events to the output channel.
+//! Everything else (state queries, abort, settings) acts on shared state
+//! directly, so it answers immediately even while a run is in flight.
+
+mod call;
+mod compact;
+pub mod event;
+pub mod journal;
+pub mod retry;
+pub mod session;
+mod turn;
+pub mod usage;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+pub use event::AgentEvent;
+pub use session::Session;
+
+use crate::provider::Provider;
+use crate::tools::ToolSet;
+use crate::transcript::Block;
+
+/// Prompts and compactions that may wait behind the active run.
+pub const MAX_QUEUED_RUNS: usize = 64;
+
+/// Fixed settings of the session.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// The working directory tools resolve paths against.
+    pub cwd: PathBuf,
+    /// The resolved system prompt.
+    pub system_prompt: String,
+    /// Model calls one prompt may make before it is stopped.
+    pub max_steps: u32,
+}
+
+/// What goes to the front-end's writer, in order.
+#[derive(Debug)]
+pub enum Output {
+    Event(AgentEvent),
+    /// A line the front-end encoded itself (a response), placed in the
+    /// stream exactly where a run starts.
+    Line(Vec<u8>),
+}
+
+/// A unit of queued work.
+#[derive(Debug)]
+pub struct RunRequest {
+    pub kind: RunKind,
+    /// Sent to the output just before the run's first event (the
+    /// `{"started":true}` response).
+    pub started: Option<Vec<u8>>,
+}
+
+#[derive(Debug)]
+pub enum RunKind {
+    Prompt { text: String, images: Vec<Block> },
+    Compact,
+}
+
+/// The run queue is full.
+#[derive(Debug, thiserror::Error)]
+#[error("too many queued prompts: at most {MAX_QUEUED_RUNS} may wait behind the active run")]
+pub struct QueueFull;
+
+/// State shared by the handle and the worker.
+pub(crate) struct Shared {
+    pub provider: Arc<dyn Provider>,
+    pub tools: ToolSet,
+    pub settings: Settings,
+    pub session: Mutex<Session>,
+    /// True while a run executes (not while it waits in the queue).
+    pub busy: AtomicBool,
+    /// Cancels the active run.
+    pub current: Mutex<Option<CancellationToken>>,
+    /// Cancelled when the process is going away: the active run is aborted
+    /// and queued runs are dropped.
+    pub stop: CancellationToken,
+}
+
+impl Shared {
+    pub fn session(&self) -> MutexGuard<'_, Session> {
+        self.session.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Handle to a running agent.
+pub struct Agent {
+    shared: Arc<Shared>,
+    runs: Option<mpsc::Sender<RunRequest>>,
+}
+
+impl Agent {
+    /// Starts the worker. Events and queued responses go to `out`.
+    pub fn start(
+        provider: Arc<dyn Provider>,
+        tools: ToolSet,
+        settings: Settings,
+        session: Session,
+        out: mpsc::Sender<Output>,
+    ) -> (Agent, JoinHandle<()>) {
+        let shared = Arc::new(Shared {
+            provider,
+            tools,
+            settings,
+            session: Mutex::new(session),
+            busy: AtomicBool::new(false),
+            current: Mutex::new(None),
+            stop: CancellationToken::new(),
+        });
+        let (tx, rx) = mpsc::channel(MAX_QUEUED_RUNS);
+        let worker = tokio::spawn(worker(shared.clone(), rx, out));
+        (
+            Agent {
+                shared,
+                runs: Some(tx),
+            },
+            worker,
+        )
+    }
+
+    /// Queues a run. It starts when every earlier run has finished.
+    pub fn submit(&self, run: RunRequest) -> Result<(), QueueFull> {
+        match &self.runs {
+            Some(runs) => runs.try_send(run).map_err(|_| QueueFull),
+            None => Err(QueueFull),
+        }
+    }
+
+    /// Cancels the active run, if any. Queued runs are unaffected.
+    pub fn abort(&self) -> bool {
+        let current = self
+            .shared
+            .current
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        match current.as_ref() {
+            Some(token) => {
+                token.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Aborts the active run and drops every queued one.
+    pub fn stop(&self) {
+        self.shared.stop.cancel();
+    }
+
+    pub fn busy(&self) -> bool {
+        self.shared.busy.load(Ordering::SeqCst)
+    }
+
+    /// Locks the session state for a quick read or change.
+    pub fn session(&self) -> MutexGuard<'_, Session> {
+        self.shared.session()
+    }
+
+    pub fn provider(&self) -> &dyn Provider {
+        self.shared.provider.as_ref()
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.shared.settings
+    }
+
+    /// Stops accepting runs; the worker ends after the queued ones.
+    pub fn close(&mut self) {
+        self.runs = None;
+    }
+}
+
+/// Executes runs one after another.
+async fn worker(
+    shared: Arc<Shared>,
+    mut runs: mpsc::Receiver<RunRequest>,
+    out: mpsc::Sender<Output>,
+) {
+    while let Some(run) = runs.recv().await {
+        if shared.stop.is_cancelled() {
+            continue;
+        }
+        let cancel = shared.stop.child_token();
+        *shared
+            .current
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(cancel.clone());
+        shared.busy.store(true, Ordering::SeqCst);
+        if let Some(line) = run.started {
+            let _ = out.send(Output::Line(line)).await;
+        }
+        let ctx = RunCtx {
+            shared: &shared,
+            out: &out,
+            cancel,
+        };
+        match run.kind {
+            RunKind::Prompt { text, images } => turn::run_prompt(&ctx, text, images).await,
+            RunKind::Compact => compact::run_compact(&ctx).await,
+        }
+        *shared
+            .current
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = None;
+        shared.busy.store(false, Ordering::SeqCst);
+        let _ = out.send(Output::Event(AgentEvent::Done)).await;
+    }
+}
+
+/// What one run works with.
+pub(crate) struct RunCtx<'a> {
+    pub shared: &'a Shared,
+    pub out: &'a mpsc::Sender<Output>,
+    pub cancel: CancellationToken,
+}
+
+impl RunCtx<'_> {
+    pub async fn emit(&self, event: AgentEvent) {
+        // A closed output means the front-end is gone; the run still
+        // finishes so the journal stays complete.
+        let _ = self.out.send(Output::Event(event)).await;
+    }
+
+    /// Appends a message to the transcript, reporting a journal failure as
+    /// a non-fatal error event.
+    pub async fn record(&self, message: crate::transcript::Message) {
+        let result = self.shared.session().push(message);
+        if let Err(e) = result {
+            tracing::error!(error = %e, "journal write failed");
+            self.emit(AgentEvent::Error(e.to_string())).await;
+        }
+    }
+}

@@ -1,0 +1,244 @@
+//! The prompt loop: model call, tool calls, repeat until the model answers,
+//! the step limit is reached, something fails or the run is aborted.
+
+use corral_protocol::zut::Stop;
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use super::call::{call_model, CallError};
+use super::{usage, AgentEvent, RunCtx};
+use crate::provider::{catalogue, ModelRequest, ModelResponse, ModelStop};
+use crate::tools::{ToolContext, ToolOutput};
+use crate::transcript::{Block, Message, Role};
+
+/// Output tokens requested per call when the catalogue does not know the
+/// model, and the cap for known ones (longer answers come as more steps).
+const DEFAULT_MAX_OUTPUT: u64 = 8192;
+const MAX_OUTPUT_CAP: u64 = 32_000;
+
+/// The continuation prompt appended when a step ends without an answer.
+const RECOVERY_PROMPT: &str =
+    "Your previous turn ended without a final answer. Please give your final answer to the user now.";
+
+pub(crate) async fn run_prompt(ctx: &RunCtx<'_>, text: String, images: Vec<Block>) {
+    let mut content = Vec::with_capacity(1 + images.len());
+    if !text.is_empty() {
+        content.push(Block::text(text));
+    }
+    content.extend(images);
+    let user = Message::new(Role::User, content);
+    ctx.record(user.clone()).await;
+    ctx.emit(AgentEvent::UserMessage(user)).await;
+
+    let max_steps = ctx.shared.settings.max_steps;
+    let mut recovered = false;
+    for step in 1..=max_steps {
+        ctx.emit(AgentEvent::TurnStart { step }).await;
+        let request = build_request(ctx);
+        let model = request.model.clone();
+        let response = match call_model(ctx, request, step > 1).await {
+            Ok(response) => response,
+            Err(CallError::Aborted { partial }) => {
+                if !partial.is_empty() {
+                    ctx.record(Message::new(Role::Assistant, vec![Block::text(partial)]))
+                        .await;
+                }
+                end_turn(ctx, Stop::Aborted, None).await;
+                return;
+            }
+            Err(CallError::Failed(error)) => {
+                end_turn(ctx, Stop::Error, Some(error)).await;
+                return;
+            }
+        };
+        match finish_step(ctx, response, &model).await {
+            StepEnd::Continue => continue,
+            StepEnd::Aborted => return,
+            StepEnd::Answered => return,
+            StepEnd::MissingAnswer if !recovered => {
+                recovered = true;
+                end_turn(ctx, Stop::Continue, None).await;
+                ctx.emit(AgentEvent::TurnRecovery {
+                    reason: "missing_answer",
+                    attempt: 1,
+                })
+                .await;
+                ctx.record(Message::new(Role::User, vec![Block::text(RECOVERY_PROMPT)]))
+                    .await;
+            }
+            StepEnd::MissingAnswer => {
+                end_turn(ctx, Stop::End, None).await;
+                return;
+            }
+        }
+    }
+    ctx.emit(AgentEvent::Error(format!(
+        "stopped after {max_steps} model calls (the --max-steps limit); send another prompt to continue"
+    )))
+    .await;
+}
+
+enum StepEnd {
+    /// Tool results were added; the model must be called again.
+    Continue,
+    /// The model gave its answer.
+    Answered,
+    /// The model stopped with neither text nor tool calls.
+    MissingAnswer,
+    Aborted,
+}
+
+/// Runs the step's tool calls, records the messages and reports the step.
+async fn finish_step(ctx: &RunCtx<'_>, response: ModelResponse, model: &str) -> StepEnd {
+    let assistant = Message::new(Role::Assistant, response.content);
+    let calls: Vec<(String, String, Value)> = assistant
+        .tool_calls()
+        .map(|(id, name, args)| (id.to_string(), name.to_string(), args.clone()))
+        .collect();
+    let mut results = Vec::with_capacity(calls.len());
+    let mut aborted = false;
+    for (id, name, args) in &calls {
+        if aborted || ctx.cancel.is_cancelled() {
+            aborted = true;
+            results.push(tool_result_block(
+                id,
+                &ToolOutput::error("not run: the prompt was aborted"),
+            ));
+            continue;
+        }
+        ctx.emit(AgentEvent::ToolCall {
+            id: id.clone(),
+            name: name.clone(),
+            args: args.clone(),
+        })
+        .await;
+        let output = execute_tool(ctx, id, name, args.clone()).await;
+        aborted = ctx.cancel.is_cancelled();
+        if let Some(update) = output.plan.clone() {
+            ctx.emit(AgentEvent::PlanUpdate {
+                id: id.clone(),
+                update,
+            })
+            .await;
+        }
+        ctx.emit(AgentEvent::ToolResult {
+            id: id.clone(),
+            is_error: output.is_error,
+            content: output.content.clone(),
+        })
+        .await;
+        results.push(tool_result_block(id, &output));
+    }
+
+    let answered = !assistant.text().trim().is_empty();
+    ctx.record(assistant.clone()).await;
+    if !results.is_empty() {
+        ctx.record(Message::new(Role::Tool, results)).await;
+    }
+    ctx.emit(AgentEvent::AssistantMessage(assistant)).await;
+    report_usage(ctx, &response.usage, model).await;
+
+    if aborted {
+        end_turn(ctx, Stop::Aborted, None).await;
+        return StepEnd::Aborted;
+    }
+    if !calls.is_empty() {
+        end_turn(ctx, Stop::ToolUse, None).await;
+        return StepEnd::Continue;
+    }
+    match response.stop {
+        ModelStop::MaxTokens => {
+            end_turn(ctx, Stop::Length, None).await;
+            StepEnd::Answered
+        }
+        _ if !answered => StepEnd::MissingAnswer,
+        _ => {
+            end_turn(ctx, Stop::End, None).await;
+            StepEnd::Answered
+        }
+    }
+}
+
+/// Runs one tool, forwarding its progress lines, until it finishes or the
+/// run is aborted (dropping the tool's future kills what it started).
+async fn execute_tool(ctx: &RunCtx<'_>, id: &str, name: &str, args: Value) -> ToolOutput {
+    let Some(tool) = ctx.shared.tools.get(name) else {
+        return ToolOutput::error(format!(
+            "unknown tool `{name}`; available tools: {}",
+            ctx.shared.tools.names().join(", ")
+        ));
+    };
+    ctx.emit(AgentEvent::ToolExecutionStarted {
+        id: id.to_string(),
+        name: name.to_string(),
+    })
+    .await;
+    let (progress, mut lines) = mpsc::unbounded_channel();
+    let tool_ctx = ToolContext {
+        cwd: ctx.shared.settings.cwd.clone(),
+        cancel: ctx.cancel.child_token(),
+        progress,
+    };
+    let run = tool.run(args, tool_ctx);
+    tokio::pin!(run);
+    let mut open = true;
+    let output = loop {
+        tokio::select! {
+            biased;
+            _ = ctx.cancel.cancelled() => break ToolOutput::error("aborted"),
+            line = lines.recv(), if open => match line {
+                Some(text) => ctx.emit(AgentEvent::ToolProgress { id: id.to_string(), text }).await,
+                None => open = false,
+            },
+            output = &mut run => break output,
+        }
+    };
+    while let Ok(text) = lines.try_recv() {
+        ctx.emit(AgentEvent::ToolProgress {
+            id: id.to_string(),
+            text,
+        })
+        .await;
+    }
+    output
+}
+
+fn tool_result_block(id: &str, output: &ToolOutput) -> Block {
+    Block::ToolResult {
+        call_id: id.to_string(),
+        is_error: output.is_error,
+        content: output.content.clone(),
+    }
+}
+
+async fn report_usage(ctx: &RunCtx<'_>, tokens: &crate::provider::TokenUsage, model: &str) {
+    let info = catalogue::find(ctx.shared.provider.name(), model);
+    let turn = usage::turn_usage(tokens, info);
+    let cumulative = {
+        let mut session = ctx.shared.session();
+        usage::accumulate(&mut session.usage, &turn);
+        session.usage.clone()
+    };
+    ctx.emit(AgentEvent::Usage { turn, cumulative }).await;
+}
+
+async fn end_turn(ctx: &RunCtx<'_>, stop: Stop, error: Option<String>) {
+    ctx.emit(AgentEvent::TurnEnd { stop, error }).await;
+}
+
+/// The request for the next model call, from the current session state.
+pub(crate) fn build_request(ctx: &RunCtx<'_>) -> ModelRequest {
+    let session = ctx.shared.session();
+    let max_output = catalogue::find(ctx.shared.provider.name(), &session.model)
+        .map_or(DEFAULT_MAX_OUTPUT, |info| {
+            info.max_output.min(MAX_OUTPUT_CAP)
+        });
+    ModelRequest {
+        model: session.model.clone(),
+        system: ctx.shared.settings.system_prompt.clone(),
+        messages: session.messages().to_vec(),
+        tools: ctx.shared.tools.specs(),
+        reasoning: session.reasoning,
+        max_output: u32::try_from(max_output).unwrap_or(u32::MAX),
+    }
+}

@@ -1,0 +1,154 @@
+//! `corral-agent`: `rpc` serves zut RPC v1 on stdio; `run` answers one prompt.
+//!
+//! stdout belongs to the protocol (or, in `run`, to the reply text); logs go
+//! to stderr, filtered by `CORRAL_LOG` (default `warn`).
+
+use std::io::Write as _;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use corral_agent::agent::{Agent, AgentEvent, Output, RunKind, RunRequest};
+use corral_agent::cli::{AgentArgs, Cli, Mode};
+use corral_agent::rpc::{self, zut::ZutOptions, zut::ZutServer, TransportOptions};
+use corral_agent::setup;
+use tokio::sync::mpsc;
+
+fn main() -> ExitCode {
+    // Read the RPC token and remove it from the environment before any
+    // thread or tool process exists, so nothing the agent runs inherits it.
+    let token = std::env::var("ZUTCORE_RPC_TOKEN").ok();
+    std::env::remove_var("ZUTCORE_RPC_TOKEN");
+    let cli = Cli::parse();
+    init_logging();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("corral-agent: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let code = runtime.block_on(async {
+        match cli.mode {
+            Mode::Rpc {
+                agent,
+                max_line_bytes,
+                eof_grace,
+            } => {
+                let transport = TransportOptions {
+                    max_line: max_line_bytes,
+                    eof_grace: Duration::from_secs(eof_grace),
+                };
+                rpc_mode(&agent, token, transport).await
+            }
+            Mode::Run { agent, prompt } => run_mode(&agent, prompt).await,
+        }
+    });
+    // Exit directly: the runtime would otherwise wait for the blocking
+    // stdin reader, which only returns when the peer writes or closes.
+    let _ = std::io::stdout().flush();
+    std::process::exit(i32::from(code));
+}
+
+fn init_logging() {
+    let filter = std::env::var("CORRAL_LOG").unwrap_or_default();
+    let builder = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(false);
+    if filter.is_empty() {
+        builder.with_max_level(tracing::Level::WARN).init();
+    } else {
+        builder
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .init();
+    }
+}
+
+async fn rpc_mode(args: &AgentArgs, token: Option<String>, transport: TransportOptions) -> u8 {
+    let setup = match setup::build(args) {
+        Ok(setup) => setup,
+        Err(e) => {
+            eprintln!("corral-agent: {e}");
+            return 2;
+        }
+    };
+    let (out, out_rx) = mpsc::channel(rpc::OUTPUT_QUEUE);
+    let writer = rpc::spawn_writer(out_rx);
+    let (agent, worker) = Agent::start(
+        setup.provider,
+        setup.tools,
+        setup.settings,
+        setup.session,
+        out.clone(),
+    );
+    let options = ZutOptions {
+        token: token.filter(|t| !t.is_empty()),
+        allow_unknown_models: setup.allow_unknown_models,
+    };
+    let server = ZutServer::new(agent, out, options);
+    rpc::serve(server, worker, writer, transport).await
+}
+
+async fn run_mode(args: &AgentArgs, prompt: String) -> u8 {
+    let setup = match setup::build(args) {
+        Ok(setup) => setup,
+        Err(e) => {
+            eprintln!("corral-agent: {e}");
+            return 2;
+        }
+    };
+    let (out, mut events) = mpsc::channel(rpc::OUTPUT_QUEUE);
+    let (mut agent, _worker) = Agent::start(
+        setup.provider,
+        setup.tools,
+        setup.settings,
+        setup.session,
+        out,
+    );
+    let run = RunRequest {
+        kind: RunKind::Prompt {
+            text: prompt,
+            images: Vec::new(),
+        },
+        started: None,
+    };
+    if let Err(e) = agent.submit(run) {
+        eprintln!("corral-agent: {e}");
+        return 1;
+    }
+    agent.close();
+    let mut stdout = std::io::stdout();
+    let mut failed = false;
+    let mut ends_with_newline = true;
+    while let Some(Output::Event(event)) = events.recv().await {
+        match event {
+            AgentEvent::TextDelta(delta) => {
+                ends_with_newline = delta.ends_with('\n');
+                if stdout
+                    .write_all(delta.as_bytes())
+                    .and_then(|()| stdout.flush())
+                    .is_err()
+                {
+                    agent.stop();
+                }
+            }
+            AgentEvent::ToolCall { name, args, .. } => eprintln!("[tool] {name} {args}"),
+            AgentEvent::TurnEnd {
+                error: Some(error), ..
+            } => {
+                eprintln!("corral-agent: {error}");
+                failed = true;
+            }
+            AgentEvent::Error(message) => eprintln!("corral-agent: {message}"),
+            AgentEvent::Done => break,
+            _ => {}
+        }
+    }
+    if !ends_with_newline {
+        let _ = stdout.write_all(b"\n");
+    }
+    u8::from(failed)
+}

@@ -1,0 +1,127 @@
+//! The system prompt: identity and tool guidance (replaceable with
+//! `--system-prompt`), then the addenda that always apply when enabled: the
+//! coding-guidance ("ponytail") addendum, project context files and
+//! `--append-system-prompt`.
+
+use std::path::Path;
+
+/// Context files looked up in the cwd and its ancestors, first match per
+/// directory wins.
+pub const CONTEXT_FILES: [&str; 2] = ["AGENTS.md", "CLAUDE.md"];
+/// Bytes of one context file that go into the prompt.
+pub const MAX_CONTEXT_FILE: usize = 64 * 1024;
+/// Ancestor directories searched above the cwd (the walk also stops at a
+/// directory holding `.git`).
+const MAX_ANCESTORS: usize = 8;
+
+const IDENTITY: &str = "You are corral-agent, a coding agent. You work in the user's project \
+directory using the tools you are given: read files before changing them, make focused edits, \
+run commands to check your work, and report what you did. Paths are relative to the working \
+directory unless absolute.";
+
+const PONYTAIL: &str = "Coding guidance:\n\
+- Understand the existing code and its conventions before changing it; match its style.\n\
+- Make the smallest change that solves the problem; do not refactor unrelated code.\n\
+- Prefer `edit` for changes to existing files and `write` for new files.\n\
+- After changing code, build and run the relevant tests; fix what you broke.\n\
+- Never invent results: if a command fails or you are unsure, say so.\n\
+- End with a short summary of what changed and anything left to do.";
+
+/// What goes into the system prompt.
+#[derive(Debug, Clone, Default)]
+pub struct PromptOptions {
+    /// `--system-prompt`: replaces the identity and tool guidance.
+    pub replace: Option<String>,
+    /// `--append-system-prompt`.
+    pub append: Option<String>,
+    /// The coding-guidance addendum (`ponytail_enabled` in config.json).
+    pub ponytail: bool,
+    /// Load AGENTS.md / CLAUDE.md (off with `--no-context-files`).
+    pub context_files: bool,
+}
+
+/// Assembles the system prompt for a session in `cwd`.
+pub fn system_prompt(cwd: &Path, tool_names: &[&str], options: &PromptOptions) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    match &options.replace {
+        Some(custom) => parts.push(custom.clone()),
+        None => {
+            parts.push(IDENTITY.to_string());
+            if !tool_names.is_empty() {
+                parts.push(format!("Available tools: {}.", tool_names.join(", ")));
+            }
+        }
+    }
+    if options.ponytail {
+        parts.push(PONYTAIL.to_string());
+    }
+    parts.push(format!("Working directory: {}", cwd.display()));
+    if options.context_files {
+        for (path, text) in context_files(cwd) {
+            parts.push(format!("Project instructions from {}:\n\n{}", path, text));
+        }
+    }
+    if let Some(append) = &options.append {
+        parts.push(append.clone());
+    }
+    parts.join("\n\n")
+}
+
+/// Context files from the outermost ancestor down to the cwd.
+fn context_files(cwd: &Path) -> Vec<(String, String)> {
+    let mut found = Vec::new();
+    for dir in cwd.ancestors().take(MAX_ANCESTORS + 1) {
+        if let Some(file) = CONTEXT_FILES
+            .iter()
+            .map(|name| dir.join(name))
+            .find(|p| p.is_file())
+        {
+            if let Ok(bytes) = std::fs::read(&file) {
+                let cut = &bytes[..bytes.len().min(MAX_CONTEXT_FILE)];
+                found.push((
+                    file.display().to_string(),
+                    String::from_utf8_lossy(cut).into_owned(),
+                ));
+            }
+        }
+        if dir.join(".git").exists() {
+            break;
+        }
+    }
+    found.reverse();
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replace_keeps_addenda_and_context_files_load_outermost_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join(".git")).unwrap();
+        std::fs::create_dir_all(root.join("sub")).unwrap();
+        std::fs::write(root.join("AGENTS.md"), "outer rules").unwrap();
+        std::fs::write(root.join("sub/CLAUDE.md"), "inner rules").unwrap();
+        let options = PromptOptions {
+            replace: Some("CUSTOM".into()),
+            append: Some("APPENDED".into()),
+            ponytail: true,
+            context_files: true,
+        };
+        let prompt = system_prompt(&root.join("sub"), &["read"], &options);
+        assert!(prompt.starts_with("CUSTOM"));
+        assert!(!prompt.contains("You are corral-agent"));
+        assert!(prompt.contains("Coding guidance"));
+        let outer = prompt.find("outer rules").unwrap();
+        let inner = prompt.find("inner rules").unwrap();
+        assert!(outer < inner);
+        assert!(prompt.ends_with("APPENDED"));
+
+        let plain = system_prompt(root, &[], &PromptOptions::default());
+        assert!(plain.contains("You are corral-agent"));
+        assert!(!plain.contains("Coding guidance"));
+        assert!(!plain.contains("outer rules"));
+    }
+}

@@ -1,0 +1,475 @@
+//! The zut RPC v1 dialect: request handling and the mapping of agent events
+//! and transcript messages to zut frames.
+//!
+//! Extension (allowed by v1's only-grows rule): `thinking_delta {delta}`
+//! streams model reasoning where the provider exposes it.
+
+use base64::Engine as _;
+use corral_protocol::ndjson::{encode_line, FrameError};
+use corral_protocol::zut::{
+    self, Command, ContentBlock, Event, Extra, Request, RequestId, Response,
+};
+use serde_json::{json, Map, Value};
+use subtle::ConstantTimeEq;
+use tokio::sync::mpsc;
+
+use crate::agent::{Agent, AgentEvent, Output, RunKind, RunRequest};
+use crate::provider::catalogue;
+use crate::transcript::{Block, Message};
+
+/// What the reader loop should do after a line.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Flow {
+    Continue,
+    /// Stop serving and exit with this code (failed authentication).
+    Exit(u8),
+}
+
+/// Options fixed at start.
+#[derive(Debug, Clone)]
+pub struct ZutOptions {
+    /// `ZUTCORE_RPC_TOKEN`: when set, the first line must be a matching hello.
+    pub token: Option<String>,
+    /// Models outside the catalogue are accepted (custom `--base-url`).
+    pub allow_unknown_models: bool,
+}
+
+/// Serves zut requests for one agent.
+pub struct ZutServer {
+    agent: Agent,
+    out: mpsc::Sender<Output>,
+    options: ZutOptions,
+    /// Whether the first line has been seen (auth happens there).
+    seen_first: bool,
+}
+
+impl ZutServer {
+    pub fn new(agent: Agent, out: mpsc::Sender<Output>, options: ZutOptions) -> ZutServer {
+        ZutServer {
+            agent,
+            out,
+            options,
+            seen_first: false,
+        }
+    }
+
+    pub fn agent(&self) -> &Agent {
+        &self.agent
+    }
+
+    pub fn agent_mut(&mut self) -> &mut Agent {
+        &mut self.agent
+    }
+
+    /// Handles one input line (or the framing error it produced).
+    pub async fn handle(&mut self, line: Result<Map<String, Value>, FrameError>) -> Flow {
+        let first = !std::mem::replace(&mut self.seen_first, true);
+        let parsed = line
+            .map_err(|e| (None, None, e.to_string()))
+            .and_then(|object| {
+                Request::from_object(object).map_err(|e| (e.id, e.command, e.message))
+            });
+        if first && self.options.token.is_some() {
+            return self.authenticate(parsed).await;
+        }
+        match parsed {
+            Ok(request) => {
+                let response = self.dispatch(request);
+                if let Some(response) = response {
+                    self.send(&response).await;
+                }
+            }
+            Err((id, command, message)) => {
+                self.send(&Response::error(id, command.as_deref(), message))
+                    .await;
+            }
+        }
+        Flow::Continue
+    }
+
+    async fn authenticate(
+        &mut self,
+        parsed: Result<Request, (Option<RequestId>, Option<String>, String)>,
+    ) -> Flow {
+        let expected = self.options.token.as_deref().unwrap_or_default();
+        let (id, outcome) = match parsed {
+            Ok(Request {
+                id,
+                command: Command::Hello { token },
+            }) => {
+                let given = token.unwrap_or_default();
+                let ok = bool::from(given.as_bytes().ct_eq(expected.as_bytes()));
+                (
+                    id,
+                    if ok {
+                        Ok(())
+                    } else {
+                        Err("authentication failed: wrong token")
+                    },
+                )
+            }
+            Ok(Request { id, .. }) => (
+                id,
+                Err("authentication required: the first message must be a hello with the token"),
+            ),
+            Err((id, _, _)) => (
+                id,
+                Err("authentication required: the first message must be a hello with the token"),
+            ),
+        };
+        match outcome {
+            Ok(()) => {
+                let response = Response::ok(id, "hello", Some(self.hello_data()));
+                self.send(&response).await;
+                Flow::Continue
+            }
+            Err(message) => {
+                tracing::warn!("{message}");
+                self.send(&Response::error(id, Some("hello"), message))
+                    .await;
+                Flow::Exit(1)
+            }
+        }
+    }
+
+    /// Answers one request; `None` when the answer is queued with a run.
+    fn dispatch(&mut self, request: Request) -> Option<Response> {
+        let Request { id, command } = request;
+        let name = command.name();
+        let ok = |data: Option<Value>| Some(Response::ok(id.clone(), name, data));
+        let fail = |message: String| Some(Response::error(id.clone(), Some(name), message));
+        match command {
+            Command::Hello { .. } => ok(Some(self.hello_data())),
+            Command::Ping => ok(Some(json!({"pong": true}))),
+            Command::Prompt { message, images } => {
+                let images = match decode_images(images.unwrap_or_default()) {
+                    Ok(images) => images,
+                    Err(e) => return fail(e),
+                };
+                if message.trim().is_empty() && images.is_empty() {
+                    return fail("prompt `message` is empty".into());
+                }
+                self.queue(
+                    id.clone(),
+                    name,
+                    RunKind::Prompt {
+                        text: message,
+                        images,
+                    },
+                )
+            }
+            Command::Compact => self.queue(id.clone(), name, RunKind::Compact),
+            Command::Abort => {
+                self.agent.abort();
+                ok(None)
+            }
+            Command::GetState => ok(Some(self.state_data())),
+            Command::GetMessages => {
+                let messages: Vec<zut::Message> = self
+                    .agent
+                    .session()
+                    .messages()
+                    .iter()
+                    .map(wire_message)
+                    .collect();
+                ok(Some(json!({ "messages": messages })))
+            }
+            Command::Clear => {
+                if self.agent.busy() {
+                    return fail(
+                        "cannot clear while a prompt or compact is running; abort it first".into(),
+                    );
+                }
+                match self.agent.session().clear() {
+                    Ok(()) => ok(None),
+                    Err(e) => fail(e.to_string()),
+                }
+            }
+            Command::SetModel { model } => {
+                let provider = self.agent.provider().name();
+                let known = catalogue::find(provider, &model).is_some();
+                if !known && !self.options.allow_unknown_models {
+                    let names: Vec<&str> = catalogue::models(provider).map(|m| m.id).collect();
+                    return fail(format!(
+                        "unknown model {model:?} for provider {provider}; known models: {}",
+                        names.join(", ")
+                    ));
+                }
+                self.agent.session().model = model.clone();
+                ok(Some(json!({ "model": model })))
+            }
+            Command::SetReasoning { reasoning } => {
+                self.agent.session().reasoning = reasoning;
+                ok(Some(json!({ "reasoning": reasoning })))
+            }
+            Command::GetModels => {
+                let provider = self.agent.provider().name();
+                let models: Vec<Value> = catalogue::models(provider)
+                    .map(|m| {
+                        json!({"id": m.id, "provider": m.provider, "context_window": m.context_window,
+                               "max_output": m.max_output, "reasoning": m.reasoning})
+                    })
+                    .collect();
+                ok(Some(json!({ "models": models })))
+            }
+        }
+    }
+
+    /// Queues a run whose `started` response is sent when it starts.
+    fn queue(&mut self, id: Option<RequestId>, name: &str, kind: RunKind) -> Option<Response> {
+        let started = Response::ok(id.clone(), name, Some(json!({"started": true})));
+        let started = encode_line(&started).ok();
+        match self.agent.submit(RunRequest { kind, started }) {
+            Ok(()) => None,
+            Err(e) => Some(Response::error(id, Some(name), e.to_string())),
+        }
+    }
+
+    fn hello_data(&self) -> Value {
+        json!({
+            "protocol_version": zut::PROTOCOL_VERSION,
+            "version": env!("CARGO_PKG_VERSION"),
+            "provider": self.agent.provider().name(),
+            "model": self.agent.session().model,
+        })
+    }
+
+    fn state_data(&self) -> Value {
+        let session = self.agent.session();
+        json!({
+            "provider": self.agent.provider().name(),
+            "model": session.model,
+            "cwd": self.agent.settings().cwd.to_string_lossy(),
+            "message_count": session.messages().len(),
+            "busy": self.agent.busy(),
+            "reasoning": session.reasoning,
+            "usage": session.usage,
+        })
+    }
+
+    async fn send(&self, response: &Response) {
+        if let Ok(line) = encode_line(response) {
+            let _ = self.out.send(Output::Line(line)).await;
+        }
+    }
+}
+
+/// Checks prompt images: an `image/*` type and valid base64 data.
+fn decode_images(images: Vec<zut::ImageInput>) -> Result<Vec<Block>, String> {
+    images
+        .into_iter()
+        .enumerate()
+        .map(|(i, image)| {
+            if !image.mime_type.starts_with("image/") {
+                return Err(format!(
+                    "images[{i}]: mime_type {:?} is not an image type",
+                    image.mime_type
+                ));
+            }
+            base64::engine::general_purpose::STANDARD
+                .decode(image.data.as_bytes())
+                .map_err(|e| format!("images[{i}]: data is not valid base64: {e}"))?;
+            Ok(Block::Image {
+                mime_type: image.mime_type,
+                data: image.data,
+            })
+        })
+        .collect()
+}
+
+/// A transcript message in the zut message shape.
+pub fn wire_message(message: &Message) -> zut::Message {
+    zut::Message {
+        role: serde_json::to_value(message.role)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default(),
+        content: wire_blocks(&message.content),
+        time: message.time.clone(),
+        extra: Extra::new(),
+    }
+}
+
+/// Content blocks in the zut shape: images become byte counts, reasoning is
+/// left out.
+pub fn wire_blocks(blocks: &[Block]) -> Vec<ContentBlock> {
+    blocks
+        .iter()
+        .filter_map(|block| {
+            Some(match block {
+                Block::Text { text } => ContentBlock::text(text.clone()),
+                Block::Image { mime_type, data } => ContentBlock::Image(zut::ImageBlock {
+                    mime_type: mime_type.clone(),
+                    bytes: base64_decoded_len(data),
+                    extra: Extra::new(),
+                }),
+                Block::ToolCall { id, name, args } => ContentBlock::ToolCall(zut::ToolCallBlock {
+                    id: id.clone(),
+                    name: name.clone(),
+                    args: args.clone(),
+                    extra: Extra::new(),
+                }),
+                Block::ToolResult {
+                    call_id,
+                    is_error,
+                    content,
+                } => ContentBlock::ToolResult(zut::ToolResultBlock {
+                    call_id: call_id.clone(),
+                    is_error: *is_error,
+                    content: wire_blocks(content),
+                    extra: Extra::new(),
+                }),
+                Block::Thinking { .. } | Block::RedactedThinking { .. } => return None,
+            })
+        })
+        .collect()
+}
+
+fn base64_decoded_len(data: &str) -> u64 {
+    let trimmed = data.trim_end_matches('=');
+    (trimmed.len() as u64 * 3) / 4
+}
+
+/// The zut frame for an agent event (every event has one).
+pub fn wire_event(event: &AgentEvent) -> Event {
+    let extra = Extra::new;
+    match event {
+        AgentEvent::UserMessage(m) => Event::UserMessage(zut::MessageEvent {
+            content: wire_blocks(&m.content),
+            time: m.time.clone(),
+            extra: extra(),
+        }),
+        AgentEvent::AssistantMessage(m) => Event::AssistantMessage(zut::MessageEvent {
+            content: wire_blocks(&m.content),
+            time: m.time.clone(),
+            extra: extra(),
+        }),
+        AgentEvent::TurnStart { step } => Event::TurnStart(zut::TurnStart {
+            step: *step,
+            extra: extra(),
+        }),
+        AgentEvent::RequestStarted {
+            provider,
+            model,
+            attempt,
+            max_attempts,
+        } => Event::RequestStarted(zut::RequestStarted {
+            provider: provider.to_string(),
+            model: model.clone(),
+            scope: "provider".into(),
+            attempt: *attempt,
+            max_attempts: *max_attempts,
+            extra: extra(),
+        }),
+        AgentEvent::CacheDiagnostics {
+            eligible,
+            mode,
+            continuation,
+        } => Event::CacheDiagnostics(zut::CacheDiagnostics {
+            eligible: *eligible,
+            mode: mode.to_string(),
+            transport: "sse".into(),
+            continuation: *continuation,
+            extra: extra(),
+        }),
+        AgentEvent::RetryScheduled {
+            attempt,
+            max_attempts,
+            delay,
+        } => Event::RetryScheduled(zut::RetryScheduled {
+            scope: "provider".into(),
+            attempt: *attempt,
+            max_attempts: *max_attempts,
+            delay_ms: u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+            extra: extra(),
+        }),
+        AgentEvent::AssistantStart => Event::AssistantStart(zut::Empty::default()),
+        AgentEvent::TextDelta(delta) => Event::TextDelta(zut::TextDelta {
+            delta: delta.clone(),
+            extra: extra(),
+        }),
+        AgentEvent::ThinkingDelta(delta) => {
+            let mut map = Map::new();
+            map.insert("type".into(), json!("thinking_delta"));
+            map.insert("delta".into(), json!(delta));
+            Event::Unknown(map)
+        }
+        AgentEvent::ToolUseStart { id, name } => Event::ToolUseStart(zut::ToolUseStart {
+            id: id.clone(),
+            name: name.clone(),
+            extra: extra(),
+        }),
+        AgentEvent::ToolUseArgs { id, delta } => Event::ToolUseArgs(zut::ToolUseArgs {
+            id: id.clone(),
+            delta: delta.clone(),
+            extra: extra(),
+        }),
+        AgentEvent::ToolUseEnd { id } => Event::ToolUseEnd(zut::ToolUseEnd {
+            id: id.clone(),
+            extra: extra(),
+        }),
+        AgentEvent::ToolCall { id, name, args } => Event::ToolCall(zut::ToolCall {
+            id: id.clone(),
+            name: name.clone(),
+            args: args.clone(),
+            extra: extra(),
+        }),
+        AgentEvent::ToolExecutionStarted { id, name } => {
+            Event::ToolExecutionStarted(zut::ToolExecutionStarted {
+                id: id.clone(),
+                name: name.clone(),
+                extra: extra(),
+            })
+        }
+        AgentEvent::ToolProgress { id, text } => Event::ToolProgress(zut::ToolProgress {
+            id: id.clone(),
+            text: text.clone(),
+            extra: extra(),
+        }),
+        AgentEvent::PlanUpdate { id, update } => Event::PlanUpdate(zut::PlanUpdate {
+            id: Some(id.clone()).filter(|id| !id.is_empty()),
+            explanation: update.explanation.clone(),
+            plan: update
+                .plan
+                .iter()
+                .map(|item| zut::PlanItem {
+                    step: item.step.clone(),
+                    status: item.status.clone(),
+                })
+                .collect(),
+            extra: extra(),
+        }),
+        AgentEvent::ToolResult {
+            id,
+            is_error,
+            content,
+        } => Event::ToolResult(zut::ToolResult {
+            id: id.clone(),
+            is_error: *is_error,
+            content: wire_blocks(content),
+            extra: extra(),
+        }),
+        AgentEvent::Usage { turn, cumulative } => {
+            Event::Usage(zut::UsageEvent::new(turn, cumulative))
+        }
+        AgentEvent::TurnEnd { stop, error } => Event::TurnEnd(zut::TurnEnd {
+            stop: *stop,
+            error: error.clone(),
+            extra: extra(),
+        }),
+        AgentEvent::TurnRecovery { reason, attempt } => Event::TurnRecovery(zut::TurnRecovery {
+            reason: reason.to_string(),
+            attempt: *attempt,
+            extra: extra(),
+        }),
+        AgentEvent::Error(message) => Event::Error(zut::ErrorEvent {
+            message: message.clone(),
+            extra: extra(),
+        }),
+        AgentEvent::CompactDone { summary } => Event::CompactDone(zut::CompactDone {
+            summary: summary.clone(),
+            extra: extra(),
+        }),
+        AgentEvent::Done => Event::Done(zut::Empty::default()),
+    }
+}

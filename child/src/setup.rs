@@ -1,0 +1,188 @@
+//! Turns command-line flags and the environment into a ready agent:
+//! provider credentials, tools, system prompt, session journal.
+//!
+//! Environment: `ANTHROPIC_API_KEY` / `OPENAI_API_KEY` and
+//! `ANTHROPIC_BASE_URL` / `OPENAI_BASE_URL` when the flags are absent. The
+//! child's home holds `config.json`: `$ZUT_HOME` when set (drop-in
+//! compatibility), else `$CORRAL_HOME`, else `~/.corral`.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::agent::journal::Journal;
+use crate::agent::{Session, Settings};
+use crate::cli::AgentArgs;
+use crate::prompt::{system_prompt, PromptOptions};
+use crate::provider::{self, catalogue, Provider};
+use crate::tools::ToolSet;
+
+/// Everything needed to start an agent.
+pub struct Setup {
+    pub provider: Arc<dyn Provider>,
+    pub tools: ToolSet,
+    pub settings: Settings,
+    pub session: Session,
+    /// A custom base URL serves models the catalogue does not know.
+    pub allow_unknown_models: bool,
+}
+
+/// Why the agent cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error("--cwd {path}: {source}")]
+    Cwd {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("--cwd {0} is not a directory")]
+    NotADirectory(PathBuf),
+    #[error(transparent)]
+    Provider(#[from] provider::ProviderError),
+    #[error("{0}")]
+    Tools(String),
+    #[error(transparent)]
+    Journal(#[from] crate::agent::journal::JournalError),
+    #[error("unknown model {model:?} for provider {provider}; known models: {known}")]
+    UnknownModel {
+        model: String,
+        provider: String,
+        known: String,
+    },
+}
+
+pub fn build(args: &AgentArgs) -> Result<Setup, SetupError> {
+    let cwd = resolve_cwd(args.cwd.as_deref())?;
+    let env_prefix = match args.provider.as_str() {
+        "openai" => Some("OPENAI"),
+        "anthropic" => Some("ANTHROPIC"),
+        _ => None,
+    };
+    let from_env = |suffix: &str| {
+        env_prefix
+            .and_then(|prefix| std::env::var(format!("{prefix}_{suffix}")).ok())
+            .filter(|v| !v.is_empty())
+    };
+    let api_key = args.api_key.clone().or_else(|| from_env("API_KEY"));
+    let base_url = args.base_url.clone().or_else(|| from_env("BASE_URL"));
+    let allow_unknown_models = base_url.is_some();
+    let provider = provider::build(&args.provider, api_key, base_url)?;
+
+    let model = args
+        .model
+        .clone()
+        .unwrap_or_else(|| catalogue::default_model(provider.name()).to_string());
+    if !allow_unknown_models && catalogue::find(provider.name(), &model).is_none() {
+        return Err(SetupError::UnknownModel {
+            known: catalogue::models(provider.name())
+                .map(|m| m.id)
+                .collect::<Vec<_>>()
+                .join(", "),
+            model,
+            provider: provider.name().to_string(),
+        });
+    }
+
+    let tools = if args.no_tools {
+        ToolSet::none()
+    } else {
+        match &args.tools {
+            Some(names) => ToolSet::select(names).map_err(|e| SetupError::Tools(e.to_string()))?,
+            None => ToolSet::all(),
+        }
+    };
+    let prompt_options = PromptOptions {
+        replace: args.system_prompt.clone(),
+        append: args.append_system_prompt.clone(),
+        ponytail: ponytail_enabled(&home_dir()),
+        context_files: !args.no_context_files,
+    };
+    let system_prompt = system_prompt(&cwd, &tools.names(), &prompt_options);
+
+    let mut session = Session::new(model, args.reasoning);
+    if let Some(path) = &args.session {
+        let (journal, messages) = Journal::open(path)?;
+        session = session.with_journal(journal, messages);
+    }
+    Ok(Setup {
+        provider,
+        tools,
+        settings: Settings {
+            cwd,
+            system_prompt,
+            max_steps: args.max_steps.max(1),
+        },
+        session,
+        allow_unknown_models,
+    })
+}
+
+fn resolve_cwd(flag: Option<&Path>) -> Result<PathBuf, SetupError> {
+    let path = match flag {
+        Some(path) => path.to_path_buf(),
+        None => std::env::current_dir().map_err(|source| SetupError::Cwd {
+            path: PathBuf::from("."),
+            source,
+        })?,
+    };
+    let path = path.canonicalize().map_err(|source| SetupError::Cwd {
+        path: path.clone(),
+        source,
+    })?;
+    if !path.is_dir() {
+        return Err(SetupError::NotADirectory(path));
+    }
+    Ok(path)
+}
+
+/// The child's home directory: `$ZUT_HOME`, `$CORRAL_HOME`, or `~/.corral`.
+pub fn home_dir() -> PathBuf {
+    for var in ["ZUT_HOME", "CORRAL_HOME"] {
+        if let Some(dir) = std::env::var_os(var).filter(|v| !v.is_empty()) {
+            return PathBuf::from(dir);
+        }
+    }
+    std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("."))
+        .join(".corral")
+}
+
+/// `ponytail_enabled` from `HOME/config.json`: on unless it is `false`. A
+/// missing or unreadable file means the default.
+pub fn ponytail_enabled(home: &Path) -> bool {
+    let Ok(text) = std::fs::read_to_string(home.join("config.json")) else {
+        return true;
+    };
+    match serde_json::from_str::<serde_json::Value>(&text) {
+        Ok(config) => config.get("ponytail_enabled") != Some(&serde_json::Value::Bool(false)),
+        Err(e) => {
+            tracing::warn!(error = %e, "ignoring unreadable config.json");
+            true
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ponytail_is_on_unless_explicitly_false() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(ponytail_enabled(dir.path()));
+        std::fs::write(
+            dir.path().join("config.json"),
+            r#"{"ponytail_enabled": true}"#,
+        )
+        .unwrap();
+        assert!(ponytail_enabled(dir.path()));
+        std::fs::write(
+            dir.path().join("config.json"),
+            r#"{"ponytail_enabled": false}"#,
+        )
+        .unwrap();
+        assert!(!ponytail_enabled(dir.path()));
+        std::fs::write(dir.path().join("config.json"), "{broken").unwrap();
+        assert!(ponytail_enabled(dir.path()));
+    }
+}
