@@ -19,13 +19,18 @@ struct Args {
 }
 
 fn parse_args() -> anyhow::Result<Args> {
-    let mut args = Args { runs: 50, agent: None };
+    let mut args = Args {
+        runs: 50,
+        agent: None,
+    };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         match arg.as_str() {
             "--runs" => args.runs = it.next().context("--runs needs a value")?.parse()?,
             "--agent" => args.agent = Some(it.next().context("--agent needs a path")?.into()),
-            other => bail!("unknown argument {other:?}; usage: bench-startup [--runs N] [--agent PATH]"),
+            other => {
+                bail!("unknown argument {other:?}; usage: bench-startup [--runs N] [--agent PATH]")
+            }
         }
     }
     if args.runs == 0 {
@@ -91,7 +96,9 @@ fn main() -> anyhow::Result<()> {
         Some(path) => path,
         None => {
             let exe = std::env::current_exe()?;
-            exe.parent().context("executable directory")?.join("corral-agent")
+            exe.parent()
+                .context("executable directory")?
+                .join("corral-agent")
         }
     };
     let cwd = tempfile::tempdir()?;
@@ -109,7 +116,12 @@ fn main() -> anyhow::Result<()> {
     let ms = |d: Duration| format!("{:.2} ms", d.as_secs_f64() * 1000.0);
     let mib = |k: u64| format!("{:.2} MiB", k as f64 / 1024.0);
     let mut out = std::io::stdout().lock();
-    writeln!(out, "corral-agent cold start ({} runs, {})", args.runs, agent.display())?;
+    writeln!(
+        out,
+        "corral-agent cold start ({} runs, {})",
+        args.runs,
+        agent.display()
+    )?;
     writeln!(out, "| metric | median | p90 | p99 | max |")?;
     writeln!(out, "|---|---|---|---|---|")?;
     writeln!(
