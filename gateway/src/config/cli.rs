@@ -1,0 +1,261 @@
+//! The command line: `corral serve …` and `corral attach …` (clap derive).
+//! Every `serve` setting is optional here so that `config::load` can tell
+//! a flag that was given from one that was not (command line > environment >
+//! config file > default); the defaults live in `config`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use super::bytes::parse_bytes;
+use super::duration::parse_duration;
+use crate::auth::Secret;
+
+/// corral: runs one coding-agent child per project and serves it to
+/// WebSocket clients.
+#[derive(Debug, Parser)]
+#[command(name = "corral", version)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Parsed once at startup, so the size difference between variants is moot.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the gateway.
+    Serve(ServeArgs),
+    /// Bridge this process's stdin/stdout to a project on a remote gateway.
+    Attach(AttachArgs),
+}
+
+const SERVE_ENV_HELP: &str = "\
+Durations: 250ms, 10s, 5m, 2h, or a number of seconds. Sizes: bytes, or KiB/MiB/GiB.
+Precedence: command line > environment > config file > default.
+
+Environment:
+  CORRAL_TOKENS           client tokens, comma-separated
+  CORRAL_OBSERVER_TOKENS  observer tokens, comma-separated
+  CORRAL_ADMIN_TOKEN      the admin token
+Tokens are at least 16 characters. Tokens given on the command line are
+visible to other local users (ps); prefer files or the environment.";
+
+/// `corral serve`. Durations: 250ms, 10s, 5m, 2h or seconds; sizes: bytes
+/// or KiB/MiB/GiB.
+#[derive(Debug, Clone, Default, Args)]
+#[command(after_help = SERVE_ENV_HELP)]
+pub struct ServeArgs {
+    /// TOML config file (same settings, snake_case keys).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// Address to listen on, e.g. 127.0.0.1:7000.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
+
+    /// Directory whose subdirectories are the projects.
+    #[arg(long, value_name = "DIR")]
+    pub projects_root: Option<PathBuf>,
+
+    /// Gateway state; sessions go to STATE/sessions/PROJECT.jsonl [default: ./corral-state].
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+
+    /// A client token (repeatable).
+    #[arg(long = "token", value_name = "T")]
+    pub tokens: Vec<Secret>,
+
+    /// File of client tokens, one per line (`#` comments, blank lines ignored).
+    #[arg(long, value_name = "F")]
+    pub token_file: Option<PathBuf>,
+
+    /// An observer (read-only) token (repeatable).
+    #[arg(long = "observer-token", value_name = "T")]
+    pub observer_tokens: Vec<Secret>,
+
+    /// File of observer tokens, one per line.
+    #[arg(long, value_name = "F")]
+    pub observer_token_file: Option<PathBuf>,
+
+    /// The admin API token.
+    #[arg(long, value_name = "T")]
+    pub admin_token: Option<Secret>,
+
+    /// File of admin tokens, one per line.
+    #[arg(long, value_name = "F")]
+    pub admin_token_file: Option<PathBuf>,
+
+    /// A browser origin allowed to connect, scheme://host[:port], or `*` (repeatable) [default: same origin only].
+    #[arg(long = "allowed-origin", value_name = "O")]
+    pub allowed_origins: Vec<String>,
+
+    /// Stop a child with no clients after this long; 0 = never [default: 10m].
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub idle_timeout: Option<Duration>,
+
+    /// Most children running at once [default: 64].
+    #[arg(long, value_name = "N")]
+    pub max_children: Option<usize>,
+
+    /// The child binary [default: corral-agent next to corral, else on PATH].
+    #[arg(long, value_name = "PATH")]
+    pub child_bin: Option<PathBuf>,
+
+    /// Pass NAME from the gateway's environment to children, or set NAME=VALUE (repeatable).
+    #[arg(long = "child-env", value_name = "NAME[=VALUE]")]
+    pub child_env: Vec<String>,
+
+    /// Events kept per project for clients that reconnect [default: 10000].
+    #[arg(long, value_name = "N")]
+    pub replay_events: Option<usize>,
+
+    /// Bytes kept per project for clients that reconnect [default: 8MiB].
+    #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
+    pub replay_bytes: Option<usize>,
+
+    /// Frames queued per client before it counts as too slow [default: 256].
+    #[arg(long, value_name = "N")]
+    pub outbox_frames: Option<usize>,
+
+    /// Largest frame accepted from a client or a child [default: 16MiB].
+    #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
+    pub max_frame_bytes: Option<usize>,
+
+    /// Time a client has to send its hello [default: 10s].
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub hello_timeout: Option<Duration>,
+
+    /// Interval between health pings [default: 30s].
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub ping_interval: Option<Duration>,
+
+    /// Time a ping has to be answered [default: 10s].
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub ping_timeout: Option<Duration>,
+
+    /// Time from spawning a child to its answered hello [default: 15s].
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub ready_timeout: Option<Duration>,
+
+    /// Grace between each step of stopping a child (close stdin, SIGTERM, SIGKILL) [default: 5s].
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub stop_grace: Option<Duration>,
+
+    /// Time the gateway waits for children and clients on shutdown [default: 10s].
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub shutdown_grace: Option<Duration>,
+
+    /// Crashes within --crash-window that mark a child failed [default: 5].
+    #[arg(long, value_name = "N")]
+    pub crash_limit: Option<u32>,
+
+    /// Window for counting crashes [default: 60s].
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub crash_window: Option<Duration>,
+
+    /// Time a failed project waits before it may be started again [default: 5m].
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub crash_cooldown: Option<Duration>,
+
+    /// Extra arguments for every child, after `--`.
+    #[arg(last = true, value_name = "CHILD_ARGS")]
+    pub child_args: Vec<String>,
+}
+
+/// `corral attach URL`: the token comes from `--token-file`, else from
+/// `--token` / `CORRAL_TOKEN`.
+#[derive(Debug, Clone, Args)]
+pub struct AttachArgs {
+    /// The project's WebSocket URL, e.g. ws://host:7000/v1/projects/NAME/rpc.
+    #[arg(value_name = "URL")]
+    pub url: String,
+
+    /// File holding the client token (first non-comment line).
+    #[arg(long, value_name = "F")]
+    pub token_file: Option<PathBuf>,
+
+    /// The client token (prefer CORRAL_TOKEN: command lines are visible to other users).
+    #[arg(long, value_name = "T", env = "CORRAL_TOKEN", hide_env_values = true)]
+    pub token: Option<Secret>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    fn serve(args: &[&str]) -> ServeArgs {
+        let argv = ["corral", "serve"].iter().chain(args);
+        match Cli::try_parse_from(argv).unwrap().command {
+            Command::Serve(args) => args,
+            Command::Attach(_) => panic!("expected serve"),
+        }
+    }
+
+    #[test]
+    fn definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn serve_flags() {
+        let args = serve(&[
+            "--listen",
+            "127.0.0.1:7000",
+            "--projects-root",
+            "/p",
+            "--token",
+            "aaaaaaaaaaaaaaaa",
+            "--token",
+            "bbbbbbbbbbbbbbbb",
+            "--idle-timeout",
+            "0",
+            "--replay-bytes",
+            "4MiB",
+            "--hello-timeout",
+            "250ms",
+            "--child-env",
+            "HOME",
+            "--child-env",
+            "A=b",
+            "--",
+            "--model",
+            "x",
+        ]);
+        assert_eq!(args.listen, Some("127.0.0.1:7000".parse().unwrap()));
+        assert_eq!(args.tokens.len(), 2);
+        assert_eq!(args.idle_timeout, Some(Duration::ZERO));
+        assert_eq!(args.replay_bytes, Some(4 << 20));
+        assert_eq!(args.hello_timeout, Some(Duration::from_millis(250)));
+        assert_eq!(args.child_env, ["HOME", "A=b"]);
+        assert_eq!(args.child_args, ["--model", "x"]);
+        assert_eq!(args.max_children, None);
+        assert!(!format!("{args:?}").contains("aaaaaaaaaaaaaaaa"));
+    }
+
+    #[test]
+    fn bad_duration_is_a_usage_error() {
+        let argv = ["corral", "serve", "--ping-interval", "soon"];
+        let err = Cli::try_parse_from(argv).unwrap_err().to_string();
+        assert!(err.contains("invalid duration"), "{err}");
+    }
+
+    #[test]
+    fn attach_args() {
+        let argv = [
+            "corral",
+            "attach",
+            "ws://h/v1/projects/p/rpc",
+            "--token-file",
+            "/t",
+        ];
+        let Command::Attach(args) = Cli::try_parse_from(argv).unwrap().command else {
+            panic!("expected attach");
+        };
+        assert_eq!(args.url, "ws://h/v1/projects/p/rpc");
+        assert_eq!(args.token_file, Some(PathBuf::from("/t")));
+    }
+}

@@ -1,0 +1,466 @@
+//! `corral serve` configuration: command line + optional TOML file + token
+//! environment variables, merged (command line > environment > file >
+//! default) and validated once into a [`Config`].
+//!
+//! | flag | TOML key | default |
+//! |---|---|---|
+//! | `--config FILE` | – | none |
+//! | `--listen ADDR` | `listen` | required |
+//! | `--projects-root DIR` | `projects_root` | required; must be a directory |
+//! | `--state-dir DIR` | `state_dir` | `./corral-state` (created) |
+//! | `--token T`… / `--token-file F` | `tokens` / `token_file` | generated on loopback |
+//! | `--observer-token T`… / `--observer-token-file F` | `observer_tokens` / `observer_token_file` | none |
+//! | `--admin-token T` / `--admin-token-file F` | `admin_token` / `admin_token_file` | none |
+//! | `--allowed-origin O`… | `allowed_origins` | same origin only |
+//! | `--idle-timeout DUR` | `idle_timeout` | `10m` (`0` = never reap) |
+//! | `--max-children N` | `max_children` | 64 |
+//! | `--child-bin PATH` | `child_bin` | `corral-agent` beside `corral`, else on PATH |
+//! | `--child-env NAME[=VALUE]`… | `child_env` | none |
+//! | `-- CHILD_ARGS…` | `child_args` | none |
+//! | `--replay-events N` / `--replay-bytes BYTES` | `replay_events` / `replay_bytes` | 10000 / 8MiB |
+//! | `--outbox-frames N` | `outbox_frames` | 256 |
+//! | `--max-frame-bytes BYTES` | `max_frame_bytes` | 16MiB |
+//! | `--hello-timeout DUR` | `hello_timeout` | 10s |
+//! | `--ping-interval DUR` / `--ping-timeout DUR` | `ping_interval` / `ping_timeout` | 30s / 10s |
+//! | `--ready-timeout DUR` | `ready_timeout` | 15s |
+//! | `--stop-grace DUR` / `--shutdown-grace DUR` | `stop_grace` / `shutdown_grace` | 5s / 10s |
+//! | `--crash-limit N` / `--crash-window DUR` / `--crash-cooldown DUR` | `crash_limit` / `crash_window` / `crash_cooldown` | 5 / 60s / 5m |
+//!
+//! Durations: `250ms`, `10s`, `5m`, `2h` or bare seconds (TOML: also an
+//! integer). Sizes: bytes or `KiB`/`MiB`/`GiB`. List settings (origins,
+//! child env, child args) come whole from the highest layer that sets them.
+//! Relative paths in the file are relative to the file.
+//!
+//! Tokens (at least 16 characters, never logged): per role, the first
+//! source with any token wins: flags plus the flag's token file; then the
+//! environment, `CORRAL_TOKENS` / `CORRAL_OBSERVER_TOKENS` (comma-separated)
+//! and `CORRAL_ADMIN_TOKEN`; then the file's key plus its `*_file` key.
+//! Token files hold one token per line; blank lines and `#` comments are
+//! skipped. Without a client token a loopback listener gets a generated
+//! one ([`Config::generated_token`]); any other address is refused.
+//! The environment is read only for tokens and `PATH` (child lookup).
+
+mod bytes;
+mod child;
+mod cli;
+mod duration;
+mod file;
+mod tokens;
+
+use std::fs;
+use std::io;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub use bytes::{format_bytes, parse_bytes, SizeError};
+pub use child::{ChildEnv, DEFAULT_CHILD_BIN};
+pub use cli::{AttachArgs, Cli, Command, ServeArgs};
+pub use duration::{format_duration, parse_duration, DurationError};
+pub use tokens::{read_token_file, MIN_TOKEN_CHARS};
+
+use crate::auth::{self, RandomError, Role, Secret, Tokens};
+
+/// The validated settings of one `corral serve` run.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The TOML file that was read, if any (for the startup log).
+    pub config_file: Option<PathBuf>,
+    /// Address the HTTP/WebSocket server binds.
+    pub listen: SocketAddr,
+    /// Canonical directory whose direct subdirectories are the projects.
+    pub projects_root: PathBuf,
+    /// Canonical gateway state directory (created if missing).
+    pub state_dir: PathBuf,
+    /// Tokens of every role; `client` is never empty.
+    pub tokens: Tokens,
+    /// A client token made at startup because none was configured and the
+    /// listener is loopback; the caller prints it once (`.expose()`).
+    pub generated_token: Option<Secret>,
+    /// Normalized allowed browser origins (`scheme://host[:port]` or `*`);
+    /// empty = same origin only. See [`auth::origin_allowed`].
+    pub allowed_origins: Vec<String>,
+    /// How long shutdown waits for children and connections before forcing.
+    pub shutdown_grace: Duration,
+    /// Per-connection and per-project bounds.
+    pub limits: Limits,
+    /// How children are run and supervised.
+    pub supervisor: SupervisorSettings,
+}
+
+/// Bounds on connections, frames and replay.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// Most children running at once; further projects are refused.
+    pub max_children: usize,
+    /// Most events the replay ring of one project keeps.
+    pub replay_events: usize,
+    /// Most bytes the replay ring of one project keeps.
+    pub replay_bytes: usize,
+    /// Frames queued for one client not yet written to its socket; a
+    /// client that fills it is caught up from replay or disconnected.
+    pub outbox_frames: usize,
+    /// Largest frame accepted from a client or a child (bytes).
+    pub max_frame_bytes: usize,
+    /// Time a new connection has to send its `hello`.
+    pub hello_timeout: Duration,
+}
+
+/// How the supervisor runs children.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SupervisorSettings {
+    /// Canonical path of the child binary.
+    pub child_bin: PathBuf,
+    /// Extra arguments appended to every child's command line.
+    pub child_args: Vec<String>,
+    /// Environment passed or set on every child.
+    pub child_env: ChildEnv,
+    /// `STATE/sessions` (created); one journal per project.
+    pub sessions_dir: PathBuf,
+    /// Spawn → child hello answered; a child slower than this is killed.
+    pub ready_timeout: Duration,
+    /// Interval between health pings to a ready child.
+    pub ping_interval: Duration,
+    /// Time a health ping has to be answered.
+    pub ping_timeout: Duration,
+    /// Grace between stop steps: close stdin → SIGTERM → SIGKILL.
+    pub stop_grace: Duration,
+    /// Stop a child this long after its last client left; `None` = never.
+    pub idle_timeout: Option<Duration>,
+    /// Crashes within `crash_window` after which a project is `failed`.
+    pub crash_limit: u32,
+    /// Window in which crashes are counted.
+    pub crash_window: Duration,
+    /// Time a `failed` project waits before it may be started again.
+    pub crash_cooldown: Duration,
+}
+
+impl SupervisorSettings {
+    /// The session journal of `project` (a validated project name).
+    pub fn session_file(&self, project: &str) -> PathBuf {
+        self.sessions_dir.join(format!("{project}.jsonl"))
+    }
+}
+
+/// Default values of the optional settings.
+pub mod defaults {
+    use std::time::Duration;
+
+    pub const STATE_DIR: &str = "./corral-state";
+    pub const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
+    pub const MAX_CHILDREN: usize = 64;
+    pub const REPLAY_EVENTS: usize = 10_000;
+    pub const REPLAY_BYTES: usize = 8 << 20;
+    pub const OUTBOX_FRAMES: usize = 256;
+    pub const MAX_FRAME_BYTES: usize = 16 << 20;
+    pub const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+    pub const PING_INTERVAL: Duration = Duration::from_secs(30);
+    pub const PING_TIMEOUT: Duration = Duration::from_secs(10);
+    pub const READY_TIMEOUT: Duration = Duration::from_secs(15);
+    pub const STOP_GRACE: Duration = Duration::from_secs(5);
+    pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+    pub const CRASH_LIMIT: u32 = 5;
+    pub const CRASH_WINDOW: Duration = Duration::from_secs(60);
+    pub const CRASH_COOLDOWN: Duration = Duration::from_secs(300);
+    /// Smallest accepted `max_frame_bytes`: a hello must fit.
+    pub const MIN_FRAME_BYTES: usize = 1024;
+}
+
+/// Why the configuration was refused. Messages name flags/keys and files,
+/// never token values.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {}: {source}", path.display())]
+    ReadFile { path: PathBuf, source: io::Error },
+    #[error("invalid config file {}: {message}", path.display())]
+    ParseFile { path: PathBuf, message: String },
+    #[error("missing {flag} (or `{key}` in the config file)")]
+    Missing {
+        flag: &'static str,
+        key: &'static str,
+    },
+    #[error("invalid {setting}: {reason}")]
+    Invalid { setting: String, reason: String },
+    #[error("projects root {}: {reason}", path.display())]
+    ProjectsRoot { path: PathBuf, reason: String },
+    #[error("state directory {}: {source}", path.display())]
+    StateDir { path: PathBuf, source: io::Error },
+    #[error("cannot read token file {}: {source}", path.display())]
+    TokenFile { path: PathBuf, source: io::Error },
+    #[error("token file {} holds no tokens", path.display())]
+    EmptyTokenFile { path: PathBuf },
+    #[error("{role} token from {origin} {problem}")]
+    BadToken {
+        role: Role,
+        origin: String,
+        problem: String,
+    },
+    #[error("refusing to listen on {addr} without a client token (give --token, --token-file, CORRAL_TOKENS or `tokens` in the config file)")]
+    NoClientToken { addr: SocketAddr },
+    #[error("child binary: {reason}")]
+    ChildBin { reason: String },
+    #[error("cannot generate a client token: {0}")]
+    Random(#[from] RandomError),
+}
+
+/// Loads the configuration, reading the process environment.
+pub fn load(args: ServeArgs) -> Result<Config, ConfigError> {
+    load_with_env(args, &|var| std::env::var(var).ok())
+}
+
+/// Loads the configuration with `env` as the environment (for tests).
+pub fn load_with_env(
+    args: ServeArgs,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Config, ConfigError> {
+    let file = match &args.config {
+        Some(path) => file::read(path)?,
+        None => file::FileConfig::default(),
+    };
+
+    let listen = match (args.listen, &file.listen) {
+        (Some(addr), _) => addr,
+        (None, Some(text)) => text.trim().parse().map_err(|_| ConfigError::Invalid {
+            setting: "`listen` in the config file".into(),
+            reason: format!("{text:?} is not IP:PORT, e.g. 127.0.0.1:7000 or [::]:7000"),
+        })?,
+        (None, None) => {
+            return Err(ConfigError::Missing {
+                flag: "--listen ADDR",
+                key: "listen",
+            })
+        }
+    };
+
+    let tokens = tokens::resolve(&args, &file, env)?;
+    if tokens.client.is_empty() && !listen.ip().to_canonical().is_loopback() {
+        return Err(ConfigError::NoClientToken { addr: listen });
+    }
+
+    let projects_root = args
+        .projects_root
+        .or(file.projects_root)
+        .ok_or(ConfigError::Missing {
+            flag: "--projects-root DIR",
+            key: "projects_root",
+        })?;
+    let projects_root = canonical_dir(&projects_root)?;
+
+    let allowed_origins = origins(pick_list(args.allowed_origins, file.allowed_origins))?;
+
+    let child_env = child::parse_env(&pick_list(args.child_env, file.child_env))?;
+    let exe_dir = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(Path::to_path_buf));
+    let child_bin = child::resolve_bin(
+        args.child_bin.as_deref().or(file.child_bin.as_deref()),
+        exe_dir.as_deref(),
+        env("PATH").as_deref(),
+    )?;
+
+    let dur = |cli: Option<Duration>, file: Option<duration::FileDuration>, default| {
+        cli.or(file.map(|d| d.0)).unwrap_or(default)
+    };
+    let size = |cli: Option<usize>, file: Option<bytes::FileBytes>, default| {
+        cli.or(file.map(|b| b.0)).unwrap_or(default)
+    };
+    let limits = Limits {
+        max_children: at_least(
+            "--max-children / max_children",
+            args.max_children
+                .or(file.max_children)
+                .unwrap_or(defaults::MAX_CHILDREN),
+            1,
+        )?,
+        replay_events: at_least(
+            "--replay-events / replay_events",
+            args.replay_events
+                .or(file.replay_events)
+                .unwrap_or(defaults::REPLAY_EVENTS),
+            1,
+        )?,
+        replay_bytes: at_least(
+            "--replay-bytes / replay_bytes",
+            size(args.replay_bytes, file.replay_bytes, defaults::REPLAY_BYTES),
+            1,
+        )?,
+        outbox_frames: at_least(
+            "--outbox-frames / outbox_frames",
+            args.outbox_frames
+                .or(file.outbox_frames)
+                .unwrap_or(defaults::OUTBOX_FRAMES),
+            1,
+        )?,
+        max_frame_bytes: at_least(
+            "--max-frame-bytes / max_frame_bytes",
+            size(
+                args.max_frame_bytes,
+                file.max_frame_bytes,
+                defaults::MAX_FRAME_BYTES,
+            ),
+            defaults::MIN_FRAME_BYTES,
+        )?,
+        hello_timeout: positive(
+            "--hello-timeout / hello_timeout",
+            dur(
+                args.hello_timeout,
+                file.hello_timeout,
+                defaults::HELLO_TIMEOUT,
+            ),
+        )?,
+    };
+    let ready_timeout = positive(
+        "--ready-timeout / ready_timeout",
+        dur(
+            args.ready_timeout,
+            file.ready_timeout,
+            defaults::READY_TIMEOUT,
+        ),
+    )?;
+    let ping_interval = positive(
+        "--ping-interval / ping_interval",
+        dur(
+            args.ping_interval,
+            file.ping_interval,
+            defaults::PING_INTERVAL,
+        ),
+    )?;
+    let ping_timeout = positive(
+        "--ping-timeout / ping_timeout",
+        dur(args.ping_timeout, file.ping_timeout, defaults::PING_TIMEOUT),
+    )?;
+    let crash_limit = at_least(
+        "--crash-limit / crash_limit",
+        args.crash_limit
+            .or(file.crash_limit)
+            .unwrap_or(defaults::CRASH_LIMIT),
+        1,
+    )?;
+    let crash_window = positive(
+        "--crash-window / crash_window",
+        dur(args.crash_window, file.crash_window, defaults::CRASH_WINDOW),
+    )?;
+    let idle_timeout = dur(args.idle_timeout, file.idle_timeout, defaults::IDLE_TIMEOUT);
+
+    // Created last, so that a refused configuration leaves nothing behind.
+    let state_dir = args
+        .state_dir
+        .or(file.state_dir)
+        .unwrap_or_else(|| defaults::STATE_DIR.into());
+    let state_dir = create_dir(&state_dir)?;
+    let sessions_dir = create_dir(&state_dir.join("sessions"))?;
+
+    let mut tokens = tokens;
+    let mut generated_token = None;
+    if tokens.client.is_empty() {
+        let token = Secret::new(auth::random_token()?);
+        tokens.client.push(token.clone());
+        generated_token = Some(token);
+    }
+
+    Ok(Config {
+        config_file: args.config,
+        listen,
+        projects_root,
+        state_dir,
+        tokens,
+        generated_token,
+        allowed_origins,
+        shutdown_grace: dur(
+            args.shutdown_grace,
+            file.shutdown_grace,
+            defaults::SHUTDOWN_GRACE,
+        ),
+        limits,
+        supervisor: SupervisorSettings {
+            child_bin,
+            child_args: pick_list(args.child_args, file.child_args),
+            child_env,
+            sessions_dir,
+            ready_timeout,
+            ping_interval,
+            ping_timeout,
+            stop_grace: dur(args.stop_grace, file.stop_grace, defaults::STOP_GRACE),
+            idle_timeout: (!idle_timeout.is_zero()).then_some(idle_timeout),
+            crash_limit,
+            crash_window,
+            crash_cooldown: dur(
+                args.crash_cooldown,
+                file.crash_cooldown,
+                defaults::CRASH_COOLDOWN,
+            ),
+        },
+    })
+}
+
+/// A list setting comes whole from the command line if given there.
+fn pick_list<T>(cli: Vec<T>, file: Option<Vec<T>>) -> Vec<T> {
+    if cli.is_empty() {
+        file.unwrap_or_default()
+    } else {
+        cli
+    }
+}
+
+fn at_least<T: PartialOrd + std::fmt::Display>(
+    setting: &str,
+    value: T,
+    min: T,
+) -> Result<T, ConfigError> {
+    if value < min {
+        return Err(ConfigError::Invalid {
+            setting: setting.into(),
+            reason: format!("{value} is less than the minimum {min}"),
+        });
+    }
+    Ok(value)
+}
+
+fn positive(setting: &str, value: Duration) -> Result<Duration, ConfigError> {
+    if value.is_zero() {
+        return Err(ConfigError::Invalid {
+            setting: setting.into(),
+            reason: "must be longer than zero".into(),
+        });
+    }
+    Ok(value)
+}
+
+fn origins(entries: Vec<String>) -> Result<Vec<String>, ConfigError> {
+    entries
+        .into_iter()
+        .map(|entry| match entry.trim() {
+            "*" => Ok("*".to_string()),
+            text => auth::normalize_origin(text).ok_or_else(|| ConfigError::Invalid {
+                setting: "--allowed-origin / allowed_origins".into(),
+                reason: format!(
+                    "{text:?} is not `*` or scheme://host[:port], e.g. https://ide.example.com"
+                ),
+            }),
+        })
+        .collect()
+}
+
+fn canonical_dir(path: &Path) -> Result<PathBuf, ConfigError> {
+    let error = |reason: String| ConfigError::ProjectsRoot {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let dir = path.canonicalize().map_err(|err| error(err.to_string()))?;
+    if !dir.is_dir() {
+        return Err(error("not a directory".into()));
+    }
+    Ok(dir)
+}
+
+fn create_dir(path: &Path) -> Result<PathBuf, ConfigError> {
+    let error = |source| ConfigError::StateDir {
+        path: path.to_path_buf(),
+        source,
+    };
+    fs::create_dir_all(path).map_err(error)?;
+    path.canonicalize().map_err(error)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,401 @@
+//! Tests of `load_with_env`: merging, defaults and refusals.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+
+use super::*;
+
+const TOKEN: &str = "client-token-0123456789";
+
+/// A temp dir with `projects/`, an executable `bin/agent` and room for
+/// `state/`, plus args that point at them.
+struct Fixture {
+    dir: tempfile::TempDir,
+}
+
+impl Fixture {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        fs::create_dir(dir.path().join("projects")).unwrap();
+        fs::create_dir(dir.path().join("bin")).unwrap();
+        let agent = dir.path().join("bin/agent");
+        fs::write(&agent, "#!/bin/sh\n").unwrap();
+        fs::set_permissions(&agent, fs::Permissions::from_mode(0o755)).unwrap();
+        Fixture { dir }
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    fn args(&self) -> ServeArgs {
+        ServeArgs {
+            listen: Some("127.0.0.1:7000".parse().unwrap()),
+            projects_root: Some(self.path("projects")),
+            state_dir: Some(self.path("state")),
+            child_bin: Some(self.path("bin/agent")),
+            ..ServeArgs::default()
+        }
+    }
+
+    fn config_file(&self, text: &str) -> PathBuf {
+        let path = self.path("corral.toml");
+        fs::write(&path, text).unwrap();
+        path
+    }
+}
+
+fn no_env(_: &str) -> Option<String> {
+    None
+}
+
+#[test]
+fn defaults_and_generated_token_on_loopback() {
+    let f = Fixture::new();
+    let config = load_with_env(f.args(), &no_env).unwrap();
+    let generated = config.generated_token.as_ref().expect("a generated token");
+    assert_eq!(generated.expose().len(), 64);
+    assert_eq!(
+        config.tokens.role_of(generated.expose()),
+        Some(Role::Client)
+    );
+    assert_eq!(
+        config.projects_root,
+        f.path("projects").canonicalize().unwrap()
+    );
+    assert_eq!(config.state_dir, f.path("state").canonicalize().unwrap());
+    assert!(config.supervisor.sessions_dir.is_dir());
+    assert_eq!(
+        config.supervisor.session_file("alpha"),
+        config.state_dir.join("sessions/alpha.jsonl")
+    );
+    assert_eq!(
+        config.limits,
+        Limits {
+            max_children: 64,
+            replay_events: 10_000,
+            replay_bytes: 8 << 20,
+            outbox_frames: 256,
+            max_frame_bytes: 16 << 20,
+            hello_timeout: Duration::from_secs(10),
+        }
+    );
+    let s = &config.supervisor;
+    assert_eq!(s.idle_timeout, Some(Duration::from_secs(600)));
+    assert_eq!(
+        (s.ping_interval, s.ping_timeout),
+        (Duration::from_secs(30), Duration::from_secs(10))
+    );
+    assert_eq!(
+        (s.ready_timeout, s.stop_grace),
+        (Duration::from_secs(15), Duration::from_secs(5))
+    );
+    assert_eq!(s.crash_limit, 5);
+    assert_eq!(
+        (s.crash_window, s.crash_cooldown),
+        (Duration::from_secs(60), Duration::from_secs(300))
+    );
+    assert_eq!(config.shutdown_grace, Duration::from_secs(10));
+    assert!(config.allowed_origins.is_empty());
+    assert!(!format!("{config:?}").contains(generated.expose()));
+}
+
+#[test]
+fn ipv6_loopback_also_gets_a_token() {
+    let f = Fixture::new();
+    let args = ServeArgs {
+        listen: Some("[::1]:7000".parse().unwrap()),
+        ..f.args()
+    };
+    assert!(load_with_env(args, &no_env)
+        .unwrap()
+        .generated_token
+        .is_some());
+}
+
+#[test]
+fn non_loopback_without_client_token_is_refused() {
+    for addr in ["0.0.0.0:7000", "[::]:7000", "192.168.1.5:7000"] {
+        let f = Fixture::new();
+        let args = ServeArgs {
+            listen: Some(addr.parse().unwrap()),
+            admin_token: Some(Secret::new(TOKEN)),
+            ..f.args()
+        };
+        let err = load_with_env(args, &no_env).unwrap_err();
+        assert!(matches!(err, ConfigError::NoClientToken { .. }), "{err}");
+        assert!(err.to_string().starts_with(&format!(
+            "refusing to listen on {addr} without a client token"
+        )));
+        assert!(
+            !f.path("state").exists(),
+            "a refused config creates nothing"
+        );
+    }
+}
+
+#[test]
+fn non_loopback_with_env_token_is_accepted() {
+    let f = Fixture::new();
+    let args = ServeArgs {
+        listen: Some("0.0.0.0:7000".parse().unwrap()),
+        ..f.args()
+    };
+    let env = |var: &str| (var == "CORRAL_TOKENS").then(|| TOKEN.to_string());
+    let config = load_with_env(args, &env).unwrap();
+    assert!(config.generated_token.is_none());
+    assert_eq!(config.tokens.role_of(TOKEN), Some(Role::Client));
+}
+
+#[test]
+fn command_line_beats_env_beats_file_beats_default() {
+    let f = Fixture::new();
+    let file_token = "file-token-0123456789";
+    let env_token = "env-token-0123456789";
+    let path = f.config_file(&format!(
+        r#"
+        listen = "127.0.0.2:9000"
+        tokens = ["{file_token}"]
+        observer_tokens = ["{file_token}"]
+        max_children = 8
+        idle_timeout = "1m"
+        replay_bytes = "1MiB"
+        allowed_origins = ["https://from-file.example"]
+        child_args = ["--from-file"]
+        "#
+    ));
+    let env = |var: &str| (var == "CORRAL_TOKENS").then(|| env_token.to_string());
+    let args = ServeArgs {
+        config: Some(path.clone()),
+        listen: None,
+        max_children: Some(4),
+        allowed_origins: vec!["HTTPS://From-Cli.example/".into()],
+        ..f.args()
+    };
+    let config = load_with_env(args, &env).unwrap();
+    assert_eq!(config.config_file, Some(path));
+    assert_eq!(
+        config.listen,
+        "127.0.0.2:9000".parse().unwrap(),
+        "file beats default"
+    );
+    assert_eq!(config.limits.max_children, 4, "command line beats file");
+    assert_eq!(
+        config.supervisor.idle_timeout,
+        Some(Duration::from_secs(60))
+    );
+    assert_eq!(config.limits.replay_bytes, 1 << 20);
+    assert_eq!(config.limits.outbox_frames, defaults::OUTBOX_FRAMES);
+    assert_eq!(config.allowed_origins, ["https://from-cli.example"]);
+    assert_eq!(config.supervisor.child_args, ["--from-file"]);
+    assert_eq!(
+        config.tokens.role_of(env_token),
+        Some(Role::Client),
+        "env beats file"
+    );
+    assert_eq!(config.tokens.role_of(file_token), Some(Role::Observer));
+    assert!(config.generated_token.is_none());
+}
+
+#[test]
+fn relative_paths_in_the_file_follow_the_file() {
+    let f = Fixture::new();
+    fs::write(f.path("tokens.txt"), format!("# clients\n{TOKEN}\n")).unwrap();
+    let path = f.config_file(
+        "listen = \"127.0.0.1:7000\"\nprojects_root = \"projects\"\nstate_dir = \"state\"\n\
+         token_file = \"tokens.txt\"\nchild_bin = \"bin/agent\"\n",
+    );
+    let args = ServeArgs {
+        config: Some(path),
+        ..ServeArgs::default()
+    };
+    let config = load_with_env(args, &no_env).unwrap();
+    assert_eq!(
+        config.projects_root,
+        f.path("projects").canonicalize().unwrap()
+    );
+    assert_eq!(
+        config.supervisor.child_bin,
+        f.path("bin/agent").canonicalize().unwrap()
+    );
+    assert_eq!(config.tokens.role_of(TOKEN), Some(Role::Client));
+}
+
+#[test]
+fn unknown_key_in_file_is_named() {
+    let f = Fixture::new();
+    let args = ServeArgs {
+        config: Some(f.config_file("max_childs = 3\n")),
+        ..f.args()
+    };
+    let err = load_with_env(args, &no_env).unwrap_err();
+    assert!(matches!(err, ConfigError::ParseFile { .. }), "{err}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("corral.toml") && msg.contains("unknown field `max_childs`"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn missing_config_file_is_an_error() {
+    let f = Fixture::new();
+    let args = ServeArgs {
+        config: Some(f.path("nope.toml")),
+        ..f.args()
+    };
+    let err = load_with_env(args, &no_env).unwrap_err();
+    assert!(matches!(err, ConfigError::ReadFile { .. }), "{err}");
+}
+
+#[test]
+fn required_settings_and_projects_root_checks() {
+    let f = Fixture::new();
+    let err = load_with_env(
+        ServeArgs {
+            listen: None,
+            ..f.args()
+        },
+        &no_env,
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "missing --listen ADDR (or `listen` in the config file)"
+    );
+    let err = load_with_env(
+        ServeArgs {
+            projects_root: None,
+            ..f.args()
+        },
+        &no_env,
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("--projects-root"), "{err}");
+    let args = ServeArgs {
+        projects_root: Some(f.path("missing")),
+        ..f.args()
+    };
+    assert!(matches!(
+        load_with_env(args, &no_env),
+        Err(ConfigError::ProjectsRoot { .. })
+    ));
+    let args = ServeArgs {
+        projects_root: Some(f.path("bin/agent")),
+        ..f.args()
+    };
+    let err = load_with_env(args, &no_env).unwrap_err();
+    assert!(err.to_string().contains("not a directory"), "{err}");
+}
+
+#[test]
+fn short_token_is_refused() {
+    let f = Fixture::new();
+    let args = ServeArgs {
+        tokens: vec![Secret::new("hunter2")],
+        ..f.args()
+    };
+    let err = load_with_env(args, &no_env).unwrap_err().to_string();
+    assert!(
+        err.contains("client token from --token (#1) is too short"),
+        "{err}"
+    );
+    assert!(!err.contains("hunter2"));
+}
+
+#[test]
+fn out_of_range_values_are_refused() {
+    let f = Fixture::new();
+    let cases: [(ServeArgs, &str); 5] = [
+        (
+            ServeArgs {
+                outbox_frames: Some(0),
+                ..f.args()
+            },
+            "--outbox-frames",
+        ),
+        (
+            ServeArgs {
+                max_frame_bytes: Some(100),
+                ..f.args()
+            },
+            "--max-frame-bytes",
+        ),
+        (
+            ServeArgs {
+                hello_timeout: Some(Duration::ZERO),
+                ..f.args()
+            },
+            "--hello-timeout",
+        ),
+        (
+            ServeArgs {
+                crash_limit: Some(0),
+                ..f.args()
+            },
+            "--crash-limit",
+        ),
+        (
+            ServeArgs {
+                allowed_origins: vec!["example.com".into()],
+                ..f.args()
+            },
+            "--allowed-origin",
+        ),
+    ];
+    for (args, flag) in cases {
+        let err = load_with_env(args, &no_env).unwrap_err();
+        assert!(matches!(err, ConfigError::Invalid { .. }), "{err}");
+        assert!(err.to_string().contains(flag), "{err}");
+    }
+}
+
+#[test]
+fn zero_idle_timeout_means_never() {
+    let f = Fixture::new();
+    let args = ServeArgs {
+        idle_timeout: Some(Duration::ZERO),
+        allowed_origins: vec!["*".into()],
+        child_env: vec!["HOME".into(), "RUST_LOG=info".into()],
+        child_args: vec!["--model".into(), "m".into()],
+        ..f.args()
+    };
+    let config = load_with_env(args, &no_env).unwrap();
+    assert_eq!(config.supervisor.idle_timeout, None);
+    assert_eq!(config.allowed_origins, ["*"]);
+    assert_eq!(config.supervisor.child_env.pass, ["HOME"]);
+    assert_eq!(
+        config.supervisor.child_env.set,
+        [("RUST_LOG".to_string(), "info".to_string())]
+    );
+    assert_eq!(config.supervisor.child_args, ["--model", "m"]);
+}
+
+#[test]
+fn child_bin_errors() {
+    let f = Fixture::new();
+    let args = ServeArgs {
+        child_bin: Some(f.path("bin/missing")),
+        ..f.args()
+    };
+    let err = load_with_env(args, &no_env).unwrap_err();
+    assert!(matches!(err, ConfigError::ChildBin { .. }), "{err}");
+    assert!(err.to_string().contains("bin/missing"), "{err}");
+
+    // Bare name: looked up on the injected PATH only.
+    let args = ServeArgs {
+        child_bin: Some(PathBuf::from("agent")),
+        ..f.args()
+    };
+    let path = f.path("bin").display().to_string();
+    let env = |var: &str| (var == "PATH").then(|| path.clone());
+    let config = load_with_env(args.clone(), &env).unwrap();
+    assert_eq!(
+        config.supervisor.child_bin,
+        f.path("bin/agent").canonicalize().unwrap()
+    );
+    assert!(matches!(
+        load_with_env(args, &no_env),
+        Err(ConfigError::ChildBin { .. })
+    ));
+}

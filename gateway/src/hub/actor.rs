@@ -1,0 +1,549 @@
+//! The hub task: its state and main loop, client attach/detach, request
+//! forwarding with id rewriting, and the routing of child lines.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::SystemTime;
+
+use bytes::Bytes;
+use serde_json::{json, Map, Value};
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::{sleep_until, Instant};
+
+use super::feed::{ClientFeed, Feed, Unicast};
+use super::frames;
+use super::ids::{IdMap, Pending};
+use super::lifecycle::Running;
+use super::ring::{Frame, ReplayRing};
+use super::{AttachError, Attached, ChildState, HubCommand, HubSettings, HubStatus};
+use crate::auth::{self, Role};
+use crate::supervisor::backoff::CrashHistory;
+use crate::supervisor::ChildOutput;
+
+/// An attached client.
+pub(super) struct Client {
+    pub role: Role,
+    pub unicast: mpsc::Sender<Unicast>,
+}
+
+/// An attach that waits for the child to become ready.
+pub(super) struct WaitingAttach {
+    pub role: Role,
+    pub resume_after: Option<u64>,
+    pub hello: Option<Option<Value>>,
+    pub reply: oneshot::Sender<Result<Attached, AttachError>>,
+}
+
+/// All state of one project. Owned by its task; nothing else touches it.
+pub(super) struct Hub {
+    pub project: String,
+    pub dir: PathBuf,
+    pub settings: Arc<HubSettings>,
+    /// The project's event counter; outlives this hub.
+    pub seq: Arc<AtomicU64>,
+    /// Published snapshot for the admin API.
+    pub status: Arc<Mutex<HubStatus>>,
+    pub feed: Arc<Feed>,
+    pub clients: HashMap<u64, Client>,
+    pub next_client: u64,
+    pub ids: IdMap,
+    pub child: Option<Running>,
+    pub state: ChildState,
+    /// Runs in flight: from a started `prompt`/`compact` to its `done`.
+    pub busy: u32,
+    pub waiting_attach: Vec<WaitingAttach>,
+    /// Requests that arrived while the child was not ready.
+    pub waiting_requests: VecDeque<(u64, Map<String, Value>)>,
+    pub crashes: CrashHistory,
+    pub restarts: u32,
+    /// When to start the child again after a crash.
+    pub restart_at: Option<Instant>,
+    /// End of a crash-loop cool-down.
+    pub failed_until: Option<Instant>,
+    /// Since when nobody is attached and nothing runs.
+    pub idle_since: Option<Instant>,
+    /// The child's hello data, given to clients on attach.
+    pub hello: Map<String, Value>,
+}
+
+impl Hub {
+    pub fn new(
+        project: String,
+        dir: PathBuf,
+        settings: Arc<HubSettings>,
+        seq: Arc<AtomicU64>,
+        status: Arc<Mutex<HubStatus>>,
+    ) -> Hub {
+        let ring = ReplayRing::new(
+            settings.replay_events,
+            settings.replay_bytes,
+            seq.load(Ordering::SeqCst),
+        );
+        Hub {
+            project,
+            dir,
+            feed: Arc::new(Feed::new(ring)),
+            settings,
+            seq,
+            status,
+            clients: HashMap::new(),
+            next_client: 0,
+            ids: IdMap::default(),
+            child: None,
+            state: ChildState::Starting,
+            busy: 0,
+            waiting_attach: Vec::new(),
+            waiting_requests: VecDeque::new(),
+            crashes: CrashHistory::default(),
+            restarts: 0,
+            restart_at: None,
+            failed_until: None,
+            idle_since: None,
+            hello: Map::new(),
+        }
+    }
+
+    pub async fn run(mut self, mut commands: mpsc::Receiver<HubCommand>) {
+        self.start_child().await;
+        let mut ping = tokio::time::interval(self.settings.ping_interval);
+        ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            if self.should_end() {
+                break;
+            }
+            let restart_at = self.restart_at;
+            let failed_until = self.failed_until;
+            let ping_deadline = self.child.as_ref().and_then(|c| c.ping_deadline);
+            let idle_deadline = self.idle_deadline();
+            tokio::select! {
+                command = commands.recv() => match command {
+                    None => break,
+                    Some(HubCommand::Stop { reason, done }) => {
+                        self.stop(reason).await;
+                        let _ = done.send(());
+                        break;
+                    }
+                    Some(command) => self.command(command).await,
+                },
+                output = next_output(&mut self.child) => self.child_output(output).await,
+                _ = sleep_until(restart_at.unwrap_or_else(far_future)), if restart_at.is_some() => {
+                    self.restart_at = None;
+                    self.start_child().await;
+                }
+                _ = sleep_until(failed_until.unwrap_or_else(far_future)), if failed_until.is_some() => {
+                    self.failed_until = None;
+                    self.crashes.reset();
+                    self.start_child().await;
+                }
+                _ = ping.tick() => self.send_ping().await,
+                _ = sleep_until(ping_deadline.unwrap_or_else(far_future)), if ping_deadline.is_some() => self.hung(),
+                _ = sleep_until(idle_deadline.unwrap_or_else(far_future)), if idle_deadline.is_some() => {
+                    tracing::info!(project = %self.project, "reaping idle agent");
+                    self.stop(super::StopReason::Idle).await;
+                    break;
+                }
+            }
+        }
+        self.set_state(ChildState::Exited);
+        // Whatever arrived meanwhile: attaches must ask again (a new hub).
+        commands.close();
+        while let Ok(command) = commands.try_recv() {
+            match command {
+                HubCommand::Attach { reply, .. } => {
+                    let _ = reply.send(Err(AttachError::Gone));
+                }
+                HubCommand::Stop { done, .. } => {
+                    let _ = done.send(());
+                }
+                _ => {}
+            }
+        }
+        for waiting in self.waiting_attach.drain(..) {
+            let _ = waiting.reply.send(Err(AttachError::Gone));
+        }
+    }
+
+    /// A hub with nobody to serve and no child worth keeping ends.
+    fn should_end(&self) -> bool {
+        self.clients.is_empty()
+            && self.waiting_attach.is_empty()
+            && self.busy == 0
+            && matches!(
+                self.state,
+                ChildState::Backoff | ChildState::Failed | ChildState::Exited
+            )
+    }
+
+    fn idle_deadline(&self) -> Option<Instant> {
+        let timeout = self.settings.idle_timeout?;
+        if !self.clients.is_empty() || self.busy > 0 || !self.waiting_attach.is_empty() {
+            return None;
+        }
+        self.idle_since.map(|since| since + timeout)
+    }
+
+    async fn command(&mut self, command: HubCommand) {
+        match command {
+            HubCommand::Attach {
+                role,
+                resume_after,
+                hello,
+                reply,
+            } => {
+                let waiting = WaitingAttach {
+                    role,
+                    resume_after,
+                    hello,
+                    reply,
+                };
+                match self.state {
+                    ChildState::Ready => self.attach(waiting),
+                    ChildState::Failed => {
+                        let wait = self
+                            .failed_until
+                            .map_or(0, |t| t.saturating_duration_since(Instant::now()).as_secs());
+                        let _ = waiting.reply.send(Err(AttachError::CrashLoop(wait)));
+                    }
+                    _ => self.waiting_attach.push(waiting),
+                }
+            }
+            HubCommand::Detach { client } => {
+                if self.clients.remove(&client).is_some() {
+                    self.ids.forget_client(client);
+                    self.waiting_requests.retain(|(c, _)| *c != client);
+                    if self.clients.is_empty() && self.busy == 0 {
+                        self.idle_since = Some(Instant::now());
+                    }
+                    self.publish();
+                }
+            }
+            HubCommand::Request { client, frame } => self.request(client, frame).await,
+            HubCommand::Reply { client, bytes } => self.unicast(client, bytes),
+            HubCommand::Restart => {
+                if self.state == ChildState::Failed {
+                    self.failed_until = None;
+                    self.crashes.reset();
+                    self.start_child().await;
+                } else if let Some(child) = &self.child {
+                    child
+                        .process
+                        .signal_group(nix::sys::signal::Signal::SIGKILL);
+                }
+            }
+            HubCommand::Stop { .. } => {}
+        }
+    }
+
+    pub(super) fn attach(&mut self, waiting: WaitingAttach) {
+        self.next_client += 1;
+        let client = self.next_client;
+        let (unicast, rx) = mpsc::channel(self.settings.outbox_frames.max(2));
+        let (cursor, gap) = self.feed.start_cursor(waiting.resume_after);
+        let last_seq = self.feed.last_seq();
+        if let Some(id) = &waiting.hello {
+            let data = self.hello_data(client, waiting.role, gap);
+            let bytes = frames::response(id.as_ref(), Some("hello"), Ok(Some(data)));
+            // Due before any event after the cursor: the first frame out.
+            let _ = unicast.try_send(Unicast::Frame {
+                after_seq: cursor,
+                bytes,
+            });
+        }
+        let attached = Attached {
+            client,
+            child_hello: self.hello.clone(),
+            last_seq,
+            gap,
+            feed: ClientFeed::new(self.feed.clone(), cursor, rx),
+        };
+        if waiting.reply.send(Ok(attached)).is_ok() {
+            self.clients.insert(
+                client,
+                Client {
+                    role: waiting.role,
+                    unicast,
+                },
+            );
+            self.idle_since = None;
+            self.publish();
+        }
+    }
+
+    /// The `data` of a hello answered by the gateway: the child's own hello
+    /// data plus `gateway` (and `gap` when replay cannot be complete).
+    fn hello_data(&self, client: u64, role: Role, gap: bool) -> Value {
+        let mut data = self.hello.clone();
+        data.insert(
+            "gateway".into(),
+            json!({
+                "version": env!("CARGO_PKG_VERSION"),
+                "project": self.project,
+                "client_id": client.to_string(),
+                "role": role.as_str(),
+                "last_seq": self.feed.last_seq(),
+                "gap": gap,
+            }),
+        );
+        if gap {
+            data.insert("gap".into(), Value::Bool(true));
+        }
+        Value::Object(data)
+    }
+
+    async fn request(&mut self, client: u64, mut frame: Map<String, Value>) {
+        let Some(role) = self.clients.get(&client).map(|c| c.role) else {
+            return;
+        };
+        let id = frame.get("id").cloned();
+        let command = match frame.get("type") {
+            Some(Value::String(command)) => command.clone(),
+            _ => {
+                let reply = frames::response(id.as_ref(), None, Err("missing field `type`".into()));
+                self.unicast(client, reply);
+                return;
+            }
+        };
+        if role == Role::Observer && !auth::observer_allows(&command) {
+            let reply = frames::response(
+                id.as_ref(),
+                Some(&command),
+                Err(format!(
+                    "the observer role may not send `{command}`; observers may send get_state, get_messages, get_models and ping"
+                )),
+            );
+            self.unicast(client, reply);
+            return;
+        }
+        if command == "hello" {
+            let data = self.hello_data(client, role, false);
+            self.unicast(
+                client,
+                frames::response(id.as_ref(), Some("hello"), Ok(Some(data))),
+            );
+            return;
+        }
+        let Some(child) = self
+            .child
+            .as_ref()
+            .filter(|_| self.state == ChildState::Ready)
+        else {
+            if self.state == ChildState::Failed {
+                let reply = frames::response(
+                    id.as_ref(),
+                    Some(&command),
+                    Err("the agent is in a crash loop and was not restarted".into()),
+                );
+                self.unicast(client, reply);
+            } else {
+                self.waiting_requests.push_back((client, frame));
+            }
+            return;
+        };
+        let gateway_id = self.ids.insert(Pending {
+            client,
+            original: id,
+            command,
+        });
+        frame.insert("id".into(), Value::String(gateway_id));
+        let mut line = frames::to_bytes(&Value::Object(frame)).to_vec();
+        line.push(b'\n');
+        // A send to a dead child fails; its exit then fails the request.
+        let _ = child.process.send(Bytes::from(line)).await;
+        self.touch();
+    }
+
+    /// Forwards requests that waited for the child.
+    pub(super) async fn flush_waiting(&mut self) {
+        for waiting in std::mem::take(&mut self.waiting_attach) {
+            self.attach(waiting);
+        }
+        while let Some((client, frame)) = self.waiting_requests.pop_front() {
+            self.request(client, frame).await;
+        }
+    }
+
+    async fn child_output(&mut self, output: Option<ChildOutput>) {
+        match output {
+            Some(ChildOutput::Line(line)) => self.child_line(&line),
+            Some(ChildOutput::Invalid(what)) => {
+                tracing::warn!(project = %self.project, "dropped a line from the agent: {what}");
+            }
+            Some(ChildOutput::Exited(exit)) => self.child_exited(exit).await,
+            None => {
+                // The output channel closed without an exit report.
+                let exit = crate::supervisor::ExitInfo {
+                    code: None,
+                    signal: None,
+                };
+                self.child_exited(exit).await;
+            }
+        }
+    }
+
+    /// Routes one line of the child: a response to its client, an event to
+    /// everyone.
+    pub(super) fn child_line(&mut self, line: &[u8]) {
+        let Some(envelope) = frames::envelope(line) else {
+            tracing::warn!(project = %self.project, "dropped a non-object line from the agent");
+            return;
+        };
+        match envelope.kind.as_deref() {
+            Some("response") => self.child_response(line, envelope.id),
+            Some(kind) => {
+                if kind == "done" {
+                    self.busy = self.busy.saturating_sub(1);
+                    if self.busy == 0 && self.clients.is_empty() {
+                        self.idle_since = Some(Instant::now());
+                    }
+                    self.publish();
+                }
+                let seq = self.next_seq();
+                if let Some(bytes) = frames::stamp_seq(line, seq) {
+                    self.feed.push(Frame { seq, bytes });
+                }
+            }
+            None => tracing::warn!(project = %self.project, "dropped an agent line without `type`"),
+        }
+    }
+
+    fn child_response(&mut self, line: &[u8], id: Option<Value>) {
+        let Some(Value::String(id)) = id else {
+            tracing::debug!(project = %self.project, "dropped a response without a gateway id");
+            return;
+        };
+        if let Some(child) = self.child.as_mut() {
+            if child.ping_id.as_deref() == Some(id.as_str()) {
+                child.ping_id = None;
+                child.ping_deadline = None;
+                return;
+            }
+        }
+        let Some(pending) = self.ids.take(&id) else {
+            tracing::debug!(project = %self.project, %id, "dropped a response nobody waits for");
+            return;
+        };
+        let Ok(Value::Object(response)) = serde_json::from_slice::<Value>(line) else {
+            return;
+        };
+        let started = response.get("success") == Some(&Value::Bool(true))
+            && response.get("data").and_then(|d| d.get("started")) == Some(&Value::Bool(true));
+        if started && matches!(pending.command.as_str(), "prompt" | "compact") {
+            self.busy += 1;
+            self.idle_since = None;
+            self.publish();
+        }
+        let bytes = frames::restore_id(response, pending.original);
+        self.unicast(pending.client, bytes);
+    }
+
+    pub(super) fn next_seq(&self) -> u64 {
+        self.seq.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    /// Appends a gateway-made event to the feed.
+    pub(super) fn emit(&self, kind: &str, fields: Value) {
+        let seq = self.next_seq();
+        self.feed.push(Frame {
+            seq,
+            bytes: frames::event(kind, fields, seq),
+        });
+    }
+
+    /// Sends a frame to one client. A client whose response queue is full
+    /// (it sends requests but does not read) is disconnected.
+    pub(super) fn unicast(&mut self, client: u64, bytes: Bytes) {
+        let Some(entry) = self.clients.get(&client) else {
+            return;
+        };
+        let after_seq = self.feed.last_seq();
+        if entry.unicast.capacity() > 1 {
+            if entry
+                .unicast
+                .try_send(Unicast::Frame { after_seq, bytes })
+                .is_ok()
+            {
+                return;
+            }
+        } else {
+            // The last slot carries the reason.
+            let _ = entry.unicast.try_send(Unicast::Close {
+                after_seq,
+                code: 1008,
+                reason: "too many unread responses; the client must read its socket".into(),
+            });
+        }
+        tracing::warn!(project = %self.project, client, "disconnecting a client whose outbox is full");
+        self.clients.remove(&client);
+        self.ids.forget_client(client);
+        self.publish();
+    }
+
+    /// Fails every request still waiting for the child.
+    pub(super) fn fail_pending(&mut self, error: &str) {
+        for pending in self.ids.drain() {
+            let reply = frames::response(
+                pending.original.as_ref(),
+                Some(&pending.command),
+                Err(error.to_string()),
+            );
+            self.unicast(pending.client, reply);
+        }
+    }
+
+    /// Ends the run in flight for clients: the child cannot any more.
+    pub(super) fn end_runs(&mut self, error: &str) {
+        if self.busy > 0 {
+            self.emit("turn_end", json!({"stop": "error", "error": error}));
+            self.emit("done", json!({}));
+            self.busy = 0;
+        }
+    }
+
+    /// Tells every client to close, and forgets them.
+    pub(super) fn close_clients(&mut self, code: u16, reason: &str) {
+        let after_seq = self.feed.last_seq();
+        for (_, client) in self.clients.drain() {
+            let _ = client.unicast.try_send(Unicast::Close {
+                after_seq,
+                code,
+                reason: reason.to_string(),
+            });
+        }
+        self.publish();
+    }
+
+    pub(super) fn set_state(&mut self, state: ChildState) {
+        self.state = state;
+        self.publish();
+    }
+
+    fn touch(&self) {
+        self.status
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .last_activity = SystemTime::now();
+    }
+
+    pub(super) fn publish(&self) {
+        let mut status = self.status.lock().unwrap_or_else(PoisonError::into_inner);
+        status.pid = self.child.as_ref().map(|c| c.process.pid());
+        status.state = self.state;
+        status.busy = self.busy > 0;
+        status.clients = self.clients.len();
+        status.restarts = self.restarts;
+        status.last_seq = self.feed.last_seq();
+    }
+}
+
+async fn next_output(child: &mut Option<Running>) -> Option<ChildOutput> {
+    match child {
+        Some(running) => running.output.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+fn far_future() -> Instant {
+    Instant::now() + std::time::Duration::from_secs(86_400 * 365)
+}

@@ -1,0 +1,369 @@
+//! Delivery of one project's frames to one client, in the child's order.
+//!
+//! Events are shared: the hub appends them to the [`Feed`] (the replay ring
+//! plus a change signal) and each client reads after its own cursor, so a
+//! slow client only lags; it never holds anyone up. Responses and
+//! gateway-made frames for one client go through its bounded unicast queue,
+//! each tagged with the last event `seq` that preceded it, which is how the
+//! two sources merge back into the exact order the child produced.
+
+use std::collections::VecDeque;
+use std::sync::{Mutex, PoisonError};
+
+use bytes::Bytes;
+use tokio::sync::{mpsc, watch};
+
+use super::ring::{Evicted, Frame, ReplayRing};
+
+/// Events handed to a client writer per wake-up, at most.
+const BATCH: usize = 256;
+
+/// The shared event stream of a project.
+#[derive(Debug)]
+pub struct Feed {
+    ring: Mutex<ReplayRing>,
+    /// The newest `seq`, so waiting writers wake on a push.
+    last: watch::Sender<u64>,
+}
+
+impl Feed {
+    pub fn new(ring: ReplayRing) -> Feed {
+        let (last, _) = watch::channel(ring.last_seq());
+        Feed {
+            ring: Mutex::new(ring),
+            last,
+        }
+    }
+
+    fn ring(&self) -> std::sync::MutexGuard<'_, ReplayRing> {
+        self.ring.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub fn push(&self, frame: Frame) {
+        let seq = frame.seq;
+        self.ring().push(frame);
+        self.last.send_replace(seq);
+    }
+
+    pub fn last_seq(&self) -> u64 {
+        self.ring().last_seq()
+    }
+
+    /// Where a client that asked to resume after `resume_after` starts, and
+    /// whether events it wanted are gone.
+    pub fn start_cursor(&self, resume_after: Option<u64>) -> (u64, bool) {
+        let ring = self.ring();
+        match resume_after {
+            None => (ring.last_seq(), false),
+            Some(after) if after >= ring.last_seq() => (ring.last_seq(), false),
+            Some(after) => match ring.after(after, 0) {
+                Ok(_) => (after, false),
+                Err(Evicted { first_retained }) => (first_retained - 1, true),
+            },
+        }
+    }
+
+    /// `(frames retained, bytes retained, frames evicted)`.
+    pub fn stats(&self) -> (usize, usize, u64) {
+        let ring = self.ring();
+        (ring.len(), ring.bytes(), ring.evicted())
+    }
+
+    fn after(&self, cursor: u64) -> Result<Vec<Frame>, Evicted> {
+        self.ring().after(cursor, BATCH)
+    }
+
+    fn subscribe(&self) -> watch::Receiver<u64> {
+        self.last.subscribe()
+    }
+}
+
+/// Something for one client only.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Unicast {
+    /// A frame to send once every event up to `after_seq` has been sent.
+    Frame { after_seq: u64, bytes: Bytes },
+    /// Close the connection (after everything before it).
+    Close {
+        after_seq: u64,
+        code: u16,
+        reason: String,
+    },
+}
+
+impl Unicast {
+    fn after_seq(&self) -> u64 {
+        match self {
+            Unicast::Frame { after_seq, .. } | Unicast::Close { after_seq, .. } => *after_seq,
+        }
+    }
+}
+
+/// What a client writer sends next.
+#[derive(Debug, PartialEq)]
+pub enum Delivery {
+    Frames(Vec<Bytes>),
+    /// Stop: close the socket with this code and reason.
+    Close {
+        code: u16,
+        reason: String,
+    },
+}
+
+/// Close code for a client that fell out of the replay ring.
+pub const CLOSE_LAGGED: u16 = 4000;
+
+/// One client's view of the feed.
+#[derive(Debug)]
+pub struct ClientFeed {
+    feed: std::sync::Arc<Feed>,
+    cursor: u64,
+    changed: watch::Receiver<u64>,
+    unicast: mpsc::Receiver<Unicast>,
+    held: VecDeque<Unicast>,
+}
+
+impl ClientFeed {
+    pub fn new(
+        feed: std::sync::Arc<Feed>,
+        cursor: u64,
+        unicast: mpsc::Receiver<Unicast>,
+    ) -> ClientFeed {
+        let changed = feed.subscribe();
+        ClientFeed {
+            feed,
+            cursor,
+            changed,
+            unicast,
+            held: VecDeque::new(),
+        }
+    }
+
+    /// The `seq` of the last event delivered.
+    pub fn cursor(&self) -> u64 {
+        self.cursor
+    }
+
+    /// Waits for the next frames, in order. Ends with `Close` when the hub
+    /// says so, when the hub is gone, or when the client fell so far behind
+    /// that events it has not seen were evicted.
+    pub async fn next(&mut self) -> Delivery {
+        loop {
+            while let Ok(item) = self.unicast.try_recv() {
+                self.held.push_back(item);
+            }
+            let events = match self.feed.after(self.cursor) {
+                Ok(events) => events,
+                Err(Evicted { first_retained }) => {
+                    return Delivery::Close {
+                        code: CLOSE_LAGGED,
+                        reason: format!(
+                            "client fell behind: events {}..{} were dropped from the replay buffer; reconnect with resume_after and refetch get_messages",
+                            self.cursor + 1,
+                            first_retained
+                        ),
+                    }
+                }
+            };
+            let mut out = Vec::new();
+            for event in events {
+                if let Some(close) = self.release(event.seq - 1, &mut out) {
+                    return close_after(&mut self.held, out, close);
+                }
+                self.cursor = event.seq;
+                out.push(event.bytes);
+            }
+            if let Some(close) = self.release(self.cursor, &mut out) {
+                return close_after(&mut self.held, out, close);
+            }
+            if !out.is_empty() {
+                return Delivery::Frames(out);
+            }
+            tokio::select! {
+                changed = self.changed.changed() => {
+                    if changed.is_err() {
+                        return hub_gone();
+                    }
+                }
+                item = self.unicast.recv() => match item {
+                    Some(item) => self.held.push_back(item),
+                    None => return hub_gone(),
+                },
+            }
+        }
+    }
+
+    /// Moves held unicast items due at or before `upto` into `out`;
+    /// returns a close that came due.
+    fn release(&mut self, upto: u64, out: &mut Vec<Bytes>) -> Option<(u16, String)> {
+        while self
+            .held
+            .front()
+            .is_some_and(|item| item.after_seq() <= upto)
+        {
+            match self.held.pop_front() {
+                Some(Unicast::Frame { bytes, .. }) => out.push(bytes),
+                Some(Unicast::Close { code, reason, .. }) => return Some((code, reason)),
+                None => break,
+            }
+        }
+        None
+    }
+}
+
+/// Frames released before a due close go out first; the close is held
+/// back for the next call.
+fn close_after(
+    held: &mut VecDeque<Unicast>,
+    out: Vec<Bytes>,
+    (code, reason): (u16, String),
+) -> Delivery {
+    if out.is_empty() {
+        Delivery::Close { code, reason }
+    } else {
+        held.push_front(Unicast::Close {
+            after_seq: 0,
+            code,
+            reason,
+        });
+        Delivery::Frames(out)
+    }
+}
+
+fn hub_gone() -> Delivery {
+    Delivery::Close {
+        code: 1001,
+        reason: "the project's agent was stopped".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    fn push(feed: &Feed, seq: u64) {
+        feed.push(Frame {
+            seq,
+            bytes: Bytes::from(format!("e{seq}")),
+        });
+    }
+
+    fn uni(after_seq: u64, text: &str) -> Unicast {
+        Unicast::Frame {
+            after_seq,
+            bytes: Bytes::from(text.to_string()),
+        }
+    }
+
+    async fn texts(client: &mut ClientFeed) -> Vec<String> {
+        match client.next().await {
+            Delivery::Frames(frames) => frames
+                .iter()
+                .map(|b| String::from_utf8_lossy(b).into_owned())
+                .collect(),
+            other => panic!("expected frames, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn unicast_frames_interleave_in_child_order() {
+        let feed = Arc::new(Feed::new(ReplayRing::new(100, 10_000, 0)));
+        let (tx, rx) = mpsc::channel(8);
+        let mut client = ClientFeed::new(feed.clone(), 0, rx);
+        // The child wrote: e1, response, e2, e3.
+        push(&feed, 1);
+        tx.send(uni(1, "r")).await.unwrap();
+        push(&feed, 2);
+        push(&feed, 3);
+        assert_eq!(texts(&mut client).await, ["e1", "r", "e2", "e3"]);
+        // A response before any event the client has seen goes first.
+        tx.send(uni(3, "r2")).await.unwrap();
+        push(&feed, 4);
+        assert_eq!(texts(&mut client).await, ["r2", "e4"]);
+        assert_eq!(client.cursor(), 4);
+    }
+
+    #[tokio::test]
+    async fn waits_for_new_events_and_closes_on_request() {
+        let feed = Arc::new(Feed::new(ReplayRing::new(100, 10_000, 0)));
+        let (tx, rx) = mpsc::channel(8);
+        let mut client = ClientFeed::new(feed.clone(), 0, rx);
+        let pusher = {
+            let feed = feed.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                push(&feed, 1);
+            })
+        };
+        assert_eq!(texts(&mut client).await, ["e1"]);
+        pusher.await.unwrap();
+        push(&feed, 2);
+        tx.send(Unicast::Close {
+            after_seq: 1,
+            code: 1001,
+            reason: "bye".into(),
+        })
+        .await
+        .unwrap();
+        // The close is due before e2, so e2 is not delivered.
+        assert_eq!(
+            client.next().await,
+            Delivery::Close {
+                code: 1001,
+                reason: "bye".into()
+            }
+        );
+        drop(tx);
+    }
+
+    #[tokio::test]
+    async fn a_lagging_client_is_caught_up_then_dropped_once_evicted() {
+        let feed = Arc::new(Feed::new(ReplayRing::new(4, 10_000, 0)));
+        let (_tx, rx) = mpsc::channel(8);
+        let mut slow = ClientFeed::new(feed.clone(), 0, rx);
+        for seq in 1..=4 {
+            push(&feed, seq);
+        }
+        assert_eq!(
+            texts(&mut slow).await,
+            ["e1", "e2", "e3", "e4"],
+            "caught up from the ring"
+        );
+        for seq in 5..=10 {
+            push(&feed, seq);
+        }
+        match slow.next().await {
+            Delivery::Close { code, reason } => {
+                assert_eq!(code, CLOSE_LAGGED);
+                assert!(reason.contains("fell behind"), "{reason}");
+            }
+            other => panic!("expected a close, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn resume_cursor_and_gap() {
+        let feed = Feed::new(ReplayRing::new(3, 10_000, 0));
+        for seq in 1..=5 {
+            push(&feed, seq);
+        }
+        assert_eq!(feed.start_cursor(None), (5, false));
+        assert_eq!(feed.start_cursor(Some(2)), (2, false));
+        assert_eq!(feed.start_cursor(Some(1)), (2, true));
+        assert_eq!(feed.start_cursor(Some(9)), (5, false));
+    }
+
+    #[tokio::test]
+    async fn hub_gone_closes_the_client() {
+        let feed = Arc::new(Feed::new(ReplayRing::new(4, 10_000, 0)));
+        let (tx, rx) = mpsc::channel(8);
+        let mut client = ClientFeed::new(feed, 0, rx);
+        drop(tx);
+        assert!(matches!(
+            client.next().await,
+            Delivery::Close { code: 1001, .. }
+        ));
+    }
+}

@@ -1,0 +1,247 @@
+//! The child's lifecycle inside a hub: spawn and hello, health pings,
+//! crash handling with restart backoff, and graceful stop.
+
+use std::ffi::OsString;
+use std::time::SystemTime;
+
+use bytes::Bytes;
+use nix::sys::signal::Signal;
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::actor::Hub;
+use super::{AttachError, ChildState, StopReason};
+use crate::supervisor::backoff::{self, Decision};
+use crate::supervisor::handshake;
+use crate::supervisor::{ChildOutput, ChildProcess, ExitInfo, SpawnSpec};
+
+/// A child that answered its hello.
+pub(super) struct Running {
+    pub process: ChildProcess,
+    pub output: mpsc::Receiver<ChildOutput>,
+    /// Id of the health ping in flight.
+    pub ping_id: Option<String>,
+    /// When that ping counts as unanswered.
+    pub ping_deadline: Option<Instant>,
+    pub pings: u64,
+    /// Killed because it stopped answering pings.
+    pub hung: bool,
+}
+
+impl Hub {
+    /// Spawns the child and waits for its hello; on failure schedules a
+    /// retry (or gives up after a crash loop).
+    pub(super) async fn start_child(&mut self) {
+        self.set_state(ChildState::Starting);
+        match self.spawn_and_hello().await {
+            Ok(running) => {
+                let pid = running.process.pid();
+                tracing::info!(project = %self.project, pid, restarts = self.restarts, "agent ready");
+                self.child = Some(running);
+                self.set_state(ChildState::Ready);
+                {
+                    let mut status = self
+                        .status
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    status.ready_since = Some(SystemTime::now());
+                }
+                self.emit(
+                    "child_started",
+                    json!({"pid": pid, "restarts": self.restarts}),
+                );
+                if self.clients.is_empty() && self.busy == 0 {
+                    self.idle_since = Some(Instant::now());
+                }
+                self.flush_waiting().await;
+            }
+            Err(error) => {
+                tracing::error!(project = %self.project, "agent failed to start: {error}");
+                for waiting in std::mem::take(&mut self.waiting_attach) {
+                    let _ = waiting
+                        .reply
+                        .send(Err(AttachError::StartFailed(error.clone())));
+                }
+                let pending: Vec<_> = self.waiting_requests.drain(..).collect();
+                for (client, frame) in pending {
+                    let command = frame
+                        .get("type")
+                        .and_then(Value::as_str)
+                        .map(str::to_string);
+                    let reply = super::frames::response(
+                        frame.get("id"),
+                        command.as_deref(),
+                        Err(format!("the agent failed to start: {error}")),
+                    );
+                    self.unicast(client, reply);
+                }
+                self.after_crash(&format!("failed to start: {error}"));
+            }
+        }
+    }
+
+    async fn spawn_and_hello(&mut self) -> Result<Running, String> {
+        let token = handshake::random_token();
+        let spec = self.spawn_spec(&token);
+        let (process, mut output) = ChildProcess::spawn(spec).map_err(|e| e.to_string())?;
+        match handshake::hello(&process, &mut output, &token, self.settings.ready_timeout).await {
+            Ok(data) => {
+                self.hello = data;
+                Ok(Running {
+                    process,
+                    output,
+                    ping_id: None,
+                    ping_deadline: None,
+                    pings: 0,
+                    hung: false,
+                })
+            }
+            Err(error) => {
+                process.signal_group(Signal::SIGKILL);
+                process.wait().await;
+                Err(error.to_string())
+            }
+        }
+    }
+
+    fn spawn_spec(&self, token: &str) -> SpawnSpec {
+        let session = self
+            .settings
+            .sessions_dir
+            .join(format!("{}.jsonl", self.project));
+        let mut args: Vec<OsString> = vec![
+            "rpc".into(),
+            "--cwd".into(),
+            self.dir.clone().into_os_string(),
+            "--session".into(),
+            session.into_os_string(),
+        ];
+        args.extend(self.settings.child_args.iter().cloned());
+        let mut env = self.settings.child_env.clone();
+        env.push(("ZUTCORE_RPC_TOKEN".into(), token.into()));
+        SpawnSpec {
+            program: self.settings.child_bin.clone(),
+            args,
+            cwd: self.dir.clone(),
+            env,
+            project: self.project.clone(),
+            max_line: self.settings.max_line,
+        }
+    }
+
+    /// The child exited without being asked to.
+    pub(super) async fn child_exited(&mut self, exit: ExitInfo) {
+        let hung = self.child.take().is_some_and(|c| c.hung);
+        let reason = if hung { "hung" } else { "crashed" };
+        tracing::warn!(project = %self.project, code = ?exit.code, signal = ?exit.signal, reason, "agent exited");
+        let restarting = self.after_crash(reason);
+        self.emit(
+            "child_exited",
+            json!({"code": exit.code, "signal": exit.signal, "reason": reason, "restarting": restarting}),
+        );
+        let what = describe(exit);
+        self.end_runs(&format!("the agent process exited unexpectedly ({what})"));
+        self.fail_pending(&format!(
+            "the agent process exited before answering ({what})"
+        ));
+    }
+
+    /// Records a crash and schedules the restart; returns whether one is
+    /// scheduled.
+    fn after_crash(&mut self, reason: &str) -> bool {
+        let now = Instant::now();
+        match self
+            .crashes
+            .on_crash(now.into_std(), &self.settings.restart, backoff::jitter())
+        {
+            Decision::Restart { after, restarts } => {
+                self.restarts = restarts;
+                self.restart_at = Some(now + after);
+                self.set_state(ChildState::Backoff);
+                tracing::info!(project = %self.project, delay_ms = after.as_millis() as u64, reason, "restart scheduled");
+                true
+            }
+            Decision::Failed { until } => {
+                self.failed_until = Some(Instant::from_std(until));
+                self.set_state(ChildState::Failed);
+                tracing::error!(project = %self.project, reason, "agent is crash-looping; not restarting until the cool-down ends");
+                self.emit(
+                    "error",
+                    json!({"message": "the agent keeps crashing; automatic restarts are paused"}),
+                );
+                false
+            }
+        }
+    }
+
+    /// Sends a health ping when none is outstanding.
+    pub(super) async fn send_ping(&mut self) {
+        if self.state != ChildState::Ready {
+            return;
+        }
+        let timeout = self.settings.ping_timeout;
+        let Some(child) = self.child.as_mut() else {
+            return;
+        };
+        if child.ping_id.is_some() {
+            return;
+        }
+        child.pings += 1;
+        let id = format!("corral-ping-{}", child.pings);
+        let line = format!("{{\"id\":\"{id}\",\"type\":\"ping\"}}\n");
+        child.ping_id = Some(id);
+        child.ping_deadline = Some(Instant::now() + timeout);
+        let _ = child.process.send(Bytes::from(line)).await;
+    }
+
+    /// A ping went unanswered: kill the child; its exit restarts it.
+    pub(super) fn hung(&mut self) {
+        if let Some(child) = self.child.as_mut() {
+            tracing::warn!(project = %self.project, pid = child.process.pid(), "agent did not answer a health ping; killing it");
+            child.hung = true;
+            child.ping_deadline = None;
+            child.process.signal_group(Signal::SIGKILL);
+        }
+    }
+
+    /// Stops the child on purpose and tells clients.
+    pub(super) async fn stop(&mut self, reason: StopReason) {
+        self.set_state(ChildState::Stopping);
+        self.restart_at = None;
+        if let Some(mut running) = self.child.take() {
+            let exit = running.process.stop(self.settings.stop_grace).await;
+            // Lines written before the exit still count (a final `done`).
+            while let Ok(output) = running.output.try_recv() {
+                if let ChildOutput::Line(line) = output {
+                    self.child_line(&line);
+                }
+            }
+            tracing::info!(project = %self.project, reason = reason.as_str(), code = ?exit.code, signal = ?exit.signal, "agent stopped");
+            self.emit(
+                "child_exited",
+                json!({"code": exit.code, "signal": exit.signal, "reason": reason.as_str(), "restarting": false}),
+            );
+        }
+        self.end_runs(&format!("the agent was stopped ({})", reason.as_str()));
+        self.fail_pending(&format!("the agent was stopped ({})", reason.as_str()));
+        let (code, message) = match reason {
+            StopReason::Shutdown => (1001, "the gateway is shutting down"),
+            StopReason::Admin => (1001, "the agent was stopped by an administrator"),
+            StopReason::Idle | StopReason::Evicted => (1001, "the agent was stopped"),
+        };
+        self.close_clients(code, message);
+        self.set_state(ChildState::Exited);
+    }
+}
+
+fn describe(exit: ExitInfo) -> String {
+    match (exit.code, exit.signal) {
+        (Some(code), _) => format!("exit code {code}"),
+        (None, Some(signal)) => match Signal::try_from(signal) {
+            Ok(signal) => format!("killed by {}", signal.as_str()),
+            Err(_) => format!("killed by signal {signal}"),
+        },
+        (None, None) => "unknown status".to_string(),
+    }
+}

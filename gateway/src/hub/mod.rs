@@ -1,0 +1,269 @@
+//! The hub: one task per project that owns the project's child and every
+//! client attached to it.
+//!
+//! The task ([`actor`]) receives [`HubCommand`]s from WebSocket connections
+//! and lines from the child. Requests get gateway-unique ids ([`ids`]);
+//! responses go back to the one client that asked; events get a `seq` and go
+//! into the shared [`feed`] that every client reads at its own pace. Child
+//! lifecycle (spawn, hello, health, restart, stop) is in [`lifecycle`].
+
+mod actor;
+pub mod feed;
+pub mod frames;
+pub mod ids;
+mod lifecycle;
+pub mod ring;
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime};
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::auth::Role;
+use crate::supervisor::backoff::RestartPolicy;
+pub use feed::{ClientFeed, Delivery, Unicast, CLOSE_LAGGED};
+
+/// Commands a hub may have waiting before senders are slowed down.
+const COMMAND_QUEUE: usize = 1024;
+
+/// Settings every hub shares.
+#[derive(Debug, Clone)]
+pub struct HubSettings {
+    pub child_bin: PathBuf,
+    /// Appended to `rpc --cwd DIR --session FILE`.
+    pub child_args: Vec<OsString>,
+    /// The child's environment (already scrubbed), without the RPC token.
+    pub child_env: Vec<(OsString, OsString)>,
+    /// Session journals go in `sessions_dir/PROJECT.jsonl`.
+    pub sessions_dir: PathBuf,
+    pub replay_events: usize,
+    pub replay_bytes: usize,
+    /// Per-client queue of responses not yet written.
+    pub outbox_frames: usize,
+    /// Longest line accepted from a child.
+    pub max_line: usize,
+    pub ping_interval: Duration,
+    pub ping_timeout: Duration,
+    pub ready_timeout: Duration,
+    pub stop_grace: Duration,
+    /// `None`: never reap idle children.
+    pub idle_timeout: Option<Duration>,
+    pub restart: RestartPolicy,
+}
+
+/// What a connection asks of a hub.
+#[derive(Debug)]
+pub enum HubCommand {
+    /// Join; the reply comes once the child is ready (or failed to start).
+    Attach {
+        role: Role,
+        resume_after: Option<u64>,
+        /// `Some(id)` when the client sent a hello to answer (its `id`, if
+        /// any): the answer is the first frame the client receives.
+        hello: Option<Option<Value>>,
+        reply: oneshot::Sender<Result<Attached, AttachError>>,
+    },
+    /// A frame for one client, in order with everything else it receives
+    /// (errors about its own malformed input).
+    Reply { client: u64, bytes: bytes::Bytes },
+    /// A client left.
+    Detach { client: u64 },
+    /// A request frame from a client (any command but its first hello).
+    Request {
+        client: u64,
+        frame: Map<String, Value>,
+    },
+    /// Stop the child gracefully and end the hub.
+    Stop {
+        reason: StopReason,
+        done: oneshot::Sender<()>,
+    },
+    /// Clear a crash-loop `failed` state and start again (admin).
+    Restart,
+}
+
+/// Why a hub stops its child on purpose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    Idle,
+    Admin,
+    Shutdown,
+    /// Evicted to make room under `--max-children`.
+    Evicted,
+}
+
+impl StopReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StopReason::Idle => "idle",
+            StopReason::Admin => "admin",
+            StopReason::Shutdown => "shutdown",
+            StopReason::Evicted => "evicted",
+        }
+    }
+}
+
+/// A successful attach.
+#[derive(Debug)]
+pub struct Attached {
+    pub client: u64,
+    /// The child's hello data (`protocol_version`, `version`, ...).
+    pub child_hello: Map<String, Value>,
+    pub last_seq: u64,
+    /// Some events after `resume_after` are gone.
+    pub gap: bool,
+    pub feed: ClientFeed,
+}
+
+/// Why an attach failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum AttachError {
+    #[error("the agent failed to start: {0}")]
+    StartFailed(String),
+    #[error("the agent is in a crash loop; automatic restarts resume in {0} s (or an admin restarts it)")]
+    CrashLoop(u64),
+    /// The hub is stopping or gone; ask the registry again.
+    #[error("the project's hub is stopping")]
+    Gone,
+}
+
+/// Lifecycle state of a project's child.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChildState {
+    Starting,
+    Ready,
+    Backoff,
+    Failed,
+    Stopping,
+    Exited,
+}
+
+/// A snapshot for the admin API.
+#[derive(Debug, Clone, Serialize)]
+pub struct HubStatus {
+    pub project: String,
+    pub pid: Option<u32>,
+    pub state: ChildState,
+    pub busy: bool,
+    pub clients: usize,
+    pub restarts: u32,
+    /// When the current child became ready.
+    #[serde(skip)]
+    pub ready_since: Option<SystemTime>,
+    #[serde(skip)]
+    pub last_activity: SystemTime,
+    pub last_seq: u64,
+}
+
+/// The connection-side handle of a hub.
+#[derive(Clone)]
+pub struct HubHandle {
+    pub project: String,
+    commands: mpsc::Sender<HubCommand>,
+    status: Arc<Mutex<HubStatus>>,
+}
+
+impl HubHandle {
+    /// Starts a hub for `project` (working directory `dir`). `seq` is the
+    /// project's counter, kept by the caller so it outlives the hub.
+    pub fn spawn(
+        project: String,
+        dir: PathBuf,
+        settings: Arc<HubSettings>,
+        seq: Arc<AtomicU64>,
+    ) -> HubHandle {
+        let (commands, rx) = mpsc::channel(COMMAND_QUEUE);
+        let status = Arc::new(Mutex::new(HubStatus {
+            project: project.clone(),
+            pid: None,
+            state: ChildState::Starting,
+            busy: false,
+            clients: 0,
+            restarts: 0,
+            ready_since: None,
+            last_activity: SystemTime::now(),
+            last_seq: 0,
+        }));
+        let hub = actor::Hub::new(project.clone(), dir, settings, seq, status.clone());
+        tokio::spawn(hub.run(rx));
+        HubHandle {
+            project,
+            commands,
+            status,
+        }
+    }
+
+    /// Joins the hub; waits until its child is ready.
+    pub async fn attach(
+        &self,
+        role: Role,
+        resume_after: Option<u64>,
+        hello: Option<Option<Value>>,
+    ) -> Result<Attached, AttachError> {
+        let (reply, rx) = oneshot::channel();
+        self.commands
+            .send(HubCommand::Attach {
+                role,
+                resume_after,
+                hello,
+                reply,
+            })
+            .await
+            .map_err(|_| AttachError::Gone)?;
+        rx.await.unwrap_or(Err(AttachError::Gone))
+    }
+
+    pub async fn request(&self, client: u64, frame: Map<String, Value>) {
+        let _ = self
+            .commands
+            .send(HubCommand::Request { client, frame })
+            .await;
+    }
+
+    pub async fn reply(&self, client: u64, bytes: bytes::Bytes) {
+        let _ = self
+            .commands
+            .send(HubCommand::Reply { client, bytes })
+            .await;
+    }
+
+    pub async fn detach(&self, client: u64) {
+        let _ = self.commands.send(HubCommand::Detach { client }).await;
+    }
+
+    /// Stops the child gracefully; returns when it has exited.
+    pub async fn stop(&self, reason: StopReason) {
+        let (done, rx) = oneshot::channel();
+        if self
+            .commands
+            .send(HubCommand::Stop { reason, done })
+            .await
+            .is_ok()
+        {
+            let _ = rx.await;
+        }
+    }
+
+    pub async fn restart(&self) {
+        let _ = self.commands.send(HubCommand::Restart).await;
+    }
+
+    /// Whether the hub task has ended.
+    pub fn is_closed(&self) -> bool {
+        self.commands.is_closed()
+    }
+
+    pub fn status(&self) -> HubStatus {
+        self.status
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}

@@ -1,0 +1,263 @@
+//! Project names → project directories under the projects root.
+//!
+//! A name is `[A-Za-z0-9._-]{1,64}` other than `.` and `..`, so it can never
+//! hold a path separator. The resolved directory is the canonical path of
+//! `ROOT/NAME` (symlinks resolved) and must be an existing directory whose
+//! parent is exactly the root. A symlink is therefore followed only when its
+//! target sits directly under the root: `alias -> ROOT/real` is allowed (it
+//! resolves to the same directory as `real`, so callers that key state by
+//! directory should key by the returned path), while links to anywhere
+//! outside the root, to a nested directory or to the root itself are refused.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// Longest accepted project name, in bytes (all name characters are ASCII).
+pub const MAX_NAME_LEN: usize = 64;
+
+/// Why a project name did not lead to a project directory. The messages name
+/// the project, never a path, so they may be shown to clients as they are.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProjectError {
+    /// The name is not `[A-Za-z0-9._-]{1,64}`, or is `.`/`..` (HTTP 400).
+    #[error("invalid project name {name:?}: {reason}")]
+    InvalidName {
+        /// The offending name, shortened to at most 80 characters.
+        name: String,
+        reason: &'static str,
+    },
+    /// Nothing (or a dangling or unreadable symlink) at `ROOT/NAME` (HTTP 404).
+    #[error("project {name:?} not found")]
+    NotFound { name: String },
+    /// `ROOT/NAME` is a file or another non-directory (HTTP 404).
+    #[error("project {name:?} is not a directory")]
+    NotADirectory { name: String },
+    /// `ROOT/NAME` is a symlink whose target is not directly under the root
+    /// (HTTP 404). The target is deliberately not part of the message.
+    #[error("project {name:?} is not a directory directly under the projects root")]
+    OutsideRoot { name: String },
+}
+
+impl ProjectError {
+    /// The HTTP status to answer with: 400 for a malformed name, else 404.
+    pub fn http_status(&self) -> u16 {
+        match self {
+            ProjectError::InvalidName { .. } => 400,
+            ProjectError::NotFound { .. }
+            | ProjectError::NotADirectory { .. }
+            | ProjectError::OutsideRoot { .. } => 404,
+        }
+    }
+}
+
+/// Checks that `name` is a well-formed project name.
+pub fn validate_name(name: &str) -> Result<(), ProjectError> {
+    let invalid = |reason| ProjectError::InvalidName {
+        name: shorten(name),
+        reason,
+    };
+    if name.is_empty() {
+        return Err(invalid("the name is empty"));
+    }
+    if name.len() > MAX_NAME_LEN {
+        return Err(invalid("the name is longer than 64 characters"));
+    }
+    if name == "." || name == ".." {
+        return Err(invalid("`.` and `..` are not project names"));
+    }
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+    {
+        return Err(invalid(
+            "only ASCII letters, digits, `.`, `_` and `-` are allowed",
+        ));
+    }
+    Ok(())
+}
+
+/// The canonical directory of project `name` under `root`, which must
+/// already be canonical (as `config` makes it).
+pub fn resolve(root: &Path, name: &str) -> Result<PathBuf, ProjectError> {
+    validate_name(name)?;
+    let name_owned = || name.to_string();
+    let dir = root
+        .join(name)
+        .canonicalize()
+        .map_err(|_| ProjectError::NotFound { name: name_owned() })?;
+    if dir.parent() != Some(root) {
+        return Err(ProjectError::OutsideRoot { name: name_owned() });
+    }
+    let meta = fs::metadata(&dir).map_err(|_| ProjectError::NotFound { name: name_owned() })?;
+    if !meta.is_dir() {
+        return Err(ProjectError::NotADirectory { name: name_owned() });
+    }
+    Ok(dir)
+}
+
+/// At most 80 characters of `name`, for error messages.
+fn shorten(name: &str) -> String {
+    const MAX: usize = 80;
+    match name.char_indices().nth(MAX) {
+        Some((cut, _)) => format!("{}…", &name[..cut]),
+        None => name.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    /// A canonical projects root inside a fresh temp dir, with a sibling
+    /// directory `outside` next to the root.
+    struct Fixture {
+        _tmp: tempfile::TempDir,
+        root: PathBuf,
+        outside: PathBuf,
+    }
+
+    fn fixture() -> Fixture {
+        let tmp = tempfile::tempdir().unwrap();
+        let base = tmp.path().canonicalize().unwrap();
+        let root = base.join("root");
+        let outside = base.join("outside");
+        fs::create_dir_all(root.join("alpha/nested")).unwrap();
+        fs::create_dir(&outside).unwrap();
+        Fixture {
+            _tmp: tmp,
+            root,
+            outside,
+        }
+    }
+
+    fn status(result: Result<PathBuf, ProjectError>) -> u16 {
+        result.unwrap_err().http_status()
+    }
+
+    #[test]
+    fn valid_names() {
+        for ok in [
+            "a",
+            "alpha",
+            "my-proj_1.2",
+            ".hidden",
+            "...",
+            "A".repeat(64).as_str(),
+        ] {
+            assert_eq!(validate_name(ok), Ok(()), "{ok}");
+        }
+    }
+
+    #[test]
+    fn invalid_names_are_400() {
+        let f = fixture();
+        let long = "a".repeat(65);
+        for bad in [
+            "",
+            ".",
+            "..",
+            "a/b",
+            "../x",
+            "a\\b",
+            "a b",
+            "é",
+            "проект",
+            "a\0",
+            &long,
+        ] {
+            let err = validate_name(bad).unwrap_err();
+            assert!(matches!(err, ProjectError::InvalidName { .. }), "{bad}");
+            assert_eq!(err.http_status(), 400);
+            assert_eq!(status(resolve(&f.root, bad)), 400, "{bad}");
+        }
+    }
+
+    #[test]
+    fn invalid_name_message_is_short() {
+        let huge = "x/".repeat(1000);
+        let msg = validate_name(&huge).unwrap_err().to_string();
+        assert!(msg.len() < 200, "{msg}");
+    }
+
+    #[test]
+    fn existing_directory_resolves() {
+        let f = fixture();
+        assert_eq!(resolve(&f.root, "alpha").unwrap(), f.root.join("alpha"));
+    }
+
+    #[test]
+    fn missing_directory_is_404() {
+        let f = fixture();
+        let err = resolve(&f.root, "missing").unwrap_err();
+        assert_eq!(
+            err,
+            ProjectError::NotFound {
+                name: "missing".into()
+            }
+        );
+        assert_eq!(err.http_status(), 404);
+    }
+
+    #[test]
+    fn file_is_not_a_directory() {
+        let f = fixture();
+        fs::write(f.root.join("notes.txt"), "hi").unwrap();
+        let err = resolve(&f.root, "notes.txt").unwrap_err();
+        assert!(matches!(err, ProjectError::NotADirectory { .. }));
+        assert_eq!(err.http_status(), 404);
+    }
+
+    #[test]
+    fn symlink_outside_root_is_refused_without_leaking_target() {
+        let f = fixture();
+        symlink(&f.outside, f.root.join("escape")).unwrap();
+        let err = resolve(&f.root, "escape").unwrap_err();
+        assert!(matches!(err, ProjectError::OutsideRoot { .. }));
+        assert_eq!(err.http_status(), 404);
+        assert!(!err.to_string().contains(f.outside.to_str().unwrap()));
+    }
+
+    #[test]
+    fn symlink_to_nested_dir_or_root_is_refused() {
+        let f = fixture();
+        symlink(f.root.join("alpha/nested"), f.root.join("deep")).unwrap();
+        symlink(&f.root, f.root.join("self")).unwrap();
+        symlink("..", f.root.join("up")).unwrap();
+        for name in ["deep", "self", "up"] {
+            let err = resolve(&f.root, name).unwrap_err();
+            assert!(
+                matches!(err, ProjectError::OutsideRoot { .. }),
+                "{name}: {err:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn symlink_to_sibling_project_is_allowed() {
+        let f = fixture();
+        symlink(f.root.join("alpha"), f.root.join("alias")).unwrap();
+        symlink("alpha", f.root.join("relative-alias")).unwrap();
+        assert_eq!(resolve(&f.root, "alias").unwrap(), f.root.join("alpha"));
+        assert_eq!(
+            resolve(&f.root, "relative-alias").unwrap(),
+            f.root.join("alpha")
+        );
+    }
+
+    #[test]
+    fn dangling_symlink_and_symlinked_file_are_404() {
+        let f = fixture();
+        symlink(f.root.join("gone"), f.root.join("dangling")).unwrap();
+        fs::write(f.root.join("file"), "x").unwrap();
+        symlink(f.root.join("file"), f.root.join("file-link")).unwrap();
+        assert!(matches!(
+            resolve(&f.root, "dangling").unwrap_err(),
+            ProjectError::NotFound { .. }
+        ));
+        assert!(matches!(
+            resolve(&f.root, "file-link").unwrap_err(),
+            ProjectError::NotADirectory { .. }
+        ));
+    }
+}

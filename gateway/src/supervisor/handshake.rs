@@ -1,0 +1,116 @@
+//! The supervisor's `hello` to a freshly spawned child: proves the gateway
+//! holds the child's `ZUTCORE_RPC_TOKEN` and learns the child's version,
+//! provider and model. The token itself is never logged.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use corral_protocol::ndjson::{encode_line, parse_object};
+use serde_json::{json, Map, Value};
+use tokio::sync::mpsc;
+
+use super::process::{ChildOutput, ChildProcess, ExitInfo};
+
+/// The `id` of the supervisor's hello; clients never see it.
+pub const HELLO_ID: &str = "corral-hello";
+
+/// Why a child did not become ready.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum HandshakeError {
+    /// The child exited before answering (its `Exited` output was consumed).
+    #[error("the child exited before answering hello ({0})")]
+    Exited(ExitInfo),
+    /// The child answered `success:false`.
+    #[error("the child refused hello: {0}")]
+    Refused(String),
+    #[error("the child did not answer hello within {0:?}")]
+    Timeout(Duration),
+    /// The hello response could not be understood.
+    #[error("malformed hello response: {0}")]
+    Malformed(String),
+}
+
+/// Sends the hello with `token` and waits (at most `timeout`) for its
+/// response, skipping any other output. Returns the response's `data`
+/// object (empty if it has none).
+pub async fn hello(
+    child: &ChildProcess,
+    output: &mut mpsc::Receiver<ChildOutput>,
+    token: &str,
+    timeout: Duration,
+) -> Result<Map<String, Value>, HandshakeError> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let request = json!({"id": HELLO_ID, "type": "hello", "token": token});
+    let line = encode_line(&request).map_err(|e| HandshakeError::Malformed(e.to_string()))?;
+    // If stdin is already gone, the child's exit explains why: keep reading.
+    if child.send(Bytes::from(line)).await.is_err() {
+        tracing::debug!(pid = child.pid(), "child stdin closed before hello");
+    }
+    loop {
+        let item = match tokio::time::timeout_at(deadline, output.recv()).await {
+            Err(_) => return Err(HandshakeError::Timeout(timeout)),
+            Ok(None) => return Err(HandshakeError::Exited(child.wait().await)),
+            Ok(Some(item)) => item,
+        };
+        match item {
+            ChildOutput::Exited(exit) => return Err(HandshakeError::Exited(exit)),
+            ChildOutput::Invalid(why) => {
+                tracing::debug!(pid = child.pid(), "skipping output before hello: {why}");
+            }
+            ChildOutput::Line(line) => match parse_object(&line) {
+                Ok(frame) if is_hello_response(&frame) => return interpret(frame),
+                Ok(frame) => {
+                    let kind = frame.get("type").and_then(Value::as_str).unwrap_or("?");
+                    tracing::debug!(
+                        pid = child.pid(),
+                        kind,
+                        "skipping output before hello response"
+                    );
+                }
+                Err(e) => {
+                    tracing::debug!(pid = child.pid(), error = %e, "skipping output before hello response");
+                }
+            },
+        }
+    }
+}
+
+fn is_hello_response(frame: &Map<String, Value>) -> bool {
+    frame.get("type").and_then(Value::as_str) == Some("response")
+        && frame.get("id").and_then(Value::as_str) == Some(HELLO_ID)
+}
+
+fn interpret(mut frame: Map<String, Value>) -> Result<Map<String, Value>, HandshakeError> {
+    match frame.get("success") {
+        Some(Value::Bool(true)) => match frame.remove("data") {
+            None | Some(Value::Null) => Ok(Map::new()),
+            Some(Value::Object(data)) => Ok(data),
+            Some(_) => Err(HandshakeError::Malformed("`data` is not an object".into())),
+        },
+        Some(Value::Bool(false)) => {
+            let error = frame.get("error").and_then(Value::as_str);
+            Err(HandshakeError::Refused(
+                error.unwrap_or("no error message").to_string(),
+            ))
+        }
+        _ => Err(HandshakeError::Malformed(
+            "`success` is missing or not a boolean".into(),
+        )),
+    }
+}
+
+/// A fresh secret for one child: 32 bytes from the OS, as 64 hex digits.
+///
+/// # Panics
+/// If the operating system's random source fails; without it the gateway
+/// cannot authenticate children safely, and there is no sane fallback.
+pub fn random_token() -> String {
+    let mut bytes = [0u8; 32];
+    if let Err(e) = getrandom::getrandom(&mut bytes) {
+        panic!("the OS random source failed: {e}");
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests;

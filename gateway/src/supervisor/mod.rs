@@ -1,0 +1,26 @@
+//! The child-process layer of the supervisor: spawning `corral-agent rpc` in
+//! its own process group with a scrubbed environment, its stdio pumps, the
+//! `hello` handshake, graceful stop, and the pure restart policy. Policy
+//! (when to restart, idle reaping, state) belongs to the hub, which drives
+//! these pieces.
+//!
+//! - [`process`] – [`ChildProcess`]: spawn, send lines, signal, stop, wait.
+//! - [`env`] – the allowlisted environment a child gets.
+//! - [`backoff`] – [`RestartPolicy`] and [`CrashHistory`]: jittered
+//!   exponential backoff with a crash-loop cutoff (no I/O).
+//! - [`handshake`] – the supervisor's `hello` and its random token.
+
+pub mod backoff;
+pub mod env;
+pub mod handshake;
+mod pipes;
+pub mod process;
+mod sys;
+
+pub use backoff::{CrashHistory, Decision, InvalidPolicy, RestartPolicy};
+pub use env::{child_env, DEFAULT_ALLOWED, TOKEN_VAR};
+pub use handshake::{hello, random_token, HandshakeError, HELLO_ID};
+pub use process::{ChildGone, ChildOutput, ChildProcess, ExitInfo, SpawnError, SpawnSpec};
+
+#[cfg(test)]
+mod test_support;

@@ -1,0 +1,361 @@
+//! One child process: spawned in its own process group with a scrubbed
+//! environment and a parent-death signal, its stdio pumped by tasks
+//! ([`super::pipes`]), reaped by one task that also kills whatever is left of
+//! its group, and stopped gracefully (stdin EOF → SIGTERM → SIGKILL).
+
+use std::ffi::OsString;
+use std::fmt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::{ExitStatus, Stdio};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use bytes::Bytes;
+use nix::errno::Errno;
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use tokio::process::{Child, Command};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+use super::pipes::{self, ChildTag};
+use super::sys;
+
+/// Capacity of the stdout queue towards the hub, in lines.
+pub const OUTPUT_QUEUE: usize = 1024;
+/// Capacity of the stdin queue towards the child, in lines.
+pub const INPUT_QUEUE: usize = 256;
+/// How long stdout is still read after the child exited.
+const STDOUT_DRAIN: Duration = Duration::from_millis(500);
+
+/// Everything needed to start one child.
+#[derive(Clone, Debug)]
+pub struct SpawnSpec {
+    pub program: PathBuf,
+    pub args: Vec<OsString>,
+    pub cwd: PathBuf,
+    /// The complete environment: nothing else is inherited.
+    pub env: Vec<(OsString, OsString)>,
+    /// The project name, for log fields.
+    pub project: String,
+    /// Longest accepted stdout line in bytes, excluding the LF.
+    pub max_line: usize,
+}
+
+/// What the child said on stdout, in order; `Exited` is always last.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ChildOutput {
+    /// One non-blank stdout line, valid UTF-8, without LF (and CR).
+    Line(Bytes),
+    /// An over-long or non-UTF-8 line that was dropped, described.
+    Invalid(String),
+    /// The child was reaped and its process group killed.
+    Exited(ExitInfo),
+}
+
+/// How the child ended: an exit code, or the signal that killed it.
+/// Both are `None` only if the exit status could not be read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExitInfo {
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+}
+
+impl ExitInfo {
+    /// Exit code 0.
+    pub fn success(&self) -> bool {
+        self.code == Some(0)
+    }
+}
+
+impl From<ExitStatus> for ExitInfo {
+    fn from(status: ExitStatus) -> Self {
+        ExitInfo {
+            code: status.code(),
+            signal: status.signal(),
+        }
+    }
+}
+
+impl fmt::Display for ExitInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.code, self.signal) {
+            (Some(code), _) => write!(f, "exit code {code}"),
+            (None, Some(sig)) => match Signal::try_from(sig) {
+                Ok(name) => write!(f, "killed by signal {sig} ({name})"),
+                Err(_) => write!(f, "killed by signal {sig}"),
+            },
+            (None, None) => f.write_str("unknown exit status"),
+        }
+    }
+}
+
+/// Why a child could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum SpawnError {
+    #[error("cannot start {}: program not found", .program.display())]
+    NotFound { program: PathBuf },
+    #[error("cannot start {}: permission denied", .program.display())]
+    PermissionDenied { program: PathBuf },
+    #[error("cannot start {}: working directory {} does not exist", .program.display(), .cwd.display())]
+    CwdMissing { program: PathBuf, cwd: PathBuf },
+    #[error("cannot start {}: {source}", .program.display())]
+    Io {
+        program: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl SpawnError {
+    fn classify(spec: &SpawnSpec, source: std::io::Error) -> Self {
+        let program = spec.program.clone();
+        match source.kind() {
+            std::io::ErrorKind::NotFound if !spec.cwd.is_dir() => SpawnError::CwdMissing {
+                program,
+                cwd: spec.cwd.clone(),
+            },
+            std::io::ErrorKind::NotFound => SpawnError::NotFound { program },
+            std::io::ErrorKind::PermissionDenied => SpawnError::PermissionDenied { program },
+            _ => SpawnError::Io { program, source },
+        }
+    }
+}
+
+/// The child's stdin is closed or the child has exited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the child process is gone (stdin closed)")]
+pub struct ChildGone;
+
+/// A running (or exited) child. Dropping it SIGKILLs the child's process
+/// group if the child has not exited yet.
+pub struct ChildProcess {
+    /// The child's pid, which is also its process-group id.
+    pid: u32,
+    /// Project name, for log fields.
+    project: String,
+    /// Queue to the task that owns stdin; `None` once stdin was closed.
+    stdin: Mutex<Option<mpsc::Sender<Bytes>>>,
+    /// `Some` once the child was reaped and its group killed.
+    exit: watch::Receiver<Option<ExitInfo>>,
+}
+
+impl ChildProcess {
+    /// Starts the child and its pump tasks. Must be called from a task on
+    /// the tokio runtime (not from `spawn_blocking`: see [`sys`]).
+    pub fn spawn(
+        spec: SpawnSpec,
+    ) -> Result<(ChildProcess, mpsc::Receiver<ChildOutput>), SpawnError> {
+        if !spec.cwd.is_dir() {
+            return Err(SpawnError::CwdMissing {
+                program: spec.program.clone(),
+                cwd: spec.cwd.clone(),
+            });
+        }
+        let mut command = Command::new(&spec.program);
+        command
+            .args(&spec.args)
+            .env_clear()
+            .envs(spec.env.iter().map(|(k, v)| (k, v)))
+            .current_dir(&spec.cwd)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        sys::kill_with_parent(&mut command);
+        let mut child = command
+            .spawn()
+            .map_err(|e| SpawnError::classify(&spec, e))?;
+        let io_error = |what: &str| SpawnError::Io {
+            program: spec.program.clone(),
+            source: std::io::Error::other(format!("{what} of the spawned child is missing")),
+        };
+        let pid = child.id().ok_or_else(|| io_error("pid"))?;
+        let (Some(stdin), Some(stdout), Some(stderr)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
+            let _ = child.start_kill();
+            return Err(io_error("a stdio pipe"));
+        };
+        let tag = ChildTag {
+            project: spec.project.clone(),
+            pid,
+        };
+        tracing::info!(project = %spec.project, pid, program = %spec.program.display(), "child started");
+
+        let (out_tx, out_rx) = mpsc::channel(OUTPUT_QUEUE);
+        let (in_tx, in_rx) = mpsc::channel(INPUT_QUEUE);
+        let (exit_tx, exit_rx) = watch::channel(None);
+
+        let mut exited = exit_rx.clone();
+        let writer = pipes::write_stdin(stdin, in_rx, tag.clone());
+        tokio::spawn(async move {
+            // After exit, stop writing even if a grandchild holds the pipe.
+            tokio::select! {
+                () = writer => {}
+                _ = exited.wait_for(Option::is_some) => {}
+            }
+        });
+        tokio::spawn(pipes::log_stderr(stderr, tag.clone()));
+        let stdout_task = tokio::spawn(pipes::read_stdout(
+            stdout,
+            spec.max_line,
+            out_tx.clone(),
+            tag.clone(),
+        ));
+        tokio::spawn(reap(child, stdout_task, exit_tx, out_tx, tag));
+
+        let process = ChildProcess {
+            pid,
+            project: spec.project,
+            stdin: Mutex::new(Some(in_tx)),
+            exit: exit_rx,
+        };
+        Ok((process, out_rx))
+    }
+
+    /// The child's pid (also its process-group id).
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Queues one line for the child's stdin; `line` must end with `'\n'`.
+    /// Waits while the queue is full.
+    pub async fn send(&self, line: Bytes) -> Result<(), ChildGone> {
+        debug_assert!(
+            line.ends_with(b"\n"),
+            "a line for the child must end with LF"
+        );
+        let queue = self.lock_stdin().clone().ok_or(ChildGone)?;
+        queue.send(line).await.map_err(|_| ChildGone)
+    }
+
+    /// Closes the child's stdin once the lines already queued are written.
+    pub fn close_stdin(&self) {
+        self.lock_stdin().take();
+    }
+
+    /// Sends `sig` to the child's process group; a no-op once it exited.
+    pub fn signal_group(&self, sig: Signal) {
+        if self.exited().is_none() {
+            kill_group(self.pid, sig, &self.project);
+        }
+    }
+
+    /// Stops the child: closes stdin, then after `grace` SIGTERMs the group,
+    /// then after another `grace` SIGKILLs it, and returns how it ended.
+    pub async fn stop(&self, grace: Duration) -> ExitInfo {
+        self.close_stdin();
+        if let Ok(exit) = tokio::time::timeout(grace, self.wait()).await {
+            return exit;
+        }
+        tracing::info!(project = %self.project, pid = self.pid, "child still running after stdin closed: sending SIGTERM");
+        self.signal_group(Signal::SIGTERM);
+        if let Ok(exit) = tokio::time::timeout(grace, self.wait()).await {
+            return exit;
+        }
+        tracing::warn!(project = %self.project, pid = self.pid, "child ignored SIGTERM: sending SIGKILL");
+        self.signal_group(Signal::SIGKILL);
+        self.wait().await
+    }
+
+    /// How the child ended, if it has.
+    pub fn exited(&self) -> Option<ExitInfo> {
+        *self.exit.borrow()
+    }
+
+    /// Waits until the child was reaped and its group killed.
+    pub async fn wait(&self) -> ExitInfo {
+        let mut exit = self.exit.clone();
+        let unknown = ExitInfo {
+            code: None,
+            signal: None,
+        };
+        let published = match exit.wait_for(Option::is_some).await {
+            Ok(info) => *info,
+            // The reaper is gone without publishing: the runtime is shutting down.
+            Err(_) => None,
+        };
+        published.unwrap_or(unknown)
+    }
+
+    fn lock_stdin(&self) -> std::sync::MutexGuard<'_, Option<mpsc::Sender<Bytes>>> {
+        self.stdin
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl fmt::Debug for ChildProcess {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ChildProcess")
+            .field("pid", &self.pid)
+            .field("project", &self.project)
+            .field("exited", &self.exited())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for ChildProcess {
+    fn drop(&mut self) {
+        if self.exited().is_none() {
+            tracing::debug!(project = %self.project, pid = self.pid, "child handle dropped: killing its group");
+            kill_group(self.pid, Signal::SIGKILL, &self.project);
+        }
+    }
+}
+
+/// Owns the `Child`: reaps it, kills the rest of its group, drains stdout
+/// (bounded), publishes the exit and sends `Exited` last.
+async fn reap(
+    mut child: Child,
+    mut stdout_task: JoinHandle<()>,
+    exit_tx: watch::Sender<Option<ExitInfo>>,
+    out: mpsc::Sender<ChildOutput>,
+    tag: ChildTag,
+) {
+    let exit = match child.wait().await {
+        Ok(status) => ExitInfo::from(status),
+        Err(e) => {
+            tracing::error!(project = %tag.project, pid = tag.pid, error = %e, "waiting for the child failed");
+            let _ = child.start_kill();
+            ExitInfo {
+                code: None,
+                signal: None,
+            }
+        }
+    };
+    // Killing first lets stdout reach EOF at once when only grandchildren
+    // held it open; what the child already wrote stays in the pipe.
+    kill_group(tag.pid, Signal::SIGKILL, &tag.project);
+    if tokio::time::timeout(STDOUT_DRAIN, &mut stdout_task)
+        .await
+        .is_err()
+    {
+        tracing::debug!(project = %tag.project, pid = tag.pid, "child stdout still open after exit: no longer reading it");
+        stdout_task.abort();
+        let _ = stdout_task.await;
+    }
+    tracing::info!(project = %tag.project, pid = tag.pid, exit = %exit, "child exited");
+    exit_tx.send_replace(Some(exit));
+    let _ = out.send(ChildOutput::Exited(exit)).await;
+}
+
+/// `killpg(pgid, sig)`, where an empty group (ESRCH) is not an error.
+fn kill_group(pgid: u32, sig: Signal, project: &str) {
+    // Never 0 or negative: those would address the gateway's own group.
+    let Some(raw) = i32::try_from(pgid).ok().filter(|&raw| raw > 0) else {
+        return;
+    };
+    match killpg(Pid::from_raw(raw), sig) {
+        Ok(()) | Err(Errno::ESRCH) => {}
+        Err(e) => {
+            tracing::warn!(project, pid = pgid, signal = %sig, error = %e, "signalling the child's group failed")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,318 @@
+//! `GET /v1/projects/{project}/rpc`: one WebSocket client of a project.
+//!
+//! Before the upgrade: origin allowlist, project name and directory. After
+//! it: the hello (token in the first frame within the hello timeout, or an
+//! `Authorization: Bearer` header on the upgrade request), then attach to
+//! the project's hub and run two halves: a reader turning text frames into
+//! hub requests, and a writer sending what the client's feed yields.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
+use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use futures_util::stream::{SplitSink, SplitStream};
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{Map, Value};
+
+use crate::auth::{self, Role};
+use crate::hub::{frames, Delivery, HubHandle};
+use crate::projects;
+use crate::registry::RegistryError;
+use crate::server::AppState;
+
+/// Policy violation: authentication failed.
+const CLOSE_POLICY: u16 = 1008;
+/// The gateway cannot serve the client (agent failed to start, ...).
+const CLOSE_ERROR: u16 = 1011;
+/// Try again later (too many agents, shutting down).
+const CLOSE_AGAIN: u16 = 1013;
+const CLOSE_GOING_AWAY: u16 = 1001;
+
+pub async fn upgrade(
+    ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+    Path(project): Path<String>,
+    headers: HeaderMap,
+    State(state): State<Arc<AppState>>,
+) -> Response {
+    let header = |name| headers.get(name).and_then(|v| v.to_str().ok());
+    if !auth::origin_allowed(
+        header(header::ORIGIN),
+        header(header::HOST),
+        &state.allowed_origins,
+    ) {
+        return (StatusCode::FORBIDDEN, "origin not allowed\n").into_response();
+    }
+    let dir = match projects::resolve(&state.projects_root, &project) {
+        Ok(dir) => dir,
+        Err(e) => {
+            let status = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::NOT_FOUND);
+            return (status, format!("{e}\n")).into_response();
+        }
+    };
+    let header_role = match auth::bearer(header(header::AUTHORIZATION)) {
+        Some(token) => match state.tokens.session_role(token) {
+            None => {
+                state
+                    .auth_failures
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                return (StatusCode::UNAUTHORIZED, "invalid token\n").into_response();
+            }
+            Some(role) => Some(role),
+        },
+        None => None,
+    };
+    let ws = match ws {
+        Ok(ws) => ws,
+        Err(rejection) => return rejection.into_response(),
+    };
+    let max = state.max_frame_bytes;
+    ws.max_frame_size(max)
+        .max_message_size(max)
+        .on_upgrade(move |socket| {
+            let connections = state.connections.clone();
+            connections.track_future(connection(socket, state, project, dir, header_role))
+        })
+}
+
+/// What the client's first frame said.
+struct Hello {
+    role: Role,
+    resume_after: Option<u64>,
+    /// `Some(id)` when there is a hello to answer.
+    answer: Option<Option<Value>>,
+    /// A first frame that was not a hello (header auth only): a request.
+    first_request: Option<Map<String, Value>>,
+}
+
+async fn connection(
+    socket: WebSocket,
+    state: Arc<AppState>,
+    project: String,
+    dir: PathBuf,
+    header_role: Option<Role>,
+) {
+    let (mut sink, mut stream) = socket.split();
+    let hello = tokio::select! {
+        hello = read_hello(&mut stream, &state, header_role) => hello,
+        _ = state.shutdown.cancelled() => {
+            close(&mut sink, CLOSE_GOING_AWAY, "the gateway is shutting down").await;
+            return;
+        }
+    };
+    let hello = match hello {
+        Ok(hello) => hello,
+        Err((id, error)) => {
+            state
+                .auth_failures
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            tracing::info!(%project, "client refused: {error}");
+            let reply = frames::response(id.as_ref(), Some("hello"), Err(error.clone()));
+            let _ = sink.send(text(reply)).await;
+            close(&mut sink, CLOSE_POLICY, &error).await;
+            return;
+        }
+    };
+    let attached = state
+        .registry
+        .attach(
+            &project,
+            dir,
+            hello.role,
+            hello.resume_after,
+            hello.answer.clone(),
+        )
+        .await;
+    let (hub, attached) = match attached {
+        Ok(ok) => ok,
+        Err(error) => {
+            tracing::warn!(%project, "cannot attach client: {error}");
+            let id = hello.answer.clone().flatten();
+            let reply = frames::response(id.as_ref(), Some("hello"), Err(error.to_string()));
+            let _ = sink.send(text(reply)).await;
+            let code = match error {
+                RegistryError::Full(_) | RegistryError::ShuttingDown => CLOSE_AGAIN,
+                RegistryError::Attach(_) => CLOSE_ERROR,
+            };
+            close(&mut sink, code, &error.to_string()).await;
+            return;
+        }
+    };
+    let client = attached.client;
+    tracing::debug!(%project, client, role = hello.role.as_str(), "client attached");
+    if let Some(frame) = hello.first_request {
+        hub.request(client, frame).await;
+    }
+    let writer = write_loop(sink, attached.feed);
+    let reader = read_loop(stream, &hub, client, state.clone());
+    tokio::select! {
+        _ = writer => {}
+        _ = reader => {}
+    }
+    hub.detach(client).await;
+    tracing::debug!(%project, client, "client detached");
+}
+
+/// Waits for the first frame and authenticates.
+async fn read_hello(
+    stream: &mut SplitStream<WebSocket>,
+    state: &AppState,
+    header_role: Option<Role>,
+) -> Result<Hello, (Option<Value>, String)> {
+    let first = tokio::time::timeout(state.hello_timeout, next_object(stream)).await;
+    let frame = match first {
+        Err(_) => {
+            return match header_role {
+                Some(role) => Ok(Hello {
+                    role,
+                    resume_after: None,
+                    answer: None,
+                    first_request: None,
+                }),
+                None => Err((
+                    None,
+                    format!("no hello within {} s", state.hello_timeout.as_secs()),
+                )),
+            }
+        }
+        Ok(None) => return Err((None, "the connection closed before the hello".into())),
+        Ok(Some(Err(error))) => return Err((None, error)),
+        Ok(Some(Ok(frame))) => frame,
+    };
+    let id = frame.get("id").cloned();
+    if frame.get("type").and_then(Value::as_str) != Some("hello") {
+        return match header_role {
+            Some(role) => Ok(Hello {
+                role,
+                resume_after: None,
+                answer: None,
+                first_request: Some(frame),
+            }),
+            None => Err((
+                id,
+                "authentication required: the first message must be a hello with a token".into(),
+            )),
+        };
+    }
+    let role = match frame.get("token").and_then(Value::as_str) {
+        Some(token) => match state.tokens.session_role(token) {
+            None => return Err((id, "authentication failed: invalid token".into())),
+            Some(role) => role,
+        },
+        None => match header_role {
+            Some(role) => role,
+            None => return Err((id, "authentication failed: the hello has no token".into())),
+        },
+    };
+    let resume_after = match frame.get("resume_after") {
+        None | Some(Value::Null) => None,
+        Some(value) => match value.as_u64() {
+            Some(seq) => Some(seq),
+            None => return Err((id, "`resume_after` must be a non-negative integer".into())),
+        },
+    };
+    Ok(Hello {
+        role,
+        resume_after,
+        answer: Some(id),
+        first_request: None,
+    })
+}
+
+/// The next text frame as a JSON object; `None` when the socket ends.
+async fn next_object(
+    stream: &mut SplitStream<WebSocket>,
+) -> Option<Result<Map<String, Value>, String>> {
+    loop {
+        match stream.next().await? {
+            Ok(Message::Text(text)) => return Some(parse(text.as_str())),
+            Ok(Message::Binary(_)) => {
+                return Some(Err(
+                    "binary frames are not supported; send JSON text frames".into(),
+                ))
+            }
+            Ok(Message::Close(_)) | Err(_) => return None,
+            Ok(Message::Ping(_)) | Ok(Message::Pong(_)) => continue,
+        }
+    }
+}
+
+fn parse(text: &str) -> Result<Map<String, Value>, String> {
+    let text = text.strip_suffix('\n').unwrap_or(text);
+    let text = text.strip_suffix('\r').unwrap_or(text);
+    corral_protocol::ndjson::parse_object(text.as_bytes()).map_err(|e| e.to_string())
+}
+
+/// Client frames → hub requests; malformed ones get an error reply in order.
+async fn read_loop(
+    mut stream: SplitStream<WebSocket>,
+    hub: &HubHandle,
+    client: u64,
+    state: Arc<AppState>,
+) {
+    loop {
+        let next = tokio::select! {
+            next = next_object(&mut stream) => next,
+            _ = state.shutdown.cancelled() => {
+                // The hub closes this client once its child has stopped;
+                // keep reading so the close handshake completes.
+                next_object(&mut stream).await
+            }
+        };
+        match next {
+            None => return,
+            Some(Ok(frame)) => hub.request(client, frame).await,
+            Some(Err(error)) => {
+                hub.reply(client, frames::response(None, None, Err(error)))
+                    .await
+            }
+        }
+    }
+}
+
+/// Feed → socket, until the feed says close or the socket fails.
+async fn write_loop(mut sink: SplitSink<WebSocket, Message>, mut feed: crate::hub::ClientFeed) {
+    loop {
+        match feed.next().await {
+            Delivery::Frames(frames) => {
+                for frame in frames {
+                    if sink.feed(text(frame)).await.is_err() {
+                        return;
+                    }
+                }
+                if sink.flush().await.is_err() {
+                    return;
+                }
+            }
+            Delivery::Close { code, reason } => {
+                close(&mut sink, code, &reason).await;
+                return;
+            }
+        }
+    }
+}
+
+fn text(bytes: bytes::Bytes) -> Message {
+    // Frames are built from JSON text, so they are UTF-8.
+    match Utf8Bytes::try_from(bytes) {
+        Ok(text) => Message::Text(text),
+        Err(_) => Message::Text(Utf8Bytes::from_static("{}")),
+    }
+}
+
+async fn close(sink: &mut SplitSink<WebSocket, Message>, code: u16, reason: &str) {
+    // Close reasons are limited to 123 bytes.
+    let mut reason = reason.to_string();
+    while reason.len() > 123 {
+        reason.pop();
+    }
+    let frame = CloseFrame {
+        code,
+        reason: Utf8Bytes::from(reason),
+    };
+    let _ = sink.send(Message::Close(Some(frame))).await;
+    let _ = sink.close().await;
+}

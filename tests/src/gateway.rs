@@ -1,0 +1,374 @@
+//! Starts the real `corral serve` with a temp projects root and state dir,
+//! and WebSocket clients for it, with a timeout around every read.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use tempfile::TempDir;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::net::TcpStream;
+use tokio::process::{Child, Command};
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+use crate::harness::{workspace_bin, READ_TIMEOUT};
+
+/// The client token every test gateway accepts.
+pub const TOKEN: &str = "test-client-token-0123456789";
+pub const OBSERVER_TOKEN: &str = "test-observer-token-0123456789";
+pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
+
+/// Options for a gateway under test.
+pub struct GatewaySpawn {
+    args: Vec<String>,
+    child_args: Vec<String>,
+    env: Vec<(String, String)>,
+    projects: Vec<String>,
+    capture_log: bool,
+}
+
+impl Default for GatewaySpawn {
+    fn default() -> Self {
+        GatewaySpawn {
+            args: Vec::new(),
+            child_args: Vec::new(),
+            env: Vec::new(),
+            projects: vec!["alpha".into(), "beta".into()],
+            capture_log: false,
+        }
+    }
+}
+
+impl GatewaySpawn {
+    pub fn arg(mut self, arg: impl Into<String>) -> Self {
+        self.args.push(arg.into());
+        self
+    }
+
+    /// Appended to every child's argv (after `--`).
+    pub fn child_arg(mut self, arg: impl Into<String>) -> Self {
+        self.child_args.push(arg.into());
+        self
+    }
+
+    pub fn env(mut self, key: &str, value: &str) -> Self {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+
+    /// Project directories to create under the root (default alpha, beta).
+    pub fn projects(mut self, names: &[&str]) -> Self {
+        self.projects = names.iter().map(|s| s.to_string()).collect();
+        self
+    }
+
+    /// Writes the gateway's stderr (debug level) to [`Gateway::log`].
+    pub fn capture_log(mut self) -> Self {
+        self.capture_log = true;
+        self
+    }
+
+    /// Children on the echo provider.
+    pub fn echo(self) -> Self {
+        self.child_arg("--provider").child_arg("echo")
+    }
+
+    /// Children on the mock LLM's Anthropic endpoint.
+    pub fn mock(self, base_url: &str) -> Self {
+        self.child_arg("--provider")
+            .child_arg("anthropic")
+            .child_arg("--base-url")
+            .child_arg(base_url)
+            .env("ANTHROPIC_API_KEY", "mock-key")
+    }
+
+    pub async fn spawn(self) -> Gateway {
+        let temp = tempfile::tempdir().expect("temp dir");
+        let root = temp.path().join("projects");
+        let state = temp.path().join("state");
+        for project in &self.projects {
+            std::fs::create_dir_all(root.join(project)).expect("project dir");
+        }
+        let home = temp.path().join("home");
+        std::fs::create_dir_all(&home).expect("home dir");
+        let mut command = Command::new(workspace_bin("corral"));
+        command
+            .arg("serve")
+            .args(["--listen", "127.0.0.1:0", "--projects-root"])
+            .arg(&root)
+            .arg("--state-dir")
+            .arg(&state)
+            .args([
+                "--token",
+                TOKEN,
+                "--observer-token",
+                OBSERVER_TOKEN,
+                "--admin-token",
+                ADMIN_TOKEN,
+            ])
+            .arg("--child-bin")
+            .arg(workspace_bin("corral-agent"))
+            .args(&self.args)
+            .arg("--")
+            .args(&self.child_args)
+            .env_remove("CORRAL_TOKENS")
+            .env_remove("ANTHROPIC_API_KEY")
+            .env("ZUT_HOME", &home)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true);
+        let log = temp.path().join("gateway.log");
+        if self.capture_log {
+            let file = std::fs::File::create(&log).expect("log file");
+            command.stderr(file).env("CORRAL_LOG", "debug");
+        } else {
+            command.stderr(Stdio::inherit());
+        }
+        for (key, value) in &self.env {
+            command.env(key, value);
+        }
+        let mut child = command.spawn().expect("spawn corral");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let addr = loop {
+            let line = tokio::time::timeout(READ_TIMEOUT, lines.next_line())
+                .await
+                .expect("timed out waiting for the gateway to listen")
+                .expect("read gateway stdout")
+                .expect("the gateway exited before listening");
+            if let Some(rest) = line.strip_prefix("listening on http://") {
+                break rest.trim().parse().expect("listen address");
+            }
+        };
+        // Keep draining stdout so the gateway never blocks on it.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Gateway {
+            child,
+            addr,
+            root,
+            state,
+            log,
+            _temp: temp,
+        }
+    }
+}
+
+/// A running gateway.
+pub struct Gateway {
+    pub child: Child,
+    pub addr: SocketAddr,
+    pub root: PathBuf,
+    pub state: PathBuf,
+    /// The gateway's stderr, when captured.
+    pub log: PathBuf,
+    _temp: TempDir,
+}
+
+impl Gateway {
+    pub fn url(&self, project: &str) -> String {
+        format!("ws://{}/v1/projects/{project}/rpc", self.addr)
+    }
+
+    /// Opens a socket without saying hello.
+    pub async fn connect(&self, project: &str) -> Ws {
+        let (stream, _) = tokio::time::timeout(
+            READ_TIMEOUT,
+            tokio_tungstenite::connect_async(self.url(project)),
+        )
+        .await
+        .expect("connect timed out")
+        .expect("connect");
+        Ws { stream }
+    }
+
+    /// Connects and says hello with `token`; returns the hello response too.
+    pub async fn client_with(
+        &self,
+        project: &str,
+        token: &str,
+        resume_after: Option<u64>,
+    ) -> (Ws, Value) {
+        let mut ws = self.connect(project).await;
+        let mut hello = json!({"id":"hello","type":"hello","token": token});
+        if let Some(seq) = resume_after {
+            hello["resume_after"] = json!(seq);
+        }
+        ws.send(hello).await;
+        let reply = ws.recv().await;
+        (ws, reply)
+    }
+
+    /// A client with the client token; panics unless the hello succeeds.
+    pub async fn client(&self, project: &str) -> Ws {
+        let (ws, reply) = self.client_with(project, TOKEN, None).await;
+        assert_eq!(reply["success"], true, "hello failed: {reply}");
+        ws
+    }
+
+    /// `GET path` with an optional bearer token: (status, body).
+    pub async fn http_get(&self, path: &str, token: Option<&str>) -> (u16, String) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut stream = TcpStream::connect(self.addr).await.expect("connect");
+        let auth = token
+            .map(|t| format!("Authorization: Bearer {t}\r\n"))
+            .unwrap_or_default();
+        let request = format!(
+            "GET {path} HTTP/1.1\r\nHost: {}\r\n{auth}Connection: close\r\n\r\n",
+            self.addr
+        );
+        stream.write_all(request.as_bytes()).await.expect("write");
+        let mut response = String::new();
+        tokio::time::timeout(READ_TIMEOUT, stream.read_to_string(&mut response))
+            .await
+            .expect("read timed out")
+            .expect("read");
+        let status = response
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        let body = response
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default();
+        (status, body)
+    }
+
+    /// Pids of `corral-agent` processes whose parent is this gateway.
+    pub fn child_pids(&self) -> Vec<u32> {
+        let Some(gateway) = self.child.id() else {
+            return Vec::new();
+        };
+        agent_pids()
+            .into_iter()
+            .filter(|pid| parent_of(*pid) == Some(gateway))
+            .collect()
+    }
+}
+
+/// Pids of every running (non-zombie) `corral-agent` process.
+pub fn agent_pids() -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            comm.trim() == "corral-agent" && !is_zombie(*pid)
+        })
+        .collect()
+}
+
+fn stat_fields(pid: u32) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = stat.rsplit_once(')')?.1;
+    Some(rest.split_whitespace().map(str::to_string).collect())
+}
+
+fn is_zombie(pid: u32) -> bool {
+    stat_fields(pid).is_none_or(|f| f.first().map(String::as_str) == Some("Z"))
+}
+
+pub fn parent_of(pid: u32) -> Option<u32> {
+    stat_fields(pid)?.get(1)?.parse().ok()
+}
+
+/// A WebSocket client speaking JSON text frames.
+pub struct Ws {
+    pub stream: WebSocketStream<MaybeTlsStream<TcpStream>>,
+}
+
+/// What a read saw.
+#[derive(Debug, PartialEq)]
+pub enum WsEvent {
+    Frame(Value),
+    Closed(Option<(u16, String)>),
+}
+
+impl Ws {
+    pub async fn send(&mut self, value: Value) {
+        self.stream
+            .send(Message::text(value.to_string()))
+            .await
+            .expect("send frame");
+    }
+
+    pub async fn send_text(&mut self, text: &str) {
+        self.stream
+            .send(Message::text(text.to_string()))
+            .await
+            .expect("send text");
+    }
+
+    /// The next frame or the close.
+    pub async fn next_event(&mut self) -> WsEvent {
+        self.next_event_within(READ_TIMEOUT)
+            .await
+            .expect("timed out waiting for a frame")
+    }
+
+    pub async fn next_event_within(&mut self, limit: Duration) -> Option<WsEvent> {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let next = tokio::time::timeout_at(deadline, self.stream.next())
+                .await
+                .ok()?;
+            return Some(match next {
+                Some(Ok(Message::Text(text))) => {
+                    WsEvent::Frame(serde_json::from_str(text.as_str()).expect("frame is JSON"))
+                }
+                Some(Ok(Message::Close(frame))) => WsEvent::Closed(
+                    frame.map(|f: CloseFrame| (u16::from(f.code), f.reason.to_string())),
+                ),
+                Some(Ok(_)) => continue,
+                Some(Err(_)) | None => WsEvent::Closed(None),
+            });
+        }
+    }
+
+    pub async fn recv(&mut self) -> Value {
+        match self.next_event().await {
+            WsEvent::Frame(value) => value,
+            WsEvent::Closed(close) => panic!("socket closed: {close:?}"),
+        }
+    }
+
+    /// Frames until (and including) the first matching `stop`.
+    pub async fn recv_until(&mut self, stop: impl Fn(&Value) -> bool) -> Vec<Value> {
+        let mut frames = Vec::new();
+        loop {
+            let frame = self.recv().await;
+            let done = stop(&frame);
+            frames.push(frame);
+            if done {
+                return frames;
+            }
+        }
+    }
+
+    /// Sends a request and returns its response, skipping events.
+    pub async fn request(&mut self, value: Value) -> Value {
+        let id = value.get("id").cloned();
+        self.send(value).await;
+        let frames = self
+            .recv_until(|f| f["type"] == "response" && f.get("id").cloned() == id)
+            .await;
+        frames.into_iter().last().expect("a response")
+    }
+
+    /// Waits for the server's close and returns its code and reason.
+    pub async fn closed(&mut self) -> Option<(u16, String)> {
+        loop {
+            match self.next_event().await {
+                WsEvent::Closed(close) => return close,
+                WsEvent::Frame(_) => continue,
+            }
+        }
+    }
+}
