@@ -30,6 +30,7 @@ pub struct GatewaySpawn {
     env: Vec<(String, String)>,
     projects: Vec<String>,
     capture_log: bool,
+    child_bin: Option<PathBuf>,
 }
 
 impl Default for GatewaySpawn {
@@ -40,6 +41,7 @@ impl Default for GatewaySpawn {
             env: Vec::new(),
             projects: vec!["alpha".into(), "beta".into()],
             capture_log: false,
+            child_bin: None,
         }
     }
 }
@@ -64,6 +66,12 @@ impl GatewaySpawn {
     /// Project directories to create under the root (default alpha, beta).
     pub fn projects(mut self, names: &[&str]) -> Self {
         self.projects = names.iter().map(|s| s.to_string()).collect();
+        self
+    }
+
+    /// Runs this program as the child instead of `corral-agent`.
+    pub fn child_bin(mut self, path: PathBuf) -> Self {
+        self.child_bin = Some(path);
         self
     }
 
@@ -112,7 +120,11 @@ impl GatewaySpawn {
                 ADMIN_TOKEN,
             ])
             .arg("--child-bin")
-            .arg(workspace_bin("corral-agent"))
+            .arg(
+                self.child_bin
+                    .clone()
+                    .unwrap_or_else(|| workspace_bin("corral-agent")),
+            )
             .args(&self.args)
             .arg("--")
             .args(&self.child_args)

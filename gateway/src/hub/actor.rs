@@ -106,6 +106,37 @@ impl Hub {
     }
 
     pub async fn run(mut self, mut commands: mpsc::Receiver<HubCommand>) {
+        self.serve(&mut commands).await;
+        self.set_state(ChildState::Exited);
+        // Whatever arrived meanwhile: attaches must ask again (a new hub).
+        commands.close();
+        while let Ok(command) = commands.try_recv() {
+            match command {
+                HubCommand::Attach { reply, .. } => {
+                    let _ = reply.send(Err(AttachError::Gone));
+                }
+                HubCommand::Stop { done, .. } => {
+                    let _ = done.send(());
+                }
+                _ => {}
+            }
+        }
+        for waiting in self.waiting_attach.drain(..) {
+            let _ = waiting.reply.send(Err(AttachError::Gone));
+        }
+    }
+
+    /// Runs the child and serves commands until the hub should end.
+    async fn serve(&mut self, commands: &mut mpsc::Receiver<HubCommand>) {
+        // The attach that created this hub is already queued: take it (and
+        // anything else waiting) first, so a failed start can answer it.
+        while let Ok(command) = commands.try_recv() {
+            if let HubCommand::Stop { done, .. } = command {
+                let _ = done.send(());
+                return;
+            }
+            self.command(command).await;
+        }
         self.start_child().await;
         let mut ping = tokio::time::interval(self.settings.ping_interval);
         ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -145,23 +176,6 @@ impl Hub {
                     break;
                 }
             }
-        }
-        self.set_state(ChildState::Exited);
-        // Whatever arrived meanwhile: attaches must ask again (a new hub).
-        commands.close();
-        while let Ok(command) = commands.try_recv() {
-            match command {
-                HubCommand::Attach { reply, .. } => {
-                    let _ = reply.send(Err(AttachError::Gone));
-                }
-                HubCommand::Stop { done, .. } => {
-                    let _ = done.send(());
-                }
-                _ => {}
-            }
-        }
-        for waiting in self.waiting_attach.drain(..) {
-            let _ = waiting.reply.send(Err(AttachError::Gone));
         }
     }
 

@@ -140,6 +140,12 @@ impl Hub {
             "child_exited",
             json!({"code": exit.code, "signal": exit.signal, "reason": reason, "restarting": restarting}),
         );
+        if !restarting {
+            self.emit(
+                "error",
+                json!({"message": "the agent keeps crashing; automatic restarts are paused"}),
+            );
+        }
         let what = describe(exit);
         self.end_runs(&format!("the agent process exited unexpectedly ({what})"));
         self.fail_pending(&format!(
@@ -166,10 +172,6 @@ impl Hub {
                 self.failed_until = Some(Instant::from_std(until));
                 self.set_state(ChildState::Failed);
                 tracing::error!(project = %self.project, reason, "agent is crash-looping; not restarting until the cool-down ends");
-                self.emit(
-                    "error",
-                    json!({"message": "the agent keeps crashing; automatic restarts are paused"}),
-                );
                 false
             }
         }

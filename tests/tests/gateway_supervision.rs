@@ -1,0 +1,57 @@
+//! End-to-end: supervision of misbehaving children — one that cannot
+//! start, and one that stops answering its health pings.
+
+#![allow(clippy::unwrap_used)]
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use corral_e2e::gateway::{GatewaySpawn, TOKEN};
+
+fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+#[tokio::test]
+async fn a_child_that_cannot_start_is_a_clear_hello_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let broken = script(dir.path(), "broken-agent", "echo 'no config' >&2; exit 3");
+    let gateway = GatewaySpawn::default().child_bin(broken).spawn().await;
+    let (mut ws, reply) = gateway.client_with("alpha", TOKEN, None).await;
+    assert_eq!(reply["success"], false, "{reply}");
+    let error = reply["error"].as_str().unwrap();
+    assert!(error.contains("failed to start"), "{error}");
+    assert_eq!(ws.closed().await.map(|c| c.0), Some(1011));
+}
+
+#[tokio::test]
+async fn a_hung_child_is_killed_and_restarted() {
+    let dir = tempfile::tempdir().unwrap();
+    // Answers the hello, then never answers anything (a hung agent).
+    let hung = script(
+        dir.path(),
+        "hung-agent",
+        r#"read line
+echo '{"type":"response","id":"corral-hello","command":"hello","success":true,"data":{"protocol_version":1,"version":"0","provider":"fake","model":"m"}}'
+while read line; do :; done"#,
+    );
+    let gateway = GatewaySpawn::default()
+        .child_bin(hung)
+        .arg("--ping-interval")
+        .arg("200ms")
+        .arg("--ping-timeout")
+        .arg("300ms")
+        .spawn()
+        .await;
+    let mut ws = gateway.client("alpha").await;
+    let frames = ws.recv_until(|f| f["type"] == "child_started").await;
+    let exited = frames.iter().find(|f| f["type"] == "child_exited").unwrap();
+    assert_eq!(exited["reason"], "hung");
+    assert_eq!(exited["restarting"], true);
+    assert_eq!(exited["signal"], 9);
+    let started = frames.last().unwrap();
+    assert_eq!(started["restarts"], 1);
+}
