@@ -1,10 +1,15 @@
 //! corral: a gateway that spawns one coding-agent child per project,
 //! supervises it, and multiplexes it to many WebSocket clients.
 
+pub mod admin;
 pub mod attach;
 pub mod auth;
 pub mod config;
+pub mod dashboard;
 pub mod hub;
+pub mod metrics;
+pub mod notify;
+pub mod procfs;
 pub mod projects;
 pub mod registry;
 pub mod server;

@@ -4,14 +4,14 @@
 //! protocol (attach).
 
 use std::process::ExitCode;
-use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
-use corral::config::{self, Cli, Command, Config};
+use corral::config::{self, Cli, Command, Config, LogFormat};
 use corral::hub::HubSettings;
+use corral::metrics::Metrics;
 use corral::registry::Registry;
 use corral::server::{self, AppState};
 use corral::supervisor::backoff::RestartPolicy;
@@ -26,7 +26,7 @@ const RESTART_MAX: Duration = Duration::from_secs(30);
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging();
+    init_logging(cli.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -55,13 +55,16 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_logging() {
+fn init_logging(format: LogFormat) {
     let filter = std::env::var("CORRAL_LOG").unwrap_or_else(|_| "info".into());
-    tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(false)
-        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
-        .init();
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter));
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
 }
 
 async fn serve(args: config::ServeArgs) -> anyhow::Result<()> {
@@ -71,7 +74,8 @@ async fn serve(args: config::ServeArgs) -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on {}", config.listen))?;
     let addr = listener.local_addr()?;
     announce(&config, addr);
-    let settings = hub_settings(&config)?;
+    let metrics = Arc::new(Metrics::new().context("cannot set up metrics")?);
+    let settings = hub_settings(&config, metrics.clone())?;
     std::fs::create_dir_all(&settings.sessions_dir)
         .with_context(|| format!("cannot create {}", settings.sessions_dir.display()))?;
     let registry = Arc::new(Registry::new(
@@ -87,9 +91,13 @@ async fn serve(args: config::ServeArgs) -> anyhow::Result<()> {
         hello_timeout: config.limits.hello_timeout,
         max_frame_bytes: config.limits.max_frame_bytes,
         shutdown: shutdown.clone(),
-        auth_failures: AtomicU64::new(0),
+        metrics: metrics.clone(),
+        started: std::time::Instant::now(),
         connections: TaskTracker::new(),
     });
+    if let Some(addr) = config.metrics_listen {
+        serve_metrics(addr, state.clone()).await?;
+    }
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     let trigger = shutdown.clone();
@@ -100,6 +108,7 @@ async fn serve(args: config::ServeArgs) -> anyhow::Result<()> {
         }
         trigger.cancel();
     });
+    corral::notify::announce_ready();
     server::run(listener, state, config.shutdown_grace).await?;
     tracing::info!("stopped");
     Ok(())
@@ -115,11 +124,17 @@ fn announce(config: &Config, addr: std::net::SocketAddr) {
             token.expose()
         );
     }
+    if let Some(token) = &config.generated_admin_token {
+        println!(
+            "admin token (generated; for the dashboard and admin API): {}",
+            token.expose()
+        );
+    }
     println!("listening on http://{addr}");
     tracing::info!(%addr, projects_root = %config.projects_root.display(), "corral gateway started");
 }
 
-fn hub_settings(config: &Config) -> anyhow::Result<HubSettings> {
+fn hub_settings(config: &Config, metrics: Arc<Metrics>) -> anyhow::Result<HubSettings> {
     let supervisor = &config.supervisor;
     let restart = RestartPolicy::new(
         RESTART_BASE,
@@ -148,5 +163,33 @@ fn hub_settings(config: &Config) -> anyhow::Result<HubSettings> {
         stop_grace: supervisor.stop_grace,
         idle_timeout: supervisor.idle_timeout,
         restart,
+        metrics,
     })
+}
+
+/// `/metrics` without a token on a separate listener, for a scraper that
+/// should not hold the admin token.
+async fn serve_metrics(addr: std::net::SocketAddr, state: Arc<AppState>) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr} for metrics"))?;
+    tracing::info!(%addr, "serving /metrics without a token");
+    let shutdown = state.shutdown.clone();
+    let app = axum::Router::new()
+        .route(
+            "/metrics",
+            axum::routing::get(
+                |axum::extract::State(state): axum::extract::State<Arc<AppState>>| async move {
+                    corral::admin::metrics_text(&state)
+                },
+            ),
+        )
+        .with_state(state);
+    tokio::spawn(async move {
+        let server = axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned());
+        if let Err(e) = server.await {
+            tracing::error!(error = %e, "metrics listener failed");
+        }
+    });
+    Ok(())
 }

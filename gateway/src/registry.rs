@@ -11,7 +11,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use serde_json::Value;
 
 use crate::auth::Role;
-use crate::hub::{AttachError, Attached, HubHandle, HubSettings, HubStatus, StopReason};
+use crate::hub::{
+    AttachError, Attached, ChildState, HubHandle, HubSettings, HubStatus, StopReason,
+};
 
 /// Why a client could not be attached.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -127,6 +129,7 @@ impl Registry {
             .values()
             .filter(|hub| !hub.is_closed())
             .map(HubHandle::status)
+            .filter(|status| status.state != ChildState::Exited)
             .collect();
         all.sort_by(|a, b| a.project.cmp(&b.project));
         all

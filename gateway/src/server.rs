@@ -3,16 +3,15 @@
 //! Endpoints:
 //! - `GET /healthz` — the process is alive (always 200).
 //! - `GET /readyz` — 200 while accepting clients, 503 once shutting down.
-//! - `GET /v1/projects` — admin token (`Authorization: Bearer`): every
-//!   running child with project, pid, state, busy, clients, restarts, uptime.
 //! - `GET /v1/projects/{project}/rpc` — the WebSocket endpoint ([`crate::ws`]).
+//! - the admin API and `/metrics` ([`crate::admin`]).
+//! - `GET /` — the dashboard and console ([`crate::dashboard`]).
 
 use std::future::IntoFuture;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
@@ -25,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::auth::{self, Role, Tokens};
+use crate::metrics::Metrics;
 use crate::registry::Registry;
 
 /// Everything request handlers share.
@@ -37,8 +37,9 @@ pub struct AppState {
     pub max_frame_bytes: usize,
     /// Cancelled when the gateway starts shutting down.
     pub shutdown: CancellationToken,
-    /// Refused hellos and bad tokens, for metrics.
-    pub auth_failures: AtomicU64,
+    pub metrics: Arc<Metrics>,
+    /// When the gateway started, for `/v1/stats`.
+    pub started: std::time::Instant,
     /// Open WebSocket connections, so shutdown can wait for their close
     /// frames to go out.
     pub connections: TaskTracker,
@@ -48,8 +49,10 @@ pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
-        .route("/v1/projects", get(projects))
         .route("/v1/projects/{project}/rpc", get(crate::ws::upgrade))
+        .route("/metrics", get(crate::admin::metrics))
+        .merge(crate::admin::router())
+        .merge(crate::dashboard::router())
         .with_state(state)
 }
 
@@ -61,53 +64,27 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     }
 }
 
-/// The refusal for a request without the admin bearer token, if it lacks one.
+/// The refusal for a request without the admin bearer token: 401 when no
+/// valid token was presented, 403 for a valid token of another role.
 pub fn admin_refusal(state: &AppState, headers: &HeaderMap) -> Option<Response> {
-    let presented = auth::bearer(
-        headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok()),
-    );
-    match presented.and_then(|token| state.tokens.role_of(token)) {
-        Some(Role::Admin) => None,
-        _ => Some(
-            (
-                StatusCode::UNAUTHORIZED,
-                Json(json!({"error": "admin token required"})),
-            )
-                .into_response(),
-        ),
-    }
-}
-
-async fn projects(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    if let Some(refused) = admin_refusal(&state, &headers) {
-        return refused;
-    }
-    let now = SystemTime::now();
-    let list: Vec<_> = state
-        .registry
-        .list()
-        .into_iter()
-        .map(|s| {
-            let uptime = s
-                .ready_since
-                .filter(|_| s.pid.is_some())
-                .and_then(|t| now.duration_since(t).ok())
-                .map(|d| d.as_secs());
-            json!({
-                "project": s.project,
-                "pid": s.pid,
-                "state": s.state,
-                "busy": s.busy,
-                "clients": s.clients,
-                "restarts": s.restarts,
-                "uptime_secs": uptime,
-                "last_seq": s.last_seq,
-            })
-        })
-        .collect();
-    Json(json!({ "projects": list })).into_response()
+    let header = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    let presented = auth::bearer(header);
+    let (status, error) = match presented.and_then(|token| state.tokens.role_of(token)) {
+        Some(Role::Admin) => return None,
+        Some(_) => (StatusCode::FORBIDDEN, "this endpoint needs the admin token"),
+        None => {
+            let reason = if presented.is_some() {
+                "invalid_token"
+            } else {
+                "missing_token"
+            };
+            state.metrics.auth_failure(reason);
+            (StatusCode::UNAUTHORIZED, "admin token required")
+        }
+    };
+    Some((status, Json(json!({ "error": error }))).into_response())
 }
 
 /// Serves until `shutdown` is cancelled, then stops every child (within

@@ -20,6 +20,7 @@ use serde_json::{Map, Value};
 
 use crate::auth::{self, Role};
 use crate::hub::{frames, Delivery, HubHandle};
+use crate::metrics::{Direction, Metrics};
 use crate::projects;
 use crate::registry::RegistryError;
 use crate::server::AppState;
@@ -56,9 +57,7 @@ pub async fn upgrade(
     let header_role = match auth::bearer(header(header::AUTHORIZATION)) {
         Some(token) => match state.tokens.session_role(token) {
             None => {
-                state
-                    .auth_failures
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                state.metrics.auth_failure("invalid_token");
                 return (StatusCode::UNAUTHORIZED, "invalid token\n").into_response();
             }
             Some(role) => Some(role),
@@ -105,10 +104,8 @@ async fn connection(
     };
     let hello = match hello {
         Ok(hello) => hello,
-        Err((id, error)) => {
-            state
-                .auth_failures
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Err((id, reason, error)) => {
+            state.metrics.auth_failure(reason);
             tracing::info!(%project, "client refused: {error}");
             let reply = frames::response(id.as_ref(), Some("hello"), Err(error.clone()));
             let _ = sink.send(text(reply)).await;
@@ -146,7 +143,7 @@ async fn connection(
     if let Some(frame) = hello.first_request {
         hub.request(client, frame).await;
     }
-    let writer = write_loop(sink, attached.feed);
+    let writer = write_loop(sink, attached.feed, state.metrics.clone());
     let reader = read_loop(stream, &hub, client, state.clone());
     tokio::select! {
         _ = writer => {}
@@ -156,13 +153,17 @@ async fn connection(
     tracing::debug!(%project, client, "client detached");
 }
 
+/// A refused hello: the id to answer, the metric reason, the message.
+type Refusal = (Option<Value>, &'static str, String);
+
 /// Waits for the first frame and authenticates.
 async fn read_hello(
     stream: &mut SplitStream<WebSocket>,
     state: &AppState,
     header_role: Option<Role>,
-) -> Result<Hello, (Option<Value>, String)> {
-    let first = tokio::time::timeout(state.hello_timeout, next_object(stream)).await;
+) -> Result<Hello, Refusal> {
+    let first =
+        tokio::time::timeout(state.hello_timeout, next_object(stream, &state.metrics)).await;
     let frame = match first {
         Err(_) => {
             return match header_role {
@@ -174,12 +175,19 @@ async fn read_hello(
                 }),
                 None => Err((
                     None,
+                    "hello_timeout",
                     format!("no hello within {} s", state.hello_timeout.as_secs()),
                 )),
             }
         }
-        Ok(None) => return Err((None, "the connection closed before the hello".into())),
-        Ok(Some(Err(error))) => return Err((None, error)),
+        Ok(None) => {
+            return Err((
+                None,
+                "not_hello",
+                "the connection closed before the hello".into(),
+            ))
+        }
+        Ok(Some(Err(error))) => return Err((None, "not_hello", error)),
         Ok(Some(Ok(frame))) => frame,
     };
     let id = frame.get("id").cloned();
@@ -193,25 +201,44 @@ async fn read_hello(
             }),
             None => Err((
                 id,
+                "not_hello",
                 "authentication required: the first message must be a hello with a token".into(),
             )),
         };
     }
     let role = match frame.get("token").and_then(Value::as_str) {
         Some(token) => match state.tokens.session_role(token) {
-            None => return Err((id, "authentication failed: invalid token".into())),
+            None => {
+                return Err((
+                    id,
+                    "invalid_token",
+                    "authentication failed: invalid token".into(),
+                ))
+            }
             Some(role) => role,
         },
         None => match header_role {
             Some(role) => role,
-            None => return Err((id, "authentication failed: the hello has no token".into())),
+            None => {
+                return Err((
+                    id,
+                    "missing_token",
+                    "authentication failed: the hello has no token".into(),
+                ))
+            }
         },
     };
     let resume_after = match frame.get("resume_after") {
         None | Some(Value::Null) => None,
         Some(value) => match value.as_u64() {
             Some(seq) => Some(seq),
-            None => return Err((id, "`resume_after` must be a non-negative integer".into())),
+            None => {
+                return Err((
+                    id,
+                    "not_hello",
+                    "`resume_after` must be a non-negative integer".into(),
+                ))
+            }
         },
     };
     Ok(Hello {
@@ -225,14 +252,23 @@ async fn read_hello(
 /// The next text frame as a JSON object; `None` when the socket ends.
 async fn next_object(
     stream: &mut SplitStream<WebSocket>,
+    metrics: &Metrics,
 ) -> Option<Result<Map<String, Value>, String>> {
     loop {
         match stream.next().await? {
-            Ok(Message::Text(text)) => return Some(parse(text.as_str())),
+            Ok(Message::Text(text)) => {
+                metrics.frame(Direction::ClientToGateway, text.len());
+                let parsed = parse(text.as_str());
+                if parsed.is_err() {
+                    metrics.invalid_frames.with_label_values(&["client"]).inc();
+                }
+                return Some(parsed);
+            }
             Ok(Message::Binary(_)) => {
+                metrics.invalid_frames.with_label_values(&["client"]).inc();
                 return Some(Err(
                     "binary frames are not supported; send JSON text frames".into(),
-                ))
+                ));
             }
             Ok(Message::Close(_)) | Err(_) => return None,
             Ok(Message::Ping(_)) | Ok(Message::Pong(_)) => continue,
@@ -255,11 +291,11 @@ async fn read_loop(
 ) {
     loop {
         let next = tokio::select! {
-            next = next_object(&mut stream) => next,
+            next = next_object(&mut stream, &state.metrics) => next,
             _ = state.shutdown.cancelled() => {
                 // The hub closes this client once its child has stopped;
                 // keep reading so the close handshake completes.
-                next_object(&mut stream).await
+                next_object(&mut stream, &state.metrics).await
             }
         };
         match next {
@@ -274,11 +310,16 @@ async fn read_loop(
 }
 
 /// Feed → socket, until the feed says close or the socket fails.
-async fn write_loop(mut sink: SplitSink<WebSocket, Message>, mut feed: crate::hub::ClientFeed) {
+async fn write_loop(
+    mut sink: SplitSink<WebSocket, Message>,
+    mut feed: crate::hub::ClientFeed,
+    metrics: Arc<Metrics>,
+) {
     loop {
         match feed.next().await {
             Delivery::Frames(frames) => {
                 for frame in frames {
+                    metrics.frame(Direction::GatewayToClient, frame.len());
                     if sink.feed(text(frame)).await.is_err() {
                         return;
                     }

@@ -31,6 +31,10 @@ pub struct GatewaySpawn {
     projects: Vec<String>,
     capture_log: bool,
     child_bin: Option<PathBuf>,
+    /// Shared projects root / state dir instead of fresh ones in the temp dir.
+    projects_root: Option<PathBuf>,
+    state_dir: Option<PathBuf>,
+    listen: String,
 }
 
 impl Default for GatewaySpawn {
@@ -42,6 +46,9 @@ impl Default for GatewaySpawn {
             projects: vec!["alpha".into(), "beta".into()],
             capture_log: false,
             child_bin: None,
+            projects_root: None,
+            state_dir: None,
+            listen: "127.0.0.1:0".into(),
         }
     }
 }
@@ -75,6 +82,26 @@ impl GatewaySpawn {
         self
     }
 
+    /// Uses `dir` as the projects root (the project dirs are still created
+    /// in it), e.g. one shared by several gateways.
+    pub fn projects_root(mut self, dir: PathBuf) -> Self {
+        self.projects_root = Some(dir);
+        self
+    }
+
+    /// Uses `dir` as the state dir (sessions go to `dir/sessions`), e.g.
+    /// one shared by several gateways.
+    pub fn state_dir(mut self, dir: PathBuf) -> Self {
+        self.state_dir = Some(dir);
+        self
+    }
+
+    /// Listens on `addr` instead of `127.0.0.1:0`.
+    pub fn listen(mut self, addr: impl Into<String>) -> Self {
+        self.listen = addr.into();
+        self
+    }
+
     /// Writes the gateway's stderr (debug level) to [`Gateway::log`].
     pub fn capture_log(mut self) -> Self {
         self.capture_log = true;
@@ -97,8 +124,14 @@ impl GatewaySpawn {
 
     pub async fn spawn(self) -> Gateway {
         let temp = tempfile::tempdir().expect("temp dir");
-        let root = temp.path().join("projects");
-        let state = temp.path().join("state");
+        let root = self
+            .projects_root
+            .clone()
+            .unwrap_or_else(|| temp.path().join("projects"));
+        let state = self
+            .state_dir
+            .clone()
+            .unwrap_or_else(|| temp.path().join("state"));
         for project in &self.projects {
             std::fs::create_dir_all(root.join(project)).expect("project dir");
         }
@@ -107,7 +140,7 @@ impl GatewaySpawn {
         let mut command = Command::new(workspace_bin("corral"));
         command
             .arg("serve")
-            .args(["--listen", "127.0.0.1:0", "--projects-root"])
+            .args(["--listen", &self.listen, "--projects-root"])
             .arg(&root)
             .arg("--state-dir")
             .arg(&state)
@@ -224,13 +257,23 @@ impl Gateway {
 
     /// `GET path` with an optional bearer token: (status, body).
     pub async fn http_get(&self, path: &str, token: Option<&str>) -> (u16, String) {
+        self.http("GET", path, token).await
+    }
+
+    /// `POST path` (empty body) with an optional bearer token.
+    pub async fn http_post(&self, path: &str, token: Option<&str>) -> (u16, String) {
+        self.http("POST", path, token).await
+    }
+
+    /// One HTTP/1.1 request: (status, body).
+    pub async fn http(&self, method: &str, path: &str, token: Option<&str>) -> (u16, String) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let mut stream = TcpStream::connect(self.addr).await.expect("connect");
         let auth = token
             .map(|t| format!("Authorization: Bearer {t}\r\n"))
             .unwrap_or_default();
         let request = format!(
-            "GET {path} HTTP/1.1\r\nHost: {}\r\n{auth}Connection: close\r\n\r\n",
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\n{auth}Content-Length: 0\r\nConnection: close\r\n\r\n",
             self.addr
         );
         stream.write_all(request.as_bytes()).await.expect("write");

@@ -149,7 +149,7 @@ async fn admin_listing_health_and_readiness() {
     assert_eq!(gateway.http_get("/healthz", None).await.0, 200);
     assert_eq!(gateway.http_get("/readyz", None).await.0, 200);
     assert_eq!(gateway.http_get("/v1/projects", None).await.0, 401);
-    assert_eq!(gateway.http_get("/v1/projects", Some(TOKEN)).await.0, 401);
+    assert_eq!(gateway.http_get("/v1/projects", Some(TOKEN)).await.0, 403);
     let mut ws = gateway.client("alpha").await;
     ws.request(json!({"id":"1","type":"ping"})).await;
     let (status, body) = gateway.http_get("/v1/projects", Some(ADMIN_TOKEN)).await;
@@ -191,4 +191,29 @@ async fn the_child_token_never_leaves_the_gateway() {
     assert!(!listing.contains(&token));
     assert!(!log.contains(&token));
     assert!(!log.contains(TOKEN), "client tokens are not logged either");
+}
+
+#[tokio::test]
+async fn json_logs_carry_the_project_and_pid() {
+    let gateway = GatewaySpawn::default()
+        .echo()
+        .capture_log()
+        .arg("--log-format")
+        .arg("json")
+        .spawn()
+        .await;
+    let mut ws = gateway.client("alpha").await;
+    ws.request(json!({"id":"1","type":"ping"})).await;
+    let log = std::fs::read_to_string(&gateway.log).unwrap();
+    let lines: Vec<Value> = log
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}")))
+        .collect();
+    assert!(!lines.is_empty());
+    let started = lines
+        .iter()
+        .find(|l| l["fields"]["message"] == "child started")
+        .expect("a child started line");
+    assert_eq!(started["fields"]["project"], "alpha");
+    assert!(started["fields"]["pid"].as_u64().is_some());
 }

@@ -24,6 +24,10 @@ async fn a_child_that_cannot_start_is_a_clear_hello_error() {
     assert_eq!(reply["success"], false, "{reply}");
     let error = reply["error"].as_str().unwrap();
     assert!(error.contains("failed to start"), "{error}");
+    assert!(
+        error.contains("no config"),
+        "the child's own reason is included: {error}"
+    );
     assert_eq!(ws.closed().await.map(|c| c.0), Some(1011));
 }
 

@@ -4,11 +4,20 @@
 //! every message boundary, so a process killed at any moment leaves every
 //! completed message on disk and at worst a torn last line, which loading
 //! ignores. Replaying the entries in order rebuilds the transcript.
+//!
+//! An open journal holds an exclusive `flock` on its file for as long as it
+//! lives (the kernel drops it when the process dies), so two agents never
+//! append to one journal: the second open fails with
+//! [`JournalError::InUse`]. This is what keeps two gateways sharing a state
+//! directory from running two children for one project.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Write};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 
 use crate::transcript::Message;
@@ -36,13 +45,30 @@ pub enum JournalError {
         line: usize,
         message: String,
     },
+    /// Another process holds the journal's lock.
+    #[error("session journal {path} is in use by another agent process{}", holder_suffix(*.holder))]
+    InUse {
+        path: PathBuf,
+        /// The holder's pid, when this host can tell (`/proc/locks`).
+        holder: Option<u32>,
+    },
+    /// The file system refused the lock itself (not a conflict).
+    #[error("session journal {path}: cannot lock it: {source}")]
+    Lock { path: PathBuf, source: io::Error },
+}
+
+fn holder_suffix(holder: Option<u32>) -> String {
+    holder
+        .map(|pid| format!(" (pid {pid})"))
+        .unwrap_or_default()
 }
 
 /// An open journal, positioned for appending.
 #[derive(Debug)]
 pub struct Journal {
     path: PathBuf,
-    file: File,
+    /// The file, locked exclusively until the journal is dropped.
+    file: Flock<File>,
 }
 
 impl Journal {
@@ -50,6 +76,8 @@ impl Journal {
     /// the transcript it describes. A torn final line is dropped (and cut
     /// off the file so the next append starts on a fresh line); a bad line
     /// anywhere else is an error, so a foreign file is never overwritten.
+    /// The lock is taken before anything is read, so the replay never sees
+    /// another writer's half-written line.
     pub fn open(path: &Path) -> Result<(Journal, Vec<Message>), JournalError> {
         let io_err = |source| JournalError::Io {
             path: path.to_path_buf(),
@@ -64,6 +92,7 @@ impl Journal {
             .create(true)
             .open(path)
             .map_err(io_err)?;
+        let file = lock(path, file)?;
         let (messages, good_len, total_len) = replay(path, &file)?;
         if good_len < total_len {
             tracing::warn!(path = %path.display(), dropped = total_len - good_len, "ignoring torn last journal line");
@@ -97,6 +126,69 @@ impl Journal {
     pub fn path(&self) -> &Path {
         &self.path
     }
+}
+
+/// Takes the exclusive lock without waiting.
+fn lock(path: &Path, file: File) -> Result<Flock<File>, JournalError> {
+    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(locked) => Ok(locked),
+        Err((file, Errno::EWOULDBLOCK)) => Err(JournalError::InUse {
+            path: path.to_path_buf(),
+            holder: lock_holder(&file),
+        }),
+        Err((_, errno)) => Err(JournalError::Lock {
+            path: path.to_path_buf(),
+            source: io::Error::from(errno),
+        }),
+    }
+}
+
+/// The pid holding an exclusive `flock` on `file`, from `/proc/locks`
+/// (Linux; absent when the holder is on another host or in another pid
+/// namespace).
+fn lock_holder(file: &File) -> Option<u32> {
+    let meta = file.metadata().ok()?;
+    let locks = std::fs::read_to_string("/proc/locks").ok()?;
+    let dev = meta.dev();
+    let id = FileId {
+        major: nix::sys::stat::major(dev),
+        minor: nix::sys::stat::minor(dev),
+        inode: meta.ino(),
+    };
+    holder_in(&locks, id)
+}
+
+/// Identifies a file the way `/proc/locks` prints it (`MAJ:MIN:INODE`,
+/// device numbers in hex).
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct FileId {
+    major: u64,
+    minor: u64,
+    inode: u64,
+}
+
+/// Finds the holder of a granted exclusive `FLOCK` on `id` in the text of
+/// `/proc/locks`. Lines of waiters (`->`) and pid 0 (not visible from this
+/// pid namespace) are skipped.
+fn holder_in(proc_locks: &str, id: FileId) -> Option<u32> {
+    proc_locks.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        // "N: FLOCK ADVISORY WRITE PID MAJ:MIN:INODE START END"
+        let [_, "FLOCK", _, "WRITE", pid, file, ..] = fields.as_slice() else {
+            return None;
+        };
+        let mut parts = file.split(':');
+        let major = u64::from_str_radix(parts.next()?, 16).ok()?;
+        let minor = u64::from_str_radix(parts.next()?, 16).ok()?;
+        let inode = parts.next()?.parse().ok()?;
+        let pid = pid.parse().ok().filter(|pid| *pid != 0)?;
+        (FileId {
+            major,
+            minor,
+            inode,
+        } == id)
+            .then_some(pid)
+    })
 }
 
 /// Rebuilds the transcript. Returns it with the byte length of the valid
@@ -188,6 +280,7 @@ mod tests {
                 message: msg("summary"),
             })
             .unwrap();
+        drop(journal);
         let (_, messages) = Journal::open(&path).unwrap();
         assert_eq!(
             messages.iter().map(Message::text).collect::<Vec<_>>(),
@@ -216,6 +309,7 @@ mod tests {
                 message: msg("next"),
             })
             .unwrap();
+        drop(journal);
         let (_, messages) = Journal::open(&path).unwrap();
         assert_eq!(
             messages.iter().map(Message::text).collect::<Vec<_>>(),
@@ -230,5 +324,66 @@ mod tests {
         std::fs::write(&path, "not json\n{\"kind\":\"clear\"}\n").unwrap();
         let err = Journal::open(&path).unwrap_err();
         assert!(err.to_string().contains("line 1"), "{err}");
+    }
+
+    #[test]
+    fn a_second_open_is_refused_while_the_first_is_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("session.jsonl");
+        let (mut first, _) = Journal::open(&path).unwrap();
+        first
+            .append(&Entry::Message {
+                message: msg("mine"),
+            })
+            .unwrap();
+
+        // A second open file description conflicts even in one process.
+        let err = Journal::open(&path).unwrap_err();
+        let JournalError::InUse { holder, .. } = &err else {
+            panic!("expected InUse, got {err:?}");
+        };
+        // Where /proc/locks is readable, it names this process.
+        if let Some(pid) = holder {
+            assert_eq!(*pid, std::process::id());
+        }
+        let text = err.to_string();
+        assert!(
+            text.contains("is in use by another agent process"),
+            "{text}"
+        );
+        assert!(text.contains("session.jsonl"), "{text}");
+
+        // The refused open left the journal alone; the holder still writes.
+        first
+            .append(&Entry::Message {
+                message: msg("still mine"),
+            })
+            .unwrap();
+        drop(first);
+        let (_, messages) = Journal::open(&path).unwrap();
+        assert_eq!(
+            messages.iter().map(Message::text).collect::<Vec<_>>(),
+            ["mine", "still mine"]
+        );
+    }
+
+    #[test]
+    fn holder_is_read_from_proc_locks() {
+        let id = FileId {
+            major: 0xfe,
+            minor: 1,
+            inode: 1941506,
+        };
+        let locks = "\
+1: POSIX  ADVISORY  WRITE 11 fe:01:1941506 0 EOF
+2: FLOCK  ADVISORY  READ 12 fe:01:1941506 0 EOF
+2: -> FLOCK  ADVISORY  WRITE 13 fe:01:1941506 0 EOF
+3: FLOCK  ADVISORY  WRITE 14 fe:00:1941506 0 EOF
+4: FLOCK  ADVISORY  WRITE 15 fe:01:1941506 0 EOF
+";
+        assert_eq!(holder_in(locks, id), Some(15));
+        assert_eq!(holder_in("", id), None);
+        let hidden = "1: FLOCK  ADVISORY  WRITE 0 fe:01:1941506 0 EOF\n";
+        assert_eq!(holder_in(hidden, id), None);
     }
 }

@@ -20,6 +20,17 @@ use crate::auth::Secret;
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+
+    /// Log format on stderr: human-readable text or one JSON object per line.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
 }
 
 /// Parsed once at startup, so the size difference between variants is moot.
@@ -55,6 +66,10 @@ pub struct ServeArgs {
     /// Address to listen on, e.g. 127.0.0.1:7000.
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<SocketAddr>,
+
+    /// Serve /metrics without a token on this separate address (for a scraper).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<SocketAddr>,
 
     /// Directory whose subdirectories are the projects.
     #[arg(long, value_name = "DIR")]

@@ -21,6 +21,7 @@ use crate::auth::Secret;
 #[serde(deny_unknown_fields)]
 pub struct FileConfig {
     pub listen: Option<String>,
+    pub metrics_listen: Option<String>,
     pub projects_root: Option<PathBuf>,
     pub state_dir: Option<PathBuf>,
     pub tokens: Option<TokenList>,

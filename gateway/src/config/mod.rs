@@ -6,6 +6,7 @@
 //! |---|---|---|
 //! | `--config FILE` | – | none |
 //! | `--listen ADDR` | `listen` | required |
+//! | `--metrics-listen ADDR` | `metrics_listen` | none: `/metrics` needs the admin token |
 //! | `--projects-root DIR` | `projects_root` | required; must be a directory |
 //! | `--state-dir DIR` | `state_dir` | `./corral-state` (created) |
 //! | `--token T`… / `--token-file F` | `tokens` / `token_file` | generated on loopback |
@@ -55,7 +56,7 @@ use std::time::Duration;
 
 pub use bytes::{format_bytes, parse_bytes, SizeError};
 pub use child::{ChildEnv, DEFAULT_CHILD_BIN};
-pub use cli::{AttachArgs, Cli, Command, ServeArgs};
+pub use cli::{AttachArgs, Cli, Command, LogFormat, ServeArgs};
 pub use duration::{format_duration, parse_duration, DurationError};
 pub use tokens::{read_token_file, MIN_TOKEN_CHARS};
 
@@ -68,6 +69,8 @@ pub struct Config {
     pub config_file: Option<PathBuf>,
     /// Address the HTTP/WebSocket server binds.
     pub listen: SocketAddr,
+    /// A second listener serving only `/metrics`, without a token.
+    pub metrics_listen: Option<SocketAddr>,
     /// Canonical directory whose direct subdirectories are the projects.
     pub projects_root: PathBuf,
     /// Canonical gateway state directory (created if missing).
@@ -77,6 +80,9 @@ pub struct Config {
     /// A client token made at startup because none was configured and the
     /// listener is loopback; the caller prints it once (`.expose()`).
     pub generated_token: Option<Secret>,
+    /// Likewise an admin token, when none was configured and the listener
+    /// is loopback (a public listener simply has no admin API then).
+    pub generated_admin_token: Option<Secret>,
     /// Normalized allowed browser origins (`scheme://host[:port]` or `*`);
     /// empty = same origin only. See [`auth::origin_allowed`].
     pub allowed_origins: Vec<String>,
@@ -232,6 +238,15 @@ pub fn load_with_env(
         }
     };
 
+    let metrics_listen = match (args.metrics_listen, &file.metrics_listen) {
+        (Some(addr), _) => Some(addr),
+        (None, Some(text)) => Some(text.trim().parse().map_err(|_| ConfigError::Invalid {
+            setting: "`metrics_listen` in the config file".into(),
+            reason: format!("{text:?} is not IP:PORT, e.g. 127.0.0.1:9100"),
+        })?),
+        (None, None) => None,
+    };
+
     let tokens = tokens::resolve(&args, &file, env)?;
     if tokens.client.is_empty() && !listen.ip().to_canonical().is_loopback() {
         return Err(ConfigError::NoClientToken { addr: listen });
@@ -357,14 +372,23 @@ pub fn load_with_env(
         tokens.client.push(token.clone());
         generated_token = Some(token);
     }
+    // Same for the admin token (dashboard, admin API), on loopback only.
+    let mut generated_admin_token = None;
+    if tokens.admin.is_empty() && listen.ip().to_canonical().is_loopback() {
+        let token = Secret::new(auth::random_token()?);
+        tokens.admin.push(token.clone());
+        generated_admin_token = Some(token);
+    }
 
     Ok(Config {
         config_file: args.config,
         listen,
+        metrics_listen,
         projects_root,
         state_dir,
         tokens,
         generated_token,
+        generated_admin_token,
         allowed_origins,
         shutdown_grace: dur(
             args.shutdown_grace,

@@ -5,6 +5,7 @@ use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant as StdInstant;
 use std::time::SystemTime;
 
 use bytes::Bytes;
@@ -17,8 +18,11 @@ use super::frames;
 use super::ids::{IdMap, Pending};
 use super::lifecycle::Running;
 use super::ring::{Frame, ReplayRing};
-use super::{AttachError, Attached, ChildState, HubCommand, HubSettings, HubStatus};
+use super::{
+    AttachError, Attached, ChildState, ClientInfo, HubCommand, HubSettings, HubStatus, LastExit,
+};
 use crate::auth::{self, Role};
+use crate::metrics::Direction;
 use crate::supervisor::backoff::CrashHistory;
 use crate::supervisor::ChildOutput;
 
@@ -26,6 +30,8 @@ use crate::supervisor::ChildOutput;
 pub(super) struct Client {
     pub role: Role,
     pub unicast: mpsc::Sender<Unicast>,
+    /// The client's delivery cursor, for its lag.
+    pub cursor: Arc<AtomicU64>,
 }
 
 /// An attach that waits for the child to become ready.
@@ -66,6 +72,17 @@ pub(super) struct Hub {
     pub idle_since: Option<Instant>,
     /// The child's hello data, given to clients on attach.
     pub hello: Map<String, Value>,
+    /// Since when a run is in flight.
+    pub busy_since: Option<SystemTime>,
+    /// Start instants of the runs in flight, oldest first.
+    pub runs: VecDeque<StdInstant>,
+    pub last_exit: Option<LastExit>,
+    /// The model in use (from the hello, then `set_model` answers).
+    pub model: Option<String>,
+    /// The latest cumulative usage reported by the child.
+    pub usage: Option<Value>,
+    /// Ids of admin aborts sent to the child.
+    pub aborts: u64,
 }
 
 impl Hub {
@@ -102,6 +119,12 @@ impl Hub {
             failed_until: None,
             idle_since: None,
             hello: Map::new(),
+            busy_since: None,
+            runs: VecDeque::new(),
+            last_exit: None,
+            model: None,
+            usage: None,
+            aborts: 0,
         }
     }
 
@@ -161,6 +184,7 @@ impl Hub {
                 output = next_output(&mut self.child) => self.child_output(output).await,
                 _ = sleep_until(restart_at.unwrap_or_else(far_future)), if restart_at.is_some() => {
                     self.restart_at = None;
+                    self.settings.metrics.child_restarts.inc();
                     self.start_child().await;
                 }
                 _ = sleep_until(failed_until.unwrap_or_else(far_future)), if failed_until.is_some() => {
@@ -235,15 +259,18 @@ impl Hub {
             }
             HubCommand::Request { client, frame } => self.request(client, frame).await,
             HubCommand::Reply { client, bytes } => self.unicast(client, bytes),
-            HubCommand::Restart => {
-                if self.state == ChildState::Failed {
-                    self.failed_until = None;
-                    self.crashes.reset();
-                    self.start_child().await;
-                } else if let Some(child) = &self.child {
-                    child
-                        .process
-                        .signal_group(nix::sys::signal::Signal::SIGKILL);
+            HubCommand::Restart => self.restart().await,
+            HubCommand::Abort => {
+                if let Some(child) = &self.child {
+                    self.aborts += 1;
+                    let line = format!(
+                        "{{\"id\":\"corral-abort-{}\",\"type\":\"abort\"}}\n",
+                        self.aborts
+                    );
+                    self.settings
+                        .metrics
+                        .frame(Direction::GatewayToChild, line.len());
+                    let _ = child.process.send(Bytes::from(line)).await;
                 }
             }
             HubCommand::Stop { .. } => {}
@@ -256,6 +283,15 @@ impl Hub {
         let (unicast, rx) = mpsc::channel(self.settings.outbox_frames.max(2));
         let (cursor, gap) = self.feed.start_cursor(waiting.resume_after);
         let last_seq = self.feed.last_seq();
+        let metrics = &self.settings.metrics;
+        if waiting.resume_after.is_some() {
+            metrics
+                .replayed_events
+                .inc_by(last_seq.saturating_sub(cursor));
+        }
+        if gap {
+            metrics.replay_gaps.inc();
+        }
         if let Some(id) = &waiting.hello {
             let data = self.hello_data(client, waiting.role, gap);
             let bytes = frames::response(id.as_ref(), Some("hello"), Ok(Some(data)));
@@ -270,14 +306,23 @@ impl Hub {
             child_hello: self.hello.clone(),
             last_seq,
             gap,
-            feed: ClientFeed::new(self.feed.clone(), cursor, rx),
+            feed: ClientFeed::new(
+                self.feed.clone(),
+                cursor,
+                rx,
+                self.settings.metrics.clone(),
+                self.settings.outbox_frames,
+            ),
         };
+        let shared_cursor = attached.feed.shared_cursor();
         if waiting.reply.send(Ok(attached)).is_ok() {
+            self.settings.metrics.client_connections.inc();
             self.clients.insert(
                 client,
                 Client {
                     role: waiting.role,
                     unicast,
+                    cursor: shared_cursor,
                 },
             );
             self.idle_since = None;
@@ -359,10 +404,14 @@ impl Hub {
             client,
             original: id,
             command,
+            sent: StdInstant::now(),
         });
         frame.insert("id".into(), Value::String(gateway_id));
         let mut line = frames::to_bytes(&Value::Object(frame)).to_vec();
         line.push(b'\n');
+        self.settings
+            .metrics
+            .frame(Direction::GatewayToChild, line.len());
         // A send to a dead child fails; its exit then fails the request.
         let _ = child.process.send(Bytes::from(line)).await;
         self.touch();
@@ -382,6 +431,11 @@ impl Hub {
         match output {
             Some(ChildOutput::Line(line)) => self.child_line(&line),
             Some(ChildOutput::Invalid(what)) => {
+                self.settings
+                    .metrics
+                    .invalid_frames
+                    .with_label_values(&["child"])
+                    .inc();
                 tracing::warn!(project = %self.project, "dropped a line from the agent: {what}");
             }
             Some(ChildOutput::Exited(exit)) => self.child_exited(exit).await,
@@ -399,7 +453,10 @@ impl Hub {
     /// Routes one line of the child: a response to its client, an event to
     /// everyone.
     pub(super) fn child_line(&mut self, line: &[u8]) {
+        let metrics = self.settings.metrics.clone();
+        metrics.frame(Direction::ChildToGateway, line.len());
         let Some(envelope) = frames::envelope(line) else {
+            metrics.invalid_frames.with_label_values(&["child"]).inc();
             tracing::warn!(project = %self.project, "dropped a non-object line from the agent");
             return;
         };
@@ -407,19 +464,42 @@ impl Hub {
             Some("response") => self.child_response(line, envelope.id),
             Some(kind) => {
                 if kind == "done" {
-                    self.busy = self.busy.saturating_sub(1);
-                    if self.busy == 0 && self.clients.is_empty() {
-                        self.idle_since = Some(Instant::now());
+                    self.run_done();
+                } else if kind == "usage" {
+                    if let Ok(usage) = serde_json::from_slice::<Value>(line) {
+                        metrics.usage(&usage);
+                        self.usage = usage.get("cumulative").cloned();
+                        self.publish();
                     }
-                    self.publish();
                 }
                 let seq = self.next_seq();
                 if let Some(bytes) = frames::stamp_seq(line, seq) {
                     self.feed.push(Frame { seq, bytes });
                 }
             }
-            None => tracing::warn!(project = %self.project, "dropped an agent line without `type`"),
+            None => {
+                metrics.invalid_frames.with_label_values(&["child"]).inc();
+                tracing::warn!(project = %self.project, "dropped an agent line without `type`");
+            }
         }
+    }
+
+    /// A run ended (`done`).
+    fn run_done(&mut self) {
+        self.busy = self.busy.saturating_sub(1);
+        if let Some(started) = self.runs.pop_front() {
+            self.settings
+                .metrics
+                .prompt_duration
+                .observe(started.elapsed().as_secs_f64());
+        }
+        if self.busy == 0 {
+            self.busy_since = None;
+            if self.clients.is_empty() {
+                self.idle_since = Some(Instant::now());
+            }
+        }
+        self.publish();
     }
 
     fn child_response(&mut self, line: &[u8], id: Option<Value>) {
@@ -441,12 +521,26 @@ impl Hub {
         let Ok(Value::Object(response)) = serde_json::from_slice::<Value>(line) else {
             return;
         };
-        let started = response.get("success") == Some(&Value::Bool(true))
-            && response.get("data").and_then(|d| d.get("started")) == Some(&Value::Bool(true));
+        self.settings
+            .metrics
+            .request_done(&pending.command, pending.sent.elapsed().as_secs_f64());
+        let success = response.get("success") == Some(&Value::Bool(true));
+        let data = response.get("data");
+        let started = success && data.and_then(|d| d.get("started")) == Some(&Value::Bool(true));
         if started && matches!(pending.command.as_str(), "prompt" | "compact") {
+            if self.busy == 0 {
+                self.busy_since = Some(SystemTime::now());
+            }
             self.busy += 1;
+            self.runs.push_back(StdInstant::now());
             self.idle_since = None;
             self.publish();
+        }
+        if success && pending.command == "set_model" {
+            if let Some(model) = data.and_then(|d| d.get("model")).and_then(Value::as_str) {
+                self.model = Some(model.to_string());
+                self.publish();
+            }
         }
         let bytes = frames::restore_id(response, pending.original);
         self.unicast(pending.client, bytes);
@@ -513,6 +607,8 @@ impl Hub {
             self.emit("done", json!({}));
             self.busy = 0;
         }
+        self.runs.clear();
+        self.busy_since = None;
     }
 
     /// Tells every client to close, and forgets them.
@@ -545,9 +641,23 @@ impl Hub {
         status.pid = self.child.as_ref().map(|c| c.process.pid());
         status.state = self.state;
         status.busy = self.busy > 0;
+        status.busy_since = self.busy_since;
         status.clients = self.clients.len();
+        status.client_list = self
+            .clients
+            .iter()
+            .map(|(id, c)| ClientInfo {
+                client: *id,
+                role: c.role,
+                cursor: c.cursor.clone(),
+            })
+            .collect();
         status.restarts = self.restarts;
         status.last_seq = self.feed.last_seq();
+        status.last_exit = self.last_exit.clone();
+        status.model = self.model.clone();
+        status.usage = self.usage.clone();
+        status.stderr_tail = self.child.as_ref().map(|c| c.process.stderr_tail());
     }
 }
 

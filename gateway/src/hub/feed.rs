@@ -8,12 +8,14 @@
 //! two sources merge back into the exact order the child produced.
 
 use std::collections::VecDeque;
-use std::sync::{Mutex, PoisonError};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
 use tokio::sync::{mpsc, watch};
 
 use super::ring::{Evicted, Frame, ReplayRing};
+use crate::metrics::Metrics;
 
 /// Events handed to a client writer per wake-up, at most.
 const BATCH: usize = 256;
@@ -114,34 +116,72 @@ pub enum Delivery {
 pub const CLOSE_LAGGED: u16 = 4000;
 
 /// One client's view of the feed.
-#[derive(Debug)]
 pub struct ClientFeed {
-    feed: std::sync::Arc<Feed>,
+    feed: Arc<Feed>,
     cursor: u64,
+    /// `cursor`, readable by the hub for the admin API's lag figure.
+    shared_cursor: Arc<AtomicU64>,
     changed: watch::Receiver<u64>,
     unicast: mpsc::Receiver<Unicast>,
     held: VecDeque<Unicast>,
+    metrics: Arc<Metrics>,
+    /// Events a client may lag before it counts as catching up from the
+    /// ring (its outbox size).
+    lag_limit: u64,
+    catching_up: bool,
+}
+
+impl std::fmt::Debug for ClientFeed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientFeed")
+            .field("cursor", &self.cursor)
+            .finish_non_exhaustive()
+    }
 }
 
 impl ClientFeed {
     pub fn new(
-        feed: std::sync::Arc<Feed>,
+        feed: Arc<Feed>,
         cursor: u64,
         unicast: mpsc::Receiver<Unicast>,
+        metrics: Arc<Metrics>,
+        lag_limit: usize,
     ) -> ClientFeed {
         let changed = feed.subscribe();
         ClientFeed {
             feed,
             cursor,
+            shared_cursor: Arc::new(AtomicU64::new(cursor)),
             changed,
             unicast,
             held: VecDeque::new(),
+            metrics,
+            lag_limit: u64::try_from(lag_limit).unwrap_or(u64::MAX),
+            catching_up: false,
         }
     }
 
     /// The `seq` of the last event delivered.
     pub fn cursor(&self) -> u64 {
         self.cursor
+    }
+
+    /// A live view of the cursor.
+    pub fn shared_cursor(&self) -> Arc<AtomicU64> {
+        self.shared_cursor.clone()
+    }
+
+    /// Publishes the cursor and counts the start of each catch-up episode
+    /// (the client lagging more than its outbox).
+    fn track_lag(&mut self) {
+        self.shared_cursor.store(self.cursor, Ordering::Relaxed);
+        let lag = self.feed.last_seq().saturating_sub(self.cursor);
+        if lag > self.lag_limit && !self.catching_up {
+            self.catching_up = true;
+            self.metrics.slow_client_catchups.inc();
+        } else if lag == 0 {
+            self.catching_up = false;
+        }
     }
 
     /// Waits for the next frames, in order. Ends with `Close` when the hub
@@ -155,6 +195,7 @@ impl ClientFeed {
             let events = match self.feed.after(self.cursor) {
                 Ok(events) => events,
                 Err(Evicted { first_retained }) => {
+                    self.metrics.slow_client_disconnects.inc();
                     return Delivery::Close {
                         code: CLOSE_LAGGED,
                         reason: format!(
@@ -162,7 +203,7 @@ impl ClientFeed {
                             self.cursor + 1,
                             first_retained
                         ),
-                    }
+                    };
                 }
             };
             let mut out = Vec::new();
@@ -177,6 +218,7 @@ impl ClientFeed {
                 return close_after(&mut self.held, out, close);
             }
             if !out.is_empty() {
+                self.track_lag();
                 return Delivery::Frames(out);
             }
             tokio::select! {
@@ -239,9 +281,11 @@ fn hub_gone() -> Delivery {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use super::*;
+
+    fn test_metrics() -> Arc<Metrics> {
+        Arc::new(Metrics::new().unwrap())
+    }
 
     fn push(feed: &Feed, seq: u64) {
         feed.push(Frame {
@@ -271,7 +315,7 @@ mod tests {
     async fn unicast_frames_interleave_in_child_order() {
         let feed = Arc::new(Feed::new(ReplayRing::new(100, 10_000, 0)));
         let (tx, rx) = mpsc::channel(8);
-        let mut client = ClientFeed::new(feed.clone(), 0, rx);
+        let mut client = ClientFeed::new(feed.clone(), 0, rx, test_metrics(), 2);
         // The child wrote: e1, response, e2, e3.
         push(&feed, 1);
         tx.send(uni(1, "r")).await.unwrap();
@@ -289,7 +333,7 @@ mod tests {
     async fn waits_for_new_events_and_closes_on_request() {
         let feed = Arc::new(Feed::new(ReplayRing::new(100, 10_000, 0)));
         let (tx, rx) = mpsc::channel(8);
-        let mut client = ClientFeed::new(feed.clone(), 0, rx);
+        let mut client = ClientFeed::new(feed.clone(), 0, rx, test_metrics(), 2);
         let pusher = {
             let feed = feed.clone();
             tokio::spawn(async move {
@@ -322,7 +366,8 @@ mod tests {
     async fn a_lagging_client_is_caught_up_then_dropped_once_evicted() {
         let feed = Arc::new(Feed::new(ReplayRing::new(4, 10_000, 0)));
         let (_tx, rx) = mpsc::channel(8);
-        let mut slow = ClientFeed::new(feed.clone(), 0, rx);
+        let metrics = test_metrics();
+        let mut slow = ClientFeed::new(feed.clone(), 0, rx, metrics.clone(), 2);
         for seq in 1..=4 {
             push(&feed, seq);
         }
@@ -338,6 +383,7 @@ mod tests {
             Delivery::Close { code, reason } => {
                 assert_eq!(code, CLOSE_LAGGED);
                 assert!(reason.contains("fell behind"), "{reason}");
+                assert_eq!(metrics.slow_client_disconnects.get(), 1);
             }
             other => panic!("expected a close, got {other:?}"),
         }
@@ -359,7 +405,7 @@ mod tests {
     async fn hub_gone_closes_the_client() {
         let feed = Arc::new(Feed::new(ReplayRing::new(4, 10_000, 0)));
         let (tx, rx) = mpsc::channel(8);
-        let mut client = ClientFeed::new(feed, 0, rx);
+        let mut client = ClientFeed::new(feed, 0, rx, test_metrics(), 2);
         drop(tx);
         assert!(matches!(
             client.next().await,

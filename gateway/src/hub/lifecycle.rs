@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::actor::Hub;
-use super::{AttachError, ChildState, StopReason};
+use super::{AttachError, ChildState, LastExit, StopReason};
 use crate::supervisor::backoff::{self, Decision};
 use crate::supervisor::handshake;
 use crate::supervisor::{ChildOutput, ChildProcess, ExitInfo, SpawnSpec};
@@ -84,9 +84,19 @@ impl Hub {
     async fn spawn_and_hello(&mut self) -> Result<Running, String> {
         let token = handshake::random_token();
         let spec = self.spawn_spec(&token);
+        let started = std::time::Instant::now();
         let (process, mut output) = ChildProcess::spawn(spec).map_err(|e| e.to_string())?;
+        self.settings.metrics.child_spawns.inc();
         match handshake::hello(&process, &mut output, &token, self.settings.ready_timeout).await {
             Ok(data) => {
+                self.settings
+                    .metrics
+                    .child_spawn_seconds
+                    .observe(started.elapsed().as_secs_f64());
+                self.model = data
+                    .get("model")
+                    .and_then(Value::as_str)
+                    .map(str::to_string);
                 self.hello = data;
                 Ok(Running {
                     process,
@@ -100,7 +110,10 @@ impl Hub {
             Err(error) => {
                 process.signal_group(Signal::SIGKILL);
                 process.wait().await;
-                Err(error.to_string())
+                Err(match last_stderr_line(&process).await {
+                    Some(line) => format!("{error}: {line}"),
+                    None => error.to_string(),
+                })
             }
         }
     }
@@ -134,6 +147,17 @@ impl Hub {
     pub(super) async fn child_exited(&mut self, exit: ExitInfo) {
         let hung = self.child.take().is_some_and(|c| c.hung);
         let reason = if hung { "hung" } else { "crashed" };
+        let metric = match (hung, exit.code) {
+            (true, _) => "health",
+            (false, Some(0)) => "normal",
+            (false, _) => "crash",
+        };
+        self.settings.metrics.child_exit(metric);
+        self.last_exit = Some(LastExit {
+            code: exit.code,
+            signal: exit.signal,
+            reason: reason.to_string(),
+        });
         tracing::warn!(project = %self.project, code = ?exit.code, signal = ?exit.signal, reason, "agent exited");
         let restarting = self.after_crash(reason);
         self.emit(
@@ -169,12 +193,46 @@ impl Hub {
                 true
             }
             Decision::Failed { until } => {
+                self.settings.metrics.crash_loops.inc();
                 self.failed_until = Some(Instant::from_std(until));
                 self.set_state(ChildState::Failed);
                 tracing::error!(project = %self.project, reason, "agent is crash-looping; not restarting until the cool-down ends");
                 false
             }
         }
+    }
+
+    /// Admin restart: a graceful stop and a fresh start (or, after a crash
+    /// loop, a start with a clean crash history). Clients stay attached.
+    pub(super) async fn restart(&mut self) {
+        self.failed_until = None;
+        self.restart_at = None;
+        self.crashes.reset();
+        if let Some(running) = self.child.take() {
+            self.set_state(ChildState::Stopping);
+            let exit = running.process.stop(self.settings.stop_grace).await;
+            let mut output = running.output;
+            while let Ok(item) = output.try_recv() {
+                if let ChildOutput::Line(line) = item {
+                    self.child_line(&line);
+                }
+            }
+            self.settings.metrics.child_exit("admin");
+            self.last_exit = Some(LastExit {
+                code: exit.code,
+                signal: exit.signal,
+                reason: "restart".into(),
+            });
+            self.emit(
+                "child_exited",
+                json!({"code": exit.code, "signal": exit.signal, "reason": "restart", "restarting": true}),
+            );
+            self.end_runs("the agent was restarted by an administrator");
+            self.fail_pending("the agent was restarted by an administrator");
+        }
+        self.restarts += 1;
+        self.settings.metrics.child_restarts.inc();
+        self.start_child().await;
     }
 
     /// Sends a health ping when none is outstanding.
@@ -192,6 +250,9 @@ impl Hub {
         child.pings += 1;
         let id = format!("corral-ping-{}", child.pings);
         let line = format!("{{\"id\":\"{id}\",\"type\":\"ping\"}}\n");
+        self.settings
+            .metrics
+            .frame(crate::metrics::Direction::GatewayToChild, line.len());
         child.ping_id = Some(id);
         child.ping_deadline = Some(Instant::now() + timeout);
         let _ = child.process.send(Bytes::from(line)).await;
@@ -220,6 +281,18 @@ impl Hub {
                 }
             }
             tracing::info!(project = %self.project, reason = reason.as_str(), code = ?exit.code, signal = ?exit.signal, "agent stopped");
+            let metric = match reason {
+                _ if exit.signal == Some(Signal::SIGKILL as i32) => "killed",
+                StopReason::Idle | StopReason::Evicted => "idle",
+                StopReason::Admin => "admin",
+                StopReason::Shutdown => "shutdown",
+            };
+            self.settings.metrics.child_exit(metric);
+            self.last_exit = Some(LastExit {
+                code: exit.code,
+                signal: exit.signal,
+                reason: reason.as_str().to_string(),
+            });
             self.emit(
                 "child_exited",
                 json!({"code": exit.code, "signal": exit.signal, "reason": reason.as_str(), "restarting": false}),
@@ -232,9 +305,27 @@ impl Hub {
             StopReason::Admin => (1001, "the agent was stopped by an administrator"),
             StopReason::Idle | StopReason::Evicted => (1001, "the agent was stopped"),
         };
-        self.close_clients(code, message);
         self.set_state(ChildState::Exited);
+        self.close_clients(code, message);
     }
+}
+
+/// The child's last stderr line (its own account of why it failed). The
+/// stderr reader may trail the exit by a moment, so wait briefly for it.
+async fn last_stderr_line(process: &ChildProcess) -> Option<String> {
+    let tail = process.stderr_tail();
+    for _ in 0..20 {
+        let last = tail
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .back()
+            .cloned();
+        if last.is_some() {
+            return last;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    None
 }
 
 fn describe(exit: ExitInfo) -> String {

@@ -16,7 +16,7 @@ pub mod ring;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
@@ -25,7 +25,9 @@ use serde_json::{Map, Value};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::auth::Role;
+use crate::metrics::Metrics;
 use crate::supervisor::backoff::RestartPolicy;
+use crate::supervisor::StderrTail;
 pub use feed::{ClientFeed, Delivery, Unicast, CLOSE_LAGGED};
 
 /// Commands a hub may have waiting before senders are slowed down.
@@ -54,6 +56,7 @@ pub struct HubSettings {
     /// `None`: never reap idle children.
     pub idle_timeout: Option<Duration>,
     pub restart: RestartPolicy,
+    pub metrics: Arc<Metrics>,
 }
 
 /// What a connection asks of a hub.
@@ -83,8 +86,11 @@ pub enum HubCommand {
         reason: StopReason,
         done: oneshot::Sender<()>,
     },
-    /// Clear a crash-loop `failed` state and start again (admin).
+    /// Restart the child gracefully, or start it again after a crash loop
+    /// (admin).
     Restart,
+    /// Abort the run in flight, if any (admin).
+    Abort,
 }
 
 /// Why a hub stops its child on purpose.
@@ -145,21 +151,50 @@ pub enum ChildState {
     Exited,
 }
 
-/// A snapshot for the admin API.
+/// How the previous child ended.
 #[derive(Debug, Clone, Serialize)]
+pub struct LastExit {
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+    pub reason: String,
+}
+
+/// An attached client, as the admin API lists it.
+#[derive(Debug, Clone)]
+pub struct ClientInfo {
+    pub client: u64,
+    pub role: Role,
+    /// The last `seq` delivered to it.
+    pub cursor: Arc<AtomicU64>,
+}
+
+impl ClientInfo {
+    /// Events the client has not been sent yet.
+    pub fn lag(&self, last_seq: u64) -> u64 {
+        last_seq.saturating_sub(self.cursor.load(Ordering::Relaxed))
+    }
+}
+
+/// A snapshot for the admin API.
+#[derive(Debug, Clone)]
 pub struct HubStatus {
     pub project: String,
     pub pid: Option<u32>,
     pub state: ChildState,
     pub busy: bool,
+    pub busy_since: Option<SystemTime>,
     pub clients: usize,
+    pub client_list: Vec<ClientInfo>,
     pub restarts: u32,
     /// When the current child became ready.
-    #[serde(skip)]
     pub ready_since: Option<SystemTime>,
-    #[serde(skip)]
     pub last_activity: SystemTime,
     pub last_seq: u64,
+    pub last_exit: Option<LastExit>,
+    pub model: Option<String>,
+    /// The latest cumulative usage the child reported.
+    pub usage: Option<Value>,
+    pub stderr_tail: Option<StderrTail>,
 }
 
 /// The connection-side handle of a hub.
@@ -185,11 +220,17 @@ impl HubHandle {
             pid: None,
             state: ChildState::Starting,
             busy: false,
+            busy_since: None,
             clients: 0,
+            client_list: Vec::new(),
             restarts: 0,
             ready_since: None,
             last_activity: SystemTime::now(),
             last_seq: 0,
+            last_exit: None,
+            model: None,
+            usage: None,
+            stderr_tail: None,
         }));
         let hub = actor::Hub::new(project.clone(), dir, settings, seq, status.clone());
         tokio::spawn(hub.run(rx));
@@ -253,6 +294,10 @@ impl HubHandle {
 
     pub async fn restart(&self) {
         let _ = self.commands.send(HubCommand::Restart).await;
+    }
+
+    pub async fn abort(&self) {
+        let _ = self.commands.send(HubCommand::Abort).await;
     }
 
     /// Whether the hub task has ended.

@@ -20,6 +20,7 @@ mod sys;
 pub use backoff::{CrashHistory, Decision, InvalidPolicy, RestartPolicy};
 pub use env::{child_env, DEFAULT_ALLOWED, TOKEN_VAR};
 pub use handshake::{hello, random_token, HandshakeError, HELLO_ID};
+pub use pipes::{StderrTail, STDERR_TAIL_LINES};
 pub use process::{ChildGone, ChildOutput, ChildProcess, ExitInfo, SpawnError, SpawnSpec};
 
 #[cfg(test)]

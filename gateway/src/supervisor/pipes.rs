@@ -71,14 +71,30 @@ pub(super) async fn read_stdout(
     }
 }
 
-/// Logs every stderr line at info level (target `corral::child`).
-pub(super) async fn log_stderr(stderr: ChildStderr, tag: ChildTag) {
+/// Lines of a child's stderr kept for the admin API.
+pub const STDERR_TAIL_LINES: usize = 50;
+
+/// The last [`STDERR_TAIL_LINES`] stderr lines of a child.
+pub type StderrTail = std::sync::Arc<std::sync::Mutex<std::collections::VecDeque<String>>>;
+
+/// Logs every stderr line at info level (target `corral::child`) and keeps
+/// the last ones in `tail`.
+pub(super) async fn log_stderr(stderr: ChildStderr, tag: ChildTag, tail: StderrTail) {
     let mut reader = BufReader::new(stderr);
     loop {
         match read_capped_line(&mut reader, STDERR_LINE_CAP).await {
             Ok(Some((line, truncated))) => {
                 let text = String::from_utf8_lossy(&line);
                 let text = text.trim_end_matches('\r');
+                if !text.trim().is_empty() {
+                    let mut tail = tail
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    if tail.len() == STDERR_TAIL_LINES {
+                        tail.pop_front();
+                    }
+                    tail.push_back(text.to_string());
+                }
                 if truncated {
                     tracing::info!(target: "corral::child", project = %tag.project, pid = tag.pid, truncated = true, "{text}…");
                 } else if !text.trim().is_empty() {

@@ -139,6 +139,8 @@ pub struct ChildProcess {
     stdin: Mutex<Option<mpsc::Sender<Bytes>>>,
     /// `Some` once the child was reaped and its group killed.
     exit: watch::Receiver<Option<ExitInfo>>,
+    /// The last lines the child wrote to stderr.
+    stderr_tail: pipes::StderrTail,
 }
 
 impl ChildProcess {
@@ -198,7 +200,8 @@ impl ChildProcess {
                 _ = exited.wait_for(Option::is_some) => {}
             }
         });
-        tokio::spawn(pipes::log_stderr(stderr, tag.clone()));
+        let stderr_tail = pipes::StderrTail::default();
+        tokio::spawn(pipes::log_stderr(stderr, tag.clone(), stderr_tail.clone()));
         let stdout_task = tokio::spawn(pipes::read_stdout(
             stdout,
             spec.max_line,
@@ -212,11 +215,17 @@ impl ChildProcess {
             project: spec.project,
             stdin: Mutex::new(Some(in_tx)),
             exit: exit_rx,
+            stderr_tail,
         };
         Ok((process, out_rx))
     }
 
     /// The child's pid (also its process-group id).
+    /// The last lines of the child's stderr, shared (they keep updating).
+    pub fn stderr_tail(&self) -> pipes::StderrTail {
+        self.stderr_tail.clone()
+    }
+
     pub fn pid(&self) -> u32 {
         self.pid
     }

@@ -1,0 +1,300 @@
+//! The admin API (admin token as `Authorization: Bearer`, JSON):
+//! - `GET /v1/projects` — every running project: state, pid, uptime,
+//!   restarts, last exit, busy and since when, clients, model, cumulative
+//!   usage and cost, resident memory and CPU.
+//! - `GET /v1/projects/{project}` — the same for one project, plus each
+//!   client's role and lag and the last lines of the child's stderr.
+//! - `POST /v1/projects/{project}/restart|stop|abort` — 202 when sent.
+//! - `GET /v1/stats` — gateway-wide counters for the dashboard.
+//! - `GET /metrics` — Prometheus text (unless `--metrics-listen` serves it
+//!   elsewhere without a token).
+//! - `GET /v1/openapi.json` — an OpenAPI description of these endpoints.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::{json, Value};
+
+use crate::hub::{ChildState, HubHandle, HubStatus, StopReason};
+use crate::metrics::{Direction, Metrics, CHILD_STATES, TOKEN_KINDS};
+use crate::procfs;
+use crate::server::{admin_refusal, AppState};
+
+const OPENAPI: &str = include_str!("openapi.json");
+
+pub fn router() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/v1/projects", get(list))
+        .route("/v1/projects/{project}", get(detail))
+        .route("/v1/projects/{project}/restart", post(restart))
+        .route("/v1/projects/{project}/stop", post(stop))
+        .route("/v1/projects/{project}/abort", post(abort))
+        .route("/v1/stats", get(stats))
+        .route("/v1/openapi.json", get(openapi))
+}
+
+/// `GET /metrics` on the main listener (admin token required).
+pub async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    if let Some(refused) = admin_refusal(&state, &headers) {
+        return refused;
+    }
+    metrics_text(&state)
+}
+
+/// The Prometheus exposition, with the scrape-time gauges refreshed.
+pub fn metrics_text(state: &AppState) -> Response {
+    refresh_gauges(state);
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        state.metrics.render(),
+    )
+        .into_response()
+}
+
+/// The dashboard's state label of a child.
+fn state_label(status: &HubStatus) -> Option<&'static str> {
+    match status.state {
+        ChildState::Starting => Some("starting"),
+        ChildState::Ready if status.busy => Some("busy"),
+        ChildState::Ready => Some("idle"),
+        ChildState::Stopping => Some("stopping"),
+        ChildState::Backoff => Some("backoff"),
+        ChildState::Failed => Some("failed"),
+        ChildState::Exited => None,
+    }
+}
+
+/// Sets the gauges that describe the current children.
+fn refresh_gauges(state: &AppState) {
+    let metrics: &Metrics = &state.metrics;
+    let statuses = state.registry.list();
+    for label in CHILD_STATES {
+        let count = statuses
+            .iter()
+            .filter(|s| state_label(s) == Some(label))
+            .count();
+        metrics
+            .children
+            .with_label_values(&[label])
+            .set(count as i64);
+    }
+    metrics
+        .clients
+        .set(statuses.iter().map(|s| s.clients as i64).sum());
+    let pids: Vec<u32> = statuses.iter().filter_map(|s| s.pid).collect();
+    let rss: u64 = pids
+        .iter()
+        .filter_map(|pid| procfs::resident_bytes(*pid))
+        .sum();
+    metrics
+        .child_resident_bytes
+        .set(i64::try_from(rss).unwrap_or(i64::MAX));
+    let cpu = procfs::reaped_children_cpu_seconds()
+        + pids
+            .iter()
+            .filter_map(|pid| procfs::cpu_seconds(*pid))
+            .sum::<f64>();
+    let delta = cpu - metrics.child_cpu_seconds.get();
+    if delta > 0.0 {
+        metrics.child_cpu_seconds.inc_by(delta);
+    }
+}
+
+fn project_json(status: &HubStatus, detailed: bool) -> Value {
+    let now = SystemTime::now();
+    let secs_since = |t: Option<SystemTime>| {
+        t.and_then(|t| now.duration_since(t).ok())
+            .map(|d| d.as_secs())
+    };
+    let cost = status
+        .usage
+        .as_ref()
+        .and_then(|u| u.get("cost_usd"))
+        .and_then(Value::as_f64)
+        .unwrap_or(0.0);
+    let mut out = json!({
+        "project": status.project,
+        "pid": status.pid,
+        "state": status.state,
+        "busy": status.busy,
+        "busy_since_secs": secs_since(status.busy_since),
+        "clients": status.clients,
+        "restarts": status.restarts,
+        "uptime_secs": status.pid.and(secs_since(status.ready_since)),
+        "last_exit": status.last_exit,
+        "model": status.model,
+        "usage": status.usage,
+        "cost_usd": cost,
+        "rss_bytes": status.pid.and_then(procfs::resident_bytes),
+        "cpu_seconds": status.pid.and_then(procfs::cpu_seconds),
+        "last_seq": status.last_seq,
+    });
+    if detailed {
+        let clients: Vec<Value> = status
+            .client_list
+            .iter()
+            .map(|c| json!({"client_id": c.client.to_string(), "role": c.role, "lag": c.lag(status.last_seq)}))
+            .collect();
+        let tail: Vec<String> = status
+            .stderr_tail
+            .as_ref()
+            .map(|t| {
+                t.lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .iter()
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
+        out["clients_detail"] = json!(clients);
+        out["stderr_tail"] = json!(tail);
+    }
+    out
+}
+
+async fn list(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    if let Some(refused) = admin_refusal(&state, &headers) {
+        return refused;
+    }
+    let projects: Vec<Value> = state
+        .registry
+        .list()
+        .iter()
+        .map(|s| project_json(s, false))
+        .collect();
+    Json(json!({ "projects": projects })).into_response()
+}
+
+fn not_running(project: &str) -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        Json(json!({"error": format!("project {project:?} has no running agent")})),
+    )
+        .into_response()
+}
+
+/// The running hub of `project`, or the response to send instead.
+fn hub(state: &AppState, headers: &HeaderMap, project: &str) -> Result<HubHandle, Box<Response>> {
+    if let Some(refused) = admin_refusal(state, headers) {
+        return Err(Box::new(refused));
+    }
+    state
+        .registry
+        .get(project)
+        .ok_or_else(|| Box::new(not_running(project)))
+}
+
+async fn detail(
+    State(state): State<Arc<AppState>>,
+    Path(project): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    match hub(&state, &headers, &project) {
+        Ok(hub) => Json(project_json(&hub.status(), true)).into_response(),
+        Err(response) => *response,
+    }
+}
+
+fn accepted(action: &str, project: &str) -> Response {
+    tracing::info!(%project, action, "admin action");
+    (StatusCode::ACCEPTED, Json(json!({"ok": true}))).into_response()
+}
+
+async fn restart(
+    State(state): State<Arc<AppState>>,
+    Path(project): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    match hub(&state, &headers, &project) {
+        Ok(hub) => {
+            hub.restart().await;
+            accepted("restart", &project)
+        }
+        Err(response) => *response,
+    }
+}
+
+async fn stop(
+    State(state): State<Arc<AppState>>,
+    Path(project): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    match hub(&state, &headers, &project) {
+        Ok(hub) => {
+            // The stop is graceful and may take the stop grace; answer now.
+            tokio::spawn(async move { hub.stop(StopReason::Admin).await });
+            accepted("stop", &project)
+        }
+        Err(response) => *response,
+    }
+}
+
+async fn abort(
+    State(state): State<Arc<AppState>>,
+    Path(project): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    match hub(&state, &headers, &project) {
+        Ok(hub) => {
+            hub.abort().await;
+            accepted("abort", &project)
+        }
+        Err(response) => *response,
+    }
+}
+
+async fn stats(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    if let Some(refused) = admin_refusal(&state, &headers) {
+        return refused;
+    }
+    refresh_gauges(&state);
+    let metrics = &state.metrics;
+    let mut children = serde_json::Map::new();
+    for label in CHILD_STATES {
+        children.insert(
+            label.into(),
+            json!(metrics.children.with_label_values(&[label]).get()),
+        );
+    }
+    let mut frames = serde_json::Map::new();
+    let mut bytes = serde_json::Map::new();
+    for direction in Direction::ALL {
+        frames.insert(
+            direction.as_str().into(),
+            json!(Metrics::counter_value(&metrics.frames, direction.as_str())),
+        );
+        bytes.insert(
+            direction.as_str().into(),
+            json!(Metrics::counter_value(&metrics.bytes, direction.as_str())),
+        );
+    }
+    let mut tokens = serde_json::Map::new();
+    for kind in TOKEN_KINDS {
+        tokens.insert(
+            kind.into(),
+            json!(Metrics::counter_value(&metrics.tokens, kind)),
+        );
+    }
+    Json(json!({
+        "uptime_secs": state.started.elapsed().as_secs(),
+        "children": children,
+        "clients": metrics.clients.get(),
+        "frames_total": frames,
+        "bytes_total": bytes,
+        "tokens_total": tokens,
+        "cost_usd_total": metrics.cost_usd.get(),
+    }))
+    .into_response()
+}
+
+async fn openapi() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
+}

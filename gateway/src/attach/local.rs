@@ -1,0 +1,158 @@
+//! What `corral attach` answers itself instead of forwarding, and how a
+//! frame becomes a stdout line. A `hello` from the tool is answered with the
+//! gateway's hello data (the session is already authenticated); a line that
+//! is not a JSON object gets an error response, as the agent would send.
+//! Pure logic, no I/O.
+
+use corral_protocol::ndjson::{encode_line, escape_line_separators, parse_object, FrameError};
+use serde_json::{json, Map, Value};
+
+/// One stdin line, sorted.
+#[derive(Debug, PartialEq)]
+pub enum StdinFrame {
+    /// Send `text` (the line as the tool wrote it) as one text frame;
+    /// `frame` is its parsed form, for in-flight tracking.
+    Forward {
+        text: String,
+        frame: Map<String, Value>,
+    },
+    /// Write this line to stdout; nothing goes to the gateway.
+    Answer(Vec<u8>),
+}
+
+/// Sorts one line read from stdin (or the framing error it produced).
+/// `hello` is the `data` of the gateway's hello response.
+pub fn classify(line: Result<Vec<u8>, FrameError>, hello: &Value) -> StdinFrame {
+    let parsed = line.and_then(|line| {
+        let frame = parse_object(&line)?;
+        Ok((line, frame))
+    });
+    let (line, frame) = match parsed {
+        Ok(parsed) => parsed,
+        Err(error) => return StdinFrame::Answer(response(None, None, Err(error.to_string()))),
+    };
+    if frame.get("type").and_then(Value::as_str) == Some("hello") {
+        let answer = response(frame.get("id"), Some("hello"), Ok(hello));
+        return StdinFrame::Answer(answer);
+    }
+    // `parse_object` accepted the line, so it is UTF-8; re-encoding is only
+    // a fallback that keeps this free of panics.
+    let text = String::from_utf8(line).unwrap_or_else(|_| Value::Object(frame.clone()).to_string());
+    StdinFrame::Forward { text, frame }
+}
+
+/// A `response` line made up locally, with the tool's `id` echoed as given.
+pub fn response(
+    id: Option<&Value>,
+    command: Option<&str>,
+    result: Result<&Value, String>,
+) -> Vec<u8> {
+    let mut map = Map::new();
+    map.insert("type".into(), json!("response"));
+    if let Some(id) = id.filter(|id| !id.is_null()) {
+        map.insert("id".into(), id.clone());
+    }
+    if let Some(command) = command {
+        map.insert("command".into(), json!(command));
+    }
+    match result {
+        Ok(data) => {
+            map.insert("success".into(), json!(true));
+            map.insert("data".into(), data.clone());
+        }
+        Err(error) => {
+            map.insert("success".into(), json!(false));
+            map.insert("error".into(), json!(error));
+        }
+    }
+    encode_line(&Value::Object(map)).unwrap_or_else(|_| {
+        br#"{"type":"response","success":false,"error":"cannot encode a response"}"#
+            .iter()
+            .chain(b"\n")
+            .copied()
+            .collect()
+    })
+}
+
+/// One frame from the gateway as one stdout line (with its LF), U+2028 and
+/// U+2029 escaped. A frame spread over several lines (pretty-printed JSON)
+/// is re-encoded from `parsed`; `None` when there is nothing to write.
+pub fn frame_line(text: &str, parsed: Option<&Value>) -> Option<Vec<u8>> {
+    let text = text.trim_end_matches(['\r', '\n']);
+    if text.trim().is_empty() {
+        return None;
+    }
+    let mut line = if text.contains('\n') {
+        serde_json::to_vec(parsed?).ok()?
+    } else {
+        text.as_bytes().to_vec()
+    };
+    escape_line_separators(&mut line);
+    line.push(b'\n');
+    Some(line)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(frame: StdinFrame) -> Value {
+        match frame {
+            StdinFrame::Answer(line) => {
+                assert_eq!(line.last(), Some(&b'\n'));
+                serde_json::from_slice(&line).unwrap()
+            }
+            other => panic!("expected a local answer, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn requests_are_forwarded_byte_for_byte() {
+        let line = br#"{"id":"1", "type":"prompt","message":"a\u2028b"}"#.to_vec();
+        match classify(Ok(line.clone()), &json!({})) {
+            StdinFrame::Forward { text, frame } => {
+                assert_eq!(text.as_bytes(), line.as_slice());
+                assert_eq!(frame["type"], "prompt");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn hello_is_answered_with_the_gateway_data() {
+        let data = json!({"protocol_version": 1, "gateway": {"project": "p"}});
+        let line = br#"{"id":7,"type":"hello","token":"local-secret"}"#.to_vec();
+        let reply = answer(classify(Ok(line), &data));
+        assert_eq!(
+            reply,
+            json!({"type":"response","id":7,"command":"hello","success":true,"data":data})
+        );
+    }
+
+    #[test]
+    fn bad_lines_get_an_error_without_id() {
+        for line in [&b"{nope"[..], b"[1,2]", b"\"text\""] {
+            let reply = answer(classify(Ok(line.to_vec()), &json!({})));
+            assert_eq!(reply["success"], false, "{reply}");
+            assert!(reply.get("id").is_none() && reply.get("command").is_none());
+            assert!(reply["error"].as_str().unwrap().len() > 5);
+        }
+        let too_long = Err(FrameError::TooLong { limit: 10 });
+        let reply = answer(classify(too_long, &json!({})));
+        assert!(reply["error"].as_str().unwrap().contains("maximum length"));
+    }
+
+    #[test]
+    fn frames_become_single_escaped_lines() {
+        let line = frame_line("{\"d\":\"a\u{2028}b\"}\n", None).unwrap();
+        assert_eq!(line, b"{\"d\":\"a\\u2028b\"}\n");
+        let pretty = "{\n  \"type\": \"done\"\n}";
+        let parsed: Value = serde_json::from_str(pretty).unwrap();
+        assert_eq!(
+            frame_line(pretty, Some(&parsed)).unwrap(),
+            b"{\"type\":\"done\"}\n"
+        );
+        assert_eq!(frame_line(pretty, None), None);
+        assert_eq!(frame_line(" \r\n", None), None);
+    }
+}

@@ -1,0 +1,302 @@
+//! Prometheus metrics, all prefixed `corral_`, in one registry (plus the
+//! `process_*` metrics of the gateway itself).
+//!
+//! Counters and histograms are updated where things happen (connections,
+//! hubs, the supervisor). Gauges that describe the current set of children
+//! (`children{state}`, `clients`, `child_resident_bytes`) and the children's
+//! CPU counter are computed from the registry when `/metrics` is scraped.
+//! Label values come from small fixed sets only.
+
+use prometheus::core::Collector;
+use prometheus::{
+    Counter, Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
+};
+
+/// Which hop a frame crossed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    ClientToGateway,
+    GatewayToChild,
+    ChildToGateway,
+    GatewayToClient,
+}
+
+impl Direction {
+    pub const ALL: [Direction; 4] = [
+        Direction::ClientToGateway,
+        Direction::GatewayToChild,
+        Direction::ChildToGateway,
+        Direction::GatewayToClient,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Direction::ClientToGateway => "client_to_gateway",
+            Direction::GatewayToChild => "gateway_to_child",
+            Direction::ChildToGateway => "child_to_gateway",
+            Direction::GatewayToClient => "gateway_to_client",
+        }
+    }
+}
+
+/// Child states as `children{state}` reports them.
+pub const CHILD_STATES: [&str; 6] = ["starting", "idle", "busy", "stopping", "backoff", "failed"];
+/// Reasons of `child_exits_total{reason}`.
+pub const EXIT_REASONS: [&str; 7] = [
+    "normal", "crash", "killed", "idle", "health", "admin", "shutdown",
+];
+/// Reasons of `auth_failures_total{reason}`.
+pub const AUTH_REASONS: [&str; 5] = [
+    "invalid_token",
+    "missing_token",
+    "not_hello",
+    "hello_timeout",
+    "origin",
+];
+/// Kinds of `tokens_total{kind}`.
+pub const TOKEN_KINDS: [&str; 5] = ["input", "output", "reasoning", "cache_read", "cache_write"];
+
+/// Every metric of the gateway.
+pub struct Metrics {
+    registry: Registry,
+    pub children: IntGaugeVec,
+    pub child_spawns: IntCounter,
+    pub child_exits: IntCounterVec,
+    pub child_restarts: IntCounter,
+    pub child_spawn_seconds: Histogram,
+    pub crash_loops: IntCounter,
+    pub clients: IntGauge,
+    pub client_connections: IntCounter,
+    pub auth_failures: IntCounterVec,
+    pub slow_client_catchups: IntCounter,
+    pub slow_client_disconnects: IntCounter,
+    pub replayed_events: IntCounter,
+    pub replay_gaps: IntCounter,
+    pub frames: IntCounterVec,
+    pub bytes: IntCounterVec,
+    pub invalid_frames: IntCounterVec,
+    pub request_duration: HistogramVec,
+    pub prompt_duration: Histogram,
+    pub tokens: IntCounterVec,
+    pub cost_usd: Counter,
+    pub child_resident_bytes: IntGauge,
+    pub child_cpu_seconds: Counter,
+}
+
+fn opts(name: &str, help: &str) -> Opts {
+    Opts::new(name, help).namespace("corral")
+}
+
+fn hopts(name: &str, help: &str, buckets: Vec<f64>) -> HistogramOpts {
+    HistogramOpts::new(name, help)
+        .namespace("corral")
+        .buckets(buckets)
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Metrics")
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Result<Metrics, prometheus::Error> {
+        let latency = vec![
+            0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+            30.0,
+        ];
+        let long = vec![
+            0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0,
+        ];
+        let metrics = Metrics {
+            registry: Registry::new(),
+            children: IntGaugeVec::new(opts("children", "Children by state."), &["state"])?,
+            child_spawns: IntCounter::with_opts(opts("child_spawns_total", "Child processes spawned."))?,
+            child_exits: IntCounterVec::new(opts("child_exits_total", "Child exits by reason."), &["reason"])?,
+            child_restarts: IntCounter::with_opts(opts("child_restarts_total", "Restarts after a crash or on request."))?,
+            child_spawn_seconds: Histogram::with_opts(hopts(
+                "child_spawn_seconds",
+                "Time from spawn to the child's hello answered.",
+                latency.clone(),
+            ))?,
+            crash_loops: IntCounter::with_opts(opts("crash_loops_total", "Times a child was marked failed for crash-looping."))?,
+            clients: IntGauge::with_opts(opts("clients", "Attached WebSocket clients."))?,
+            client_connections: IntCounter::with_opts(opts("client_connections_total", "Clients attached since start."))?,
+            auth_failures: IntCounterVec::new(opts("auth_failures_total", "Refused authentications by reason."), &["reason"])?,
+            slow_client_catchups: IntCounter::with_opts(opts(
+                "slow_client_catchups_total",
+                "Times a client fell behind the live stream and was caught up from the replay ring.",
+            ))?,
+            slow_client_disconnects: IntCounter::with_opts(opts(
+                "slow_client_disconnects_total",
+                "Clients disconnected because they fell out of the replay ring.",
+            ))?,
+            replayed_events: IntCounter::with_opts(opts("replayed_events_total", "Events replayed to reconnecting clients."))?,
+            replay_gaps: IntCounter::with_opts(opts("replay_gaps_total", "Reconnects whose missed events were partly evicted."))?,
+            frames: IntCounterVec::new(opts("frames_total", "Frames by hop."), &["direction"])?,
+            bytes: IntCounterVec::new(opts("bytes_total", "Frame bytes by hop."), &["direction"])?,
+            invalid_frames: IntCounterVec::new(opts("invalid_frames_total", "Malformed frames by source."), &["source"])?,
+            request_duration: HistogramVec::new(
+                hopts("request_duration_seconds", "Request forwarded to the child until its response.", latency),
+                &["command"],
+            )?,
+            prompt_duration: Histogram::with_opts(hopts(
+                "prompt_duration_seconds",
+                "A run from its started response to its done.",
+                long,
+            ))?,
+            tokens: IntCounterVec::new(opts("tokens_total", "Model tokens reported by the children, by kind."), &["kind"])?,
+            cost_usd: Counter::with_opts(opts("cost_usd_total", "Model cost reported by the children, in US dollars."))?,
+            child_resident_bytes: IntGauge::with_opts(opts("child_resident_bytes", "Resident memory of all children."))?,
+            child_cpu_seconds: Counter::with_opts(opts("child_cpu_seconds_total", "CPU time used by children, live and exited."))?,
+        };
+        metrics.register_all()?;
+        metrics.initialise_labels();
+        Ok(metrics)
+    }
+
+    fn register_all(&self) -> Result<(), prometheus::Error> {
+        let collectors: Vec<Box<dyn Collector>> = vec![
+            Box::new(self.children.clone()),
+            Box::new(self.child_spawns.clone()),
+            Box::new(self.child_exits.clone()),
+            Box::new(self.child_restarts.clone()),
+            Box::new(self.child_spawn_seconds.clone()),
+            Box::new(self.crash_loops.clone()),
+            Box::new(self.clients.clone()),
+            Box::new(self.client_connections.clone()),
+            Box::new(self.auth_failures.clone()),
+            Box::new(self.slow_client_catchups.clone()),
+            Box::new(self.slow_client_disconnects.clone()),
+            Box::new(self.replayed_events.clone()),
+            Box::new(self.replay_gaps.clone()),
+            Box::new(self.frames.clone()),
+            Box::new(self.bytes.clone()),
+            Box::new(self.invalid_frames.clone()),
+            Box::new(self.request_duration.clone()),
+            Box::new(self.prompt_duration.clone()),
+            Box::new(self.tokens.clone()),
+            Box::new(self.cost_usd.clone()),
+            Box::new(self.child_resident_bytes.clone()),
+            Box::new(self.child_cpu_seconds.clone()),
+        ];
+        for collector in collectors {
+            self.registry.register(collector)?;
+        }
+        self.registry.register(Box::new(
+            prometheus::process_collector::ProcessCollector::for_self(),
+        ))?;
+        Ok(())
+    }
+
+    /// Every label value exists from the start, so series show 0 instead of
+    /// being absent until the first event.
+    fn initialise_labels(&self) {
+        for state in CHILD_STATES {
+            self.children.with_label_values(&[state]).set(0);
+        }
+        for reason in EXIT_REASONS {
+            self.child_exits.with_label_values(&[reason]);
+        }
+        for reason in AUTH_REASONS {
+            self.auth_failures.with_label_values(&[reason]);
+        }
+        for direction in Direction::ALL {
+            self.frames.with_label_values(&[direction.as_str()]);
+            self.bytes.with_label_values(&[direction.as_str()]);
+        }
+        for source in ["client", "child"] {
+            self.invalid_frames.with_label_values(&[source]);
+        }
+        for kind in TOKEN_KINDS {
+            self.tokens.with_label_values(&[kind]);
+        }
+    }
+
+    /// Counts one frame of `len` bytes crossing `direction`.
+    pub fn frame(&self, direction: Direction, len: usize) {
+        self.frames.with_label_values(&[direction.as_str()]).inc();
+        self.bytes
+            .with_label_values(&[direction.as_str()])
+            .inc_by(u64::try_from(len).unwrap_or(u64::MAX));
+    }
+
+    pub fn auth_failure(&self, reason: &'static str) {
+        self.auth_failures.with_label_values(&[reason]).inc();
+    }
+
+    pub fn child_exit(&self, reason: &'static str) {
+        self.child_exits.with_label_values(&[reason]).inc();
+    }
+
+    /// Observes a request's round trip; unknown commands share one label.
+    pub fn request_done(&self, command: &str, seconds: f64) {
+        let label = if corral_protocol::zut::COMMAND_NAMES.contains(&command) {
+            command
+        } else {
+            "other"
+        };
+        self.request_duration
+            .with_label_values(&[label])
+            .observe(seconds);
+    }
+
+    /// Adds a `usage` event's per-turn counters.
+    pub fn usage(&self, event: &serde_json::Value) {
+        for kind in TOKEN_KINDS {
+            if let Some(n) = event.get(kind).and_then(serde_json::Value::as_u64) {
+                self.tokens.with_label_values(&[kind]).inc_by(n);
+            }
+        }
+        if let Some(cost) = event.get("cost_usd").and_then(serde_json::Value::as_f64) {
+            if cost.is_finite() && cost > 0.0 {
+                self.cost_usd.inc_by(cost);
+            }
+        }
+    }
+
+    /// The text exposition of every metric.
+    pub fn render(&self) -> String {
+        let mut out = Vec::new();
+        let families = self.registry.gather();
+        if let Err(e) = TextEncoder::new().encode(&families, &mut out) {
+            tracing::error!(error = %e, "cannot encode metrics");
+        }
+        String::from_utf8(out).unwrap_or_default()
+    }
+
+    /// Current value of a labelled counter (for `/v1/stats`).
+    pub fn counter_value(vec: &IntCounterVec, label: &str) -> u64 {
+        vec.with_label_values(&[label]).get()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_every_family_with_the_prefix() {
+        let metrics = Metrics::new().unwrap();
+        metrics.frame(Direction::ChildToGateway, 10);
+        metrics.usage(
+            &serde_json::json!({"input": 3, "output": 4, "reasoning": null, "cost_usd": 0.5}),
+        );
+        metrics.request_done("ping", 0.001);
+        metrics.request_done("made-up", 0.001);
+        let text = metrics.render();
+        for name in [
+            "corral_children{state=\"busy\"} 0",
+            "corral_frames_total{direction=\"child_to_gateway\"} 1",
+            "corral_bytes_total{direction=\"child_to_gateway\"} 10",
+            "corral_tokens_total{kind=\"output\"} 4",
+            "corral_cost_usd_total 0.5",
+            "corral_request_duration_seconds_count{command=\"other\"} 1",
+            "corral_child_exits_total{reason=\"crash\"} 0",
+            "corral_auth_failures_total{reason=\"hello_timeout\"} 0",
+        ] {
+            assert!(text.contains(name), "missing {name}");
+        }
+    }
+}

@@ -1,0 +1,146 @@
+//! A WebSocket client of one gateway project: hello, pings, and counting a
+//! run's `text_delta` events, with every read bounded by [`READ_TIMEOUT`].
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+use super::procs::{check_pong, TOKEN};
+use super::READ_TIMEOUT;
+
+/// What one read saw.
+#[derive(Debug)]
+pub enum Incoming {
+    Frame(Value),
+    /// The socket ended; the close frame's code and reason when there was one.
+    Closed(Option<(u16, String)>),
+}
+
+/// A connected, authenticated client.
+pub struct Client {
+    stream: WebSocketStream<MaybeTlsStream<TcpStream>>,
+}
+
+/// The `text_delta` events one client saw during a run.
+#[derive(Debug, Clone, Copy)]
+pub struct DeltaCount {
+    pub deltas: usize,
+    first: Option<Instant>,
+    last: Option<Instant>,
+}
+
+impl DeltaCount {
+    /// Deltas per second between the first and the last one received.
+    pub fn rate(&self) -> Option<f64> {
+        let span = self.last?.checked_duration_since(self.first?)?;
+        (span > Duration::ZERO).then(|| self.deltas as f64 / span.as_secs_f64())
+    }
+
+    /// When the last delta arrived.
+    pub fn last(&self) -> Option<Instant> {
+        self.last
+    }
+}
+
+impl Client {
+    /// Connects to `url` and says hello with the benchmark token.
+    pub async fn connect(url: &str) -> anyhow::Result<Client> {
+        let (stream, _) = tokio::time::timeout(READ_TIMEOUT, tokio_tungstenite::connect_async(url))
+            .await
+            .with_context(|| format!("connecting to {url} timed out"))?
+            .with_context(|| format!("connect to {url}"))?;
+        let mut client = Client { stream };
+        client
+            .send(&json!({"id": "h", "type": "hello", "token": TOKEN}))
+            .await?;
+        let reply = client
+            .frame()
+            .await
+            .context("waiting for the hello response")?;
+        if reply["success"] != true {
+            bail!("hello refused: {reply}");
+        }
+        Ok(client)
+    }
+
+    pub async fn send(&mut self, frame: &Value) -> anyhow::Result<()> {
+        self.stream
+            .send(Message::text(frame.to_string()))
+            .await
+            .context("send a frame")
+    }
+
+    /// The next frame or the close, waiting at most [`READ_TIMEOUT`].
+    pub async fn next(&mut self) -> anyhow::Result<Incoming> {
+        loop {
+            let next = tokio::time::timeout(READ_TIMEOUT, self.stream.next())
+                .await
+                .with_context(|| format!("no frame within {} s", READ_TIMEOUT.as_secs()))?;
+            return Ok(match next {
+                Some(Ok(Message::Text(text))) => Incoming::Frame(
+                    serde_json::from_str(text.as_str())
+                        .with_context(|| format!("frame is not JSON: {text}"))?,
+                ),
+                Some(Ok(Message::Close(frame))) => {
+                    Incoming::Closed(frame.map(|f| (u16::from(f.code), f.reason.to_string())))
+                }
+                Some(Ok(_)) => continue,
+                Some(Err(_)) | None => Incoming::Closed(None),
+            });
+        }
+    }
+
+    /// The next frame; a close is an error.
+    pub async fn frame(&mut self) -> anyhow::Result<Value> {
+        match self.next().await? {
+            Incoming::Frame(frame) => Ok(frame),
+            Incoming::Closed(close) => bail!("the gateway closed the socket: {close:?}"),
+        }
+    }
+
+    /// One `ping` with id `id`, timed from send to its response.
+    pub async fn ping(&mut self, id: u64) -> anyhow::Result<Duration> {
+        let start = Instant::now();
+        self.send(&json!({"id": id, "type": "ping"})).await?;
+        loop {
+            let frame = self.frame().await?;
+            if frame["type"] == "response" {
+                let elapsed = start.elapsed();
+                check_pong(&frame, id)?;
+                return Ok(elapsed);
+            }
+        }
+    }
+
+    /// Reads until the run's `done`, counting `text_delta` events; a close
+    /// first is an error.
+    pub async fn count_deltas(&mut self) -> anyhow::Result<DeltaCount> {
+        let mut count = DeltaCount {
+            deltas: 0,
+            first: None,
+            last: None,
+        };
+        loop {
+            let frame = self
+                .frame()
+                .await
+                .with_context(|| format!("after {} deltas", count.deltas))?;
+            match frame["type"].as_str() {
+                Some("text_delta") => {
+                    let now = Instant::now();
+                    count.first.get_or_insert(now);
+                    count.last = Some(now);
+                    count.deltas += 1;
+                }
+                Some("done") => return Ok(count),
+                Some("response") if frame["success"] != true => bail!("request failed: {frame}"),
+                _ => {}
+            }
+        }
+    }
+}

@@ -1,0 +1,20 @@
+//! The measurements of the `bench-gateway` program, one module each
+//! ([`pings`], [`fanout`], [`memory`]), on top of the real `corral` and
+//! `corral-agent` processes ([`procs`]), a WebSocket client whose every read
+//! is bounded ([`client`]) and the quantiles and units of the tables
+//! ([`stats`]). Everything returns `anyhow` errors instead of panicking.
+
+pub mod client;
+pub mod fanout;
+pub mod memory;
+pub mod pings;
+pub mod procs;
+pub mod stats;
+
+use std::time::Duration;
+
+/// The longest any single read may take before the benchmark gives up.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The one project every benchmark gateway serves.
+pub const PROJECT: &str = "bench";

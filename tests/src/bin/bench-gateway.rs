@@ -1,0 +1,93 @@
+//! `bench-gateway [--pings N] [--events N] [--clients N] [--bin-dir DIR]`:
+//! what the `corral` gateway costs on top of a `corral-agent` child, as
+//! markdown tables. Measures (1) ping round trips over stdio straight to
+//! `corral-agent rpc --provider echo` versus over WebSocket through
+//! `corral serve`; (2) `text_delta` fan-out throughput from a mock-LLM
+//! child to 1 and to `--clients` clients of one project (median of 3 runs);
+//! (3) the gateway's resident memory while a client that never reads stays
+//! attached during a stream of `--events` deltas of 1 KiB.
+//!
+//! Build in release first: `cargo build --release --workspace`, then
+//! `target/release/bench-gateway` (it finds `corral` and `corral-agent`
+//! beside itself unless `--bin-dir` says otherwise). Everything runs on
+//! 127.0.0.1 and every read is bounded, so a stuck gateway is an error.
+
+use std::io::Write as _;
+use std::path::PathBuf;
+
+use anyhow::{bail, Context};
+use corral_e2e::bench::procs::Bins;
+use corral_e2e::bench::{fanout, memory, pings};
+
+const USAGE: &str = "usage: bench-gateway [--pings N] [--events N] [--clients N] [--bin-dir DIR]";
+
+struct Args {
+    pings: u64,
+    events: usize,
+    clients: usize,
+    bin_dir: Option<PathBuf>,
+}
+
+fn parse_args() -> anyhow::Result<Args> {
+    let mut args = Args {
+        pings: 2000,
+        events: 20000,
+        clients: 10,
+        bin_dir: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        let mut value = || it.next().with_context(|| format!("{arg} needs a value"));
+        match arg.as_str() {
+            "--pings" => args.pings = value()?.parse().context("--pings")?,
+            "--events" => args.events = value()?.parse().context("--events")?,
+            "--clients" => args.clients = value()?.parse().context("--clients")?,
+            "--bin-dir" => args.bin_dir = Some(value()?.into()),
+            other => bail!("unknown argument {other:?}; {USAGE}"),
+        }
+    }
+    if args.pings == 0 || args.events == 0 || args.clients == 0 {
+        bail!("--pings, --events and --clients must be at least 1");
+    }
+    Ok(args)
+}
+
+/// `--bin-dir`, else the directory of this executable.
+fn bin_dir(args: &Args) -> anyhow::Result<PathBuf> {
+    if let Some(dir) = &args.bin_dir {
+        return Ok(dir.clone());
+    }
+    let exe = std::env::current_exe().context("the benchmark's own path")?;
+    Ok(exe.parent().context("executable directory")?.to_path_buf())
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = parse_args()?;
+    let dir = bin_dir(&args)?;
+    let bins = Bins::in_dir(&dir)?;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    print(&format!(
+        "# bench-gateway: --pings {} --events {} --clients {}; {cores} cores; binaries in {}\n",
+        args.pings,
+        args.events,
+        args.clients,
+        dir.display()
+    ))?;
+    let report = pings::measure(&bins, args.pings).await;
+    print(&report.context("ping round trip")?.table())?;
+    let report = fanout::measure(&bins, args.events, args.clients).await;
+    print(&report.context("event fan-out")?.table())?;
+    let report = memory::measure(&bins, args.events).await;
+    print(&report.context("memory with a stalled client")?.table())?;
+    Ok(())
+}
+
+/// Writes one finished section to stdout; a closed stdout is not an error.
+fn print(text: &str) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    match writeln!(out, "{text}").and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other.context("write to stdout"),
+    }
+}

@@ -1,0 +1,334 @@
+//! The dashboard and console in real headless Chromium, against the real
+//! gateway: signing in, live project rows, a prompt streamed through the
+//! console to the mock LLM (saved as `docs/dashboard.png`), and a table of
+//! 200 projects that renders fast and leaves the page responsive.
+#![allow(clippy::unwrap_used)]
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use serde_json::{json, Value};
+
+use corral_e2e::cdp::{Browser, Page};
+use corral_e2e::gateway::{Gateway, GatewaySpawn, Ws, ADMIN_TOKEN, TOKEN};
+use corral_e2e::mock_llm::{MockLlm, Turn};
+
+/// The mock model's final answer, which must render in the console.
+const REPLY: &str = "This project has a README and a src folder; nothing looks broken.";
+
+/// One browser test at a time: two Chromiums on a small machine would make
+/// the timings below measure each other.
+static ONE_BROWSER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+async fn launch() -> Browser {
+    match Browser::launch().await {
+        Ok(browser) => browser,
+        Err(e) => panic!("headless Chromium is required for this test: {e}"),
+    }
+}
+
+/// Connects a client to `project` (which starts its child) and pings it.
+async fn start_child(gw: &Gateway, project: &str) -> Ws {
+    let mut ws = gw.client(project).await;
+    let pong = ws.request(json!({"id":"ping","type":"ping"})).await;
+    assert_eq!(pong["success"], true, "{project}: ping failed: {pong}");
+    ws
+}
+
+/// Loads the dashboard and signs in with the admin token through the form.
+async fn sign_in(page: &Page<'_>, gw: &Gateway) {
+    page.navigate(&format!("http://{}/", gw.addr))
+        .await
+        .unwrap();
+    page.wait_for(
+        "!document.getElementById('signin').hidden && !!document.getElementById('token-form')",
+        "the sign-in form",
+    )
+    .await
+    .unwrap();
+    page.click("#token-input").await.unwrap();
+    page.type_text(ADMIN_TOKEN).await.unwrap();
+    page.click("#token-submit").await.unwrap();
+}
+
+fn row_selector(project: &str) -> String {
+    format!("#projects tr[data-project=\"{project}\"]")
+}
+
+fn text_of(selector: &str) -> String {
+    format!(
+        "((document.querySelector({}) || {{}}).textContent || '')",
+        json!(selector)
+    )
+}
+
+/// (width, height) from a PNG's IHDR chunk.
+fn png_size(png: &[u8]) -> (u32, u32) {
+    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
+    let word = |at: usize| u32::from_be_bytes(png[at..at + 4].try_into().unwrap());
+    (word(16), word(20))
+}
+
+#[tokio::test]
+async fn dashboard_lists_projects_and_console_streams_a_reply() {
+    let _one = ONE_BROWSER.lock().await;
+    let mock = MockLlm::start().await;
+    mock.push_all([
+        Turn::TextAndToolCalls {
+            text: "Let me look at the project first.".into(),
+            calls: vec![("ls".into(), json!({}))],
+        },
+        Turn::text(REPLY),
+    ]);
+    let gw = GatewaySpawn::default()
+        .mock(&mock.anthropic_base_url())
+        .spawn()
+        .await;
+    std::fs::write(gw.root.join("alpha/README.md"), "# alpha\n").unwrap();
+    std::fs::create_dir_all(gw.root.join("alpha/src")).unwrap();
+    std::fs::write(gw.root.join("alpha/src/main.rs"), "fn main() {}\n").unwrap();
+    let _alpha = start_child(&gw, "alpha").await;
+    let _beta = start_child(&gw, "beta").await;
+
+    let browser = launch().await;
+    let page = browser.new_page(1280, 800).await.unwrap();
+
+    // A wrong token is refused and the form says so.
+    page.navigate(&format!("http://{}/", gw.addr))
+        .await
+        .unwrap();
+    page.click("#token-input").await.unwrap();
+    page.type_text("not-the-admin-token-at-all").await.unwrap();
+    page.click("#token-submit").await.unwrap();
+    page.wait_for(
+        "!document.getElementById('signin').hidden && \
+         document.getElementById('token-message').textContent.includes('refused')",
+        "the sign-in form to report the refused token",
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        page.eval("sessionStorage.getItem('corral.adminToken')")
+            .await
+            .unwrap(),
+        Value::Null,
+        "a refused token must not stay stored"
+    );
+
+    sign_in(&page, &gw).await;
+    let alpha_row = row_selector("alpha");
+    page.wait_for(
+        &format!("document.querySelector({}) !== null", json!(alpha_row)),
+        "a table row for project alpha",
+    )
+    .await
+    .unwrap();
+    page.wait_for(
+        &format!("{}.includes('ready')", text_of(&alpha_row)),
+        "alpha's row to show the ready state",
+    )
+    .await
+    .unwrap();
+    assert!(
+        !page
+            .eval("location.href")
+            .await
+            .unwrap()
+            .as_str()
+            .unwrap()
+            .contains(ADMIN_TOKEN),
+        "the admin token must never appear in the URL"
+    );
+
+    // The row opens the project's detail, which opens the console.
+    page.click(&alpha_row).await.unwrap();
+    page.wait_for(
+        &format!(
+            "{} === 'alpha' && {}.includes('PID')",
+            text_of("#detail-name"),
+            text_of("#detail-fields")
+        ),
+        "alpha's detail with its fields",
+    )
+    .await
+    .unwrap();
+    page.click("#detail [data-action=\"abort\"]").await.unwrap();
+    page.wait_for(
+        &format!(
+            "{}.includes('abort alpha: accepted')",
+            text_of("#detail-result")
+        ),
+        "the abort button's result",
+    )
+    .await
+    .unwrap();
+    page.click("#detail-console").await.unwrap();
+    page.wait_for(
+        "!document.getElementById('pane-console').hidden && \
+         document.getElementById('console-project').value === 'alpha'",
+        "the console prefilled with alpha",
+    )
+    .await
+    .unwrap();
+    page.click("#console-token").await.unwrap();
+    page.type_text(TOKEN).await.unwrap();
+    page.click("#console-connect").await.unwrap();
+    page.wait_for(
+        &format!("{}.startsWith('connected')", text_of("#console-status")),
+        "the console to connect and say hello",
+    )
+    .await
+    .unwrap();
+
+    // Enter sends the prompt; the reply streams in.
+    page.click("#console-prompt").await.unwrap();
+    page.type_text("What is in this project?").await.unwrap();
+    page.press_enter().await.unwrap();
+    let output = text_of("#console-output");
+    page.wait_for(
+        &format!("{output}.includes({})", json!(REPLY)),
+        "the mock's reply text in the console",
+    )
+    .await
+    .unwrap();
+    let blocks = page
+        .eval(
+            "[...document.querySelectorAll('#console-output .block')]\
+             .map(b => b.className + ': ' + b.textContent)",
+        )
+        .await
+        .unwrap();
+    let blocks: Vec<String> = serde_json::from_value(blocks).unwrap();
+    let has = |kind: &str, text: &str| {
+        blocks
+            .iter()
+            .any(|b| b.starts_with(&format!("block {kind}:")) && b.contains(text))
+    };
+    assert!(has("user", "What is in this project?"), "{blocks:#?}");
+    assert!(has("tool", "ls"), "no tool-call block: {blocks:#?}");
+    assert!(
+        has("result", "README.md"),
+        "no tool-result block: {blocks:#?}"
+    );
+    assert!(has("assistant", REPLY), "{blocks:#?}");
+    page.wait_for(
+        &format!("{}.startsWith('connected')", text_of("#console-status")),
+        "the console to leave the running state after done",
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        page.eval("document.getElementById('console-prompt').value")
+            .await
+            .unwrap(),
+        "",
+        "Enter must send the prompt, not add a newline"
+    );
+
+    // Let the table pick up the usage and the charts gather a few samples.
+    page.wait_for(
+        &format!("!{}.includes('–')", text_of(&alpha_row)),
+        "alpha's row to show tokens, cost and memory",
+    )
+    .await
+    .unwrap();
+    let renders = page.eval("window.__corralRenderStats.count").await.unwrap();
+    page.wait_for(
+        &format!("window.__corralRenderStats.count >= {} + 3", renders),
+        "three more refreshes",
+    )
+    .await
+    .unwrap();
+
+    let png = page.screenshot_png().await.unwrap();
+    assert_eq!(png_size(&png), (1280, 800));
+    let docs = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs");
+    std::fs::create_dir_all(&docs).unwrap();
+    std::fs::write(docs.join("dashboard.png"), &png).unwrap();
+
+    assert_eq!(page.errors(), Vec::<String>::new(), "errors in the page");
+}
+
+#[tokio::test]
+async fn two_hundred_projects_render_fast_and_the_page_stays_responsive() {
+    let _one = ONE_BROWSER.lock().await;
+    const PROJECTS: usize = 200;
+    let names: Vec<String> = (0..PROJECTS).map(|i| format!("p{i:03}")).collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let gw = GatewaySpawn::default()
+        .projects(&refs)
+        .echo()
+        .arg("--max-children")
+        .arg("256")
+        .spawn()
+        .await;
+    let clients: Vec<Ws> = futures_util::stream::iter(&names)
+        .map(|name| start_child(&gw, name))
+        .buffer_unordered(8)
+        .collect()
+        .await;
+    assert_eq!(clients.len(), PROJECTS);
+
+    let browser = launch().await;
+    let page = browser.new_page(1280, 800).await.unwrap();
+    sign_in(&page, &gw).await;
+    page.wait_for(
+        &format!("document.querySelectorAll('#projects tr[data-project]').length === {PROJECTS}"),
+        "200 project rows",
+    )
+    .await
+    .unwrap();
+    let renders = page.eval("window.__corralRenderStats.count").await.unwrap();
+    page.wait_for(
+        &format!("window.__corralRenderStats.count >= {renders} + 3"),
+        "three refreshes of the full table",
+    )
+    .await
+    .unwrap();
+
+    // The slowest render so far includes building all 200 rows; later ones
+    // update them in place.
+    let stats = page.eval("window.__corralRenderStats").await.unwrap();
+    let last = page.eval("window.__corralLastRenderMs").await.unwrap();
+    let (max, last) = (stats["max"].as_f64().unwrap(), last.as_f64().unwrap());
+    eprintln!("render of {PROJECTS} rows: last {last:.1} ms, slowest {max:.1} ms");
+    assert!(last < 100.0, "a refresh of the table took {last:.1} ms");
+    assert!(max < 100.0, "the slowest table render took {max:.1} ms");
+
+    // While polling continues, the page answers at once and reacts to input.
+    for _ in 0..10 {
+        let started = Instant::now();
+        assert_eq!(page.eval("1 + 1").await.unwrap(), 2);
+        let took = started.elapsed();
+        assert!(took < Duration::from_secs(1), "evaluate took {took:?}");
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    let started = Instant::now();
+    page.click(&row_selector("p150")).await.unwrap();
+    page.wait_for(
+        &format!("{} === 'p150'", text_of("#detail-name")),
+        "p150's detail",
+    )
+    .await
+    .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "opening a row's detail took {:?}",
+        started.elapsed()
+    );
+    page.click("#project-filter").await.unwrap();
+    page.type_text("p19").await.unwrap();
+    let visible = page
+        .wait_for(
+            "(() => { const n = [...document.querySelectorAll('#projects tr[data-project]')]\
+             .filter(r => !r.hidden).length; return n === 10 ? n : 0; })()",
+            "the filter to leave p190…p199",
+        )
+        .await
+        .unwrap();
+    assert_eq!(visible, 10);
+
+    assert_eq!(page.errors(), Vec::<String>::new(), "errors in the page");
+    drop(clients);
+}

@@ -1,0 +1,321 @@
+//! End-to-end: `/metrics` and the admin API of the real gateway, observed
+//! through connected clients.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use corral_e2e::gateway::{Gateway, GatewaySpawn, ADMIN_TOKEN, OBSERVER_TOKEN, TOKEN};
+use corral_e2e::mock_llm::{MockLlm, Turn};
+use serde_json::{json, Value};
+
+fn is_done(frame: &Value) -> bool {
+    frame["type"] == "done"
+}
+
+/// Samples of the exposition as `name{labels}` → value.
+async fn scrape(gateway: &Gateway) -> (String, HashMap<String, f64>) {
+    let (status, text) = gateway.http_get("/metrics", Some(ADMIN_TOKEN)).await;
+    assert_eq!(status, 200, "{text}");
+    let samples = text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter_map(|l| {
+            let (name, value) = l.rsplit_once(' ')?;
+            Some((name.to_string(), value.parse().ok()?))
+        })
+        .collect();
+    (text, samples)
+}
+
+fn get(samples: &HashMap<String, f64>, name: &str) -> f64 {
+    *samples
+        .get(name)
+        .unwrap_or_else(|| panic!("metric {name} missing"))
+}
+
+async fn admin_json(gateway: &Gateway, path: &str) -> Value {
+    let (status, body) = gateway.http_get(path, Some(ADMIN_TOKEN)).await;
+    assert_eq!(status, 200, "{path}: {body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+#[tokio::test]
+async fn metrics_move_with_prompts_crashes_and_reconnects() {
+    let mock = MockLlm::start().await;
+    mock.push(Turn::text("one answer"));
+    mock.push(Turn::Slow {
+        chunks: (0..200).map(|i| format!("c{i} ")).collect(),
+        delay: Duration::from_millis(50),
+    });
+    let gateway = GatewaySpawn::default()
+        .mock(&mock.anthropic_base_url())
+        .spawn()
+        .await;
+    assert_eq!(gateway.http_get("/metrics", None).await.0, 401);
+    assert_eq!(gateway.http_get("/metrics", Some(TOKEN)).await.0, 403);
+
+    let (_, before) = scrape(&gateway).await;
+    assert_eq!(get(&before, "corral_child_spawns_total"), 0.0);
+
+    // A refused hello counts as an auth failure.
+    let (_bad, reply) = gateway
+        .client_with("alpha", "not-a-valid-token-at-all", None)
+        .await;
+    assert_eq!(reply["success"], false);
+
+    let mut ws = gateway.client("alpha").await;
+    ws.request(json!({"id":"p","type":"ping"})).await;
+    ws.send(json!({"id":"1","type":"prompt","message":"hi"}))
+        .await;
+    let frames = ws.recv_until(is_done).await;
+    let first_seq = frames
+        .iter()
+        .filter_map(|f| f["seq"].as_u64())
+        .next()
+        .unwrap();
+
+    // Kill the child mid-prompt; it restarts.
+    ws.send(json!({"id":"2","type":"prompt","message":"long"}))
+        .await;
+    ws.recv_until(|f| f["type"] == "text_delta").await;
+    let pid = admin_json(&gateway, "/v1/projects/alpha").await["pid"]
+        .as_u64()
+        .unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    ws.recv_until(|f| f["type"] == "child_started").await;
+
+    // A reconnect that replays from the first prompt.
+    let (mut again, hello) = gateway.client_with("alpha", TOKEN, Some(first_seq)).await;
+    assert_eq!(hello["success"], true);
+    again.recv_until(|f| f["type"] == "child_started").await;
+
+    let (text, after) = scrape(&gateway).await;
+    assert_eq!(get(&after, "corral_child_spawns_total"), 2.0);
+    assert_eq!(
+        get(&after, "corral_child_exits_total{reason=\"crash\"}"),
+        1.0
+    );
+    assert_eq!(get(&after, "corral_child_restarts_total"), 1.0);
+    assert_eq!(get(&after, "corral_child_spawn_seconds_count"), 2.0);
+    assert_eq!(get(&after, "corral_children{state=\"idle\"}"), 1.0);
+    assert_eq!(get(&after, "corral_clients"), 2.0);
+    assert_eq!(get(&after, "corral_client_connections_total"), 2.0);
+    assert_eq!(
+        get(
+            &after,
+            "corral_auth_failures_total{reason=\"invalid_token\"}"
+        ),
+        1.0
+    );
+    assert!(get(&after, "corral_replayed_events_total") > 5.0);
+    assert_eq!(get(&after, "corral_replay_gaps_total"), 0.0);
+    for direction in [
+        "client_to_gateway",
+        "gateway_to_child",
+        "child_to_gateway",
+        "gateway_to_client",
+    ] {
+        assert!(
+            get(
+                &after,
+                &format!("corral_frames_total{{direction=\"{direction}\"}}")
+            ) > 0.0,
+            "{direction}"
+        );
+        assert!(
+            get(
+                &after,
+                &format!("corral_bytes_total{{direction=\"{direction}\"}}")
+            ) > 0.0,
+            "{direction}"
+        );
+    }
+    assert_eq!(
+        get(
+            &after,
+            "corral_request_duration_seconds_count{command=\"ping\"}"
+        ),
+        1.0
+    );
+    assert_eq!(
+        get(
+            &after,
+            "corral_request_duration_seconds_count{command=\"prompt\"}"
+        ),
+        2.0
+    );
+    assert_eq!(get(&after, "corral_prompt_duration_seconds_count"), 1.0);
+    assert!(get(&after, "corral_tokens_total{kind=\"input\"}") > 0.0);
+    assert!(get(&after, "corral_tokens_total{kind=\"output\"}") > 0.0);
+    assert!(get(&after, "corral_cost_usd_total") > 0.0);
+    assert!(get(&after, "corral_child_resident_bytes") > 1_000_000.0);
+    assert!(get(&after, "corral_child_cpu_seconds_total") >= 0.0);
+    assert!(
+        text.contains("process_resident_memory_bytes"),
+        "process metrics"
+    );
+
+    // The exposition passes promtool's checks.
+    let promtool = which("promtool").expect("promtool is missing: apt-get install prometheus");
+    let (status, output) = std::process::Command::new(promtool)
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .output_with_input(text.as_bytes());
+    assert!(status.success(), "promtool: {output}");
+}
+
+fn which(name: &str) -> Option<std::path::PathBuf> {
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|dir| std::path::Path::new(dir).join(name))
+        .find(|p| p.is_file())
+}
+
+trait OutputWithInput {
+    fn output_with_input(&mut self, input: &[u8]) -> (std::process::ExitStatus, String);
+}
+
+impl OutputWithInput for std::process::Command {
+    fn output_with_input(&mut self, input: &[u8]) -> (std::process::ExitStatus, String) {
+        use std::io::Write;
+        let mut child = self
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(input).unwrap();
+        let output = child.wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&output.stdout).into_owned()
+            + &String::from_utf8_lossy(&output.stderr);
+        (output.status, text)
+    }
+}
+
+#[tokio::test]
+async fn admin_api_reports_and_acts() {
+    let mock = MockLlm::start().await;
+    mock.push(Turn::text("hello there"));
+    mock.push(Turn::Slow {
+        chunks: (0..400).map(|i| format!("s{i} ")).collect(),
+        delay: Duration::from_millis(25),
+    });
+    let gateway = GatewaySpawn::default()
+        .mock(&mock.anthropic_base_url())
+        .spawn()
+        .await;
+    for (path, token, status) in [
+        ("/v1/projects", None, 401),
+        ("/v1/projects", Some(TOKEN), 403),
+        ("/v1/projects/alpha", Some(OBSERVER_TOKEN), 403),
+        ("/v1/stats", Some("wrong-wrong-wrong-wrong"), 401),
+    ] {
+        assert_eq!(gateway.http_get(path, token).await.0, status, "{path}");
+    }
+    assert_eq!(
+        gateway
+            .http_post("/v1/projects/alpha/restart", Some(TOKEN))
+            .await
+            .0,
+        403
+    );
+    assert_eq!(
+        gateway
+            .http_post("/v1/projects/nobody/restart", Some(ADMIN_TOKEN))
+            .await
+            .0,
+        404
+    );
+
+    let mut ws = gateway.client("alpha").await;
+    let (_observer, _) = gateway.client_with("alpha", OBSERVER_TOKEN, None).await;
+    ws.send(json!({"id":"1","type":"prompt","message":"hi"}))
+        .await;
+    ws.recv_until(is_done).await;
+
+    let detail = admin_json(&gateway, "/v1/projects/alpha").await;
+    assert_eq!(detail["state"], "ready");
+    assert_eq!(detail["model"], "claude-sonnet-4-5");
+    assert_eq!(detail["busy"], false);
+    assert_eq!(detail["clients"], 2);
+    assert!(detail["usage"]["output"].as_u64().unwrap() > 0);
+    assert!(detail["cost_usd"].as_f64().unwrap() > 0.0);
+    assert!(detail["rss_bytes"].as_u64().unwrap() > 1_000_000);
+    assert!(detail["cpu_seconds"].as_f64().is_some());
+    assert!(detail["uptime_secs"].as_u64().is_some());
+    let roles: Vec<&str> = detail["clients_detail"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles.len(), 2);
+    assert!(roles.contains(&"client") && roles.contains(&"observer"));
+    assert!(detail["stderr_tail"].is_array());
+    let list = admin_json(&gateway, "/v1/projects").await;
+    assert_eq!(list["projects"][0]["project"], "alpha");
+    let stats = admin_json(&gateway, "/v1/stats").await;
+    assert!(stats["frames_total"]["child_to_gateway"].as_u64().unwrap() > 0);
+    assert_eq!(stats["children"]["idle"], 1);
+    let openapi = gateway.http_get("/v1/openapi.json", None).await;
+    assert_eq!(openapi.0, 200);
+    let doc: Value = serde_json::from_str(&openapi.1).unwrap();
+    assert!(doc["paths"]["/v1/projects/{project}/abort"]["post"].is_object());
+
+    // Abort: the running prompt ends as aborted.
+    ws.send(json!({"id":"2","type":"prompt","message":"long"}))
+        .await;
+    ws.recv_until(|f| f["type"] == "text_delta").await;
+    let busy = admin_json(&gateway, "/v1/projects/alpha").await;
+    assert_eq!(busy["busy"], true);
+    assert!(busy["busy_since_secs"].as_u64().is_some());
+    assert_eq!(
+        gateway
+            .http_post("/v1/projects/alpha/abort", Some(ADMIN_TOKEN))
+            .await
+            .0,
+        202
+    );
+    let frames = ws.recv_until(is_done).await;
+    let end = frames.iter().find(|f| f["type"] == "turn_end").unwrap();
+    assert_eq!(end["stop"], "aborted");
+
+    // Restart: the client stays attached and sees the child go and come back.
+    let old_pid = admin_json(&gateway, "/v1/projects/alpha").await["pid"].clone();
+    assert_eq!(
+        gateway
+            .http_post("/v1/projects/alpha/restart", Some(ADMIN_TOKEN))
+            .await
+            .0,
+        202
+    );
+    let frames = ws.recv_until(|f| f["type"] == "child_started").await;
+    let exited = frames.iter().find(|f| f["type"] == "child_exited").unwrap();
+    assert_eq!(exited["reason"], "restart");
+    let after = admin_json(&gateway, "/v1/projects/alpha").await;
+    assert_ne!(after["pid"], old_pid);
+    assert_eq!(after["last_exit"]["reason"], "restart");
+    let messages = ws.request(json!({"id":"m","type":"get_messages"})).await;
+    assert!(
+        !messages["data"]["messages"].as_array().unwrap().is_empty(),
+        "conversation kept"
+    );
+
+    // Stop: the client is closed with 1001 and the project disappears.
+    assert_eq!(
+        gateway
+            .http_post("/v1/projects/alpha/stop", Some(ADMIN_TOKEN))
+            .await
+            .0,
+        202
+    );
+    assert_eq!(ws.closed().await.map(|c| c.0), Some(1001));
+    let list = admin_json(&gateway, "/v1/projects").await;
+    assert_eq!(list["projects"], json!([]));
+}
