@@ -4,24 +4,40 @@
 //! Endpoints (no auth: the assets hold no data and no secrets; the page asks
 //! for the admin token and keeps it in the browser's `sessionStorage`):
 //! - `GET /` — the page (`index.html`).
-//! - `GET /assets/app.js` — its script (polling, table, charts, console).
-//! - `GET /assets/style.css` — its styles.
+//! - `GET /assets/{file}` — its ES modules (`app.js` and the modules it
+//!   imports) and `style.css`; 404 for any other name.
 //!
 //! The assets are embedded at build time with `include_str!`, so running the
 //! gateway needs no build step and no files beside the binary.
 
-use axum::http::header;
-use axum::response::IntoResponse;
+use axum::extract::Path;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 
-const INDEX_HTML: &str = include_str!("index.html");
-const APP_JS: &str = include_str!("app.js");
-const STYLE_CSS: &str = include_str!("style.css");
+const HTML: &str = "text/html; charset=utf-8";
+const JS: &str = "text/javascript; charset=utf-8";
+const CSS: &str = "text/css; charset=utf-8";
 
-/// Same-origin only: the script, styles, API calls and the console's
+const INDEX_HTML: &str = include_str!("index.html");
+
+/// Everything under `/assets/`: (file name, content type, body).
+const ASSETS: &[(&str, &str, &str)] = &[
+    ("app.js", JS, include_str!("app.js")),
+    ("api.js", JS, include_str!("api.js")),
+    ("console.js", JS, include_str!("console.js")),
+    ("detail.js", JS, include_str!("detail.js")),
+    ("stats.js", JS, include_str!("stats.js")),
+    ("table.js", JS, include_str!("table.js")),
+    ("transcript.js", JS, include_str!("transcript.js")),
+    ("util.js", JS, include_str!("util.js")),
+    ("style.css", CSS, include_str!("style.css")),
+];
+
+/// Same-origin only: the scripts, styles, API calls and the console's
 /// WebSocket all go to the gateway that served the page; no inline code, no
-/// framing by other sites.
+/// forms submitted anywhere, no framing by other sites.
 const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; \
      style-src 'self'; connect-src 'self'; img-src 'self'; base-uri 'none'; \
      form-action 'none'; frame-ancestors 'none'";
@@ -29,23 +45,20 @@ const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; \
 /// The dashboard's routes, to be merged into the gateway's router.
 pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
     Router::new()
-        .route(
-            "/",
-            get(|| async { asset("text/html; charset=utf-8", INDEX_HTML) }),
-        )
-        .route(
-            "/assets/app.js",
-            get(|| async { asset("text/javascript; charset=utf-8", APP_JS) }),
-        )
-        .route(
-            "/assets/style.css",
-            get(|| async { asset("text/css; charset=utf-8", STYLE_CSS) }),
-        )
+        .route("/", get(|| async { asset(HTML, INDEX_HTML) }))
+        .route("/assets/{file}", get(named_asset))
+}
+
+async fn named_asset(Path(file): Path<String>) -> Response {
+    match ASSETS.iter().find(|(name, _, _)| *name == file) {
+        Some((_, content_type, body)) => asset(content_type, body),
+        None => (StatusCode::NOT_FOUND, "no such asset\n").into_response(),
+    }
 }
 
 /// One embedded asset with headers that make the browser revalidate it (so
 /// an upgraded gateway serves its own page) and keep it same-origin.
-fn asset(content_type: &'static str, body: &'static str) -> impl IntoResponse {
+fn asset(content_type: &'static str, body: &'static str) -> Response {
     (
         [
             (header::CONTENT_TYPE, content_type),
@@ -56,6 +69,7 @@ fn asset(content_type: &'static str, body: &'static str) -> impl IntoResponse {
         ],
         body,
     )
+        .into_response()
 }
 
 #[cfg(test)]
@@ -88,14 +102,23 @@ mod tests {
         )
     }
 
+    fn scripts() -> impl Iterator<Item = (&'static str, &'static str)> {
+        ASSETS
+            .iter()
+            .filter(|(_, content_type, _)| *content_type == JS)
+            .map(|(name, _, body)| (*name, *body))
+    }
+
     #[tokio::test]
     async fn serves_each_asset_with_its_type_and_no_cache() {
-        for (path, content_type, body) in [
-            ("/", "text/html; charset=utf-8", INDEX_HTML),
-            ("/assets/app.js", "text/javascript; charset=utf-8", APP_JS),
-            ("/assets/style.css", "text/css; charset=utf-8", STYLE_CSS),
-        ] {
-            let (status, headers, got) = get(path).await;
+        let index = [("", HTML, INDEX_HTML)];
+        for (file, content_type, body) in index.iter().chain(ASSETS) {
+            let path = if file.is_empty() {
+                "/".to_string()
+            } else {
+                format!("/assets/{file}")
+            };
+            let (status, headers, got) = get(&path).await;
             assert_eq!(status, "HTTP/1.1 200 OK", "{path}");
             assert!(
                 headers.contains(&format!("content-type: {content_type}")),
@@ -103,14 +126,16 @@ mod tests {
             );
             assert!(headers.contains("cache-control: no-cache"), "{path}");
             assert!(headers.contains("content-security-policy:"), "{path}");
-            assert_eq!(got, body, "{path}");
+            assert_eq!(got, *body, "{path}");
         }
     }
 
     #[tokio::test]
     async fn unknown_asset_is_not_found() {
-        let (status, _, _) = get("/assets/nope.js").await;
-        assert_eq!(status, "HTTP/1.1 404 Not Found");
+        for path in ["/assets/nope.js", "/assets/..%2Fmod.rs", "/assets/"] {
+            let (status, _, _) = get(path).await;
+            assert_eq!(status, "HTTP/1.1 404 Not Found", "{path}");
+        }
     }
 
     #[test]
@@ -140,19 +165,34 @@ mod tests {
     }
 
     #[test]
-    fn script_never_parses_markup() {
-        // Every piece of data reaches the page as text nodes; markup parsing
-        // is how an agent's reply or a project name would inject script.
-        for sink in [
-            "innerHTML",
-            "outerHTML",
-            "insertAdjacentHTML",
-            "document.write",
-            "eval(",
-        ] {
-            assert!(!APP_JS.contains(sink), "app.js uses {sink}");
+    fn every_imported_module_is_served() {
+        for (name, body) in scripts() {
+            for import in body.split("from \"./").skip(1) {
+                let module = import.split('"').next().unwrap();
+                assert!(
+                    ASSETS.iter().any(|(file, _, _)| *file == module),
+                    "{name} imports {module}, which is not embedded"
+                );
+            }
         }
-        // The admin token lives in sessionStorage only, never in a URL.
-        assert!(!APP_JS.contains("localStorage"));
+    }
+
+    #[test]
+    fn scripts_never_parse_markup() {
+        // Every piece of data reaches the page as text; markup parsing is
+        // how an agent's reply or a project name would inject script.
+        for (name, body) in scripts() {
+            for sink in [
+                "innerHTML",
+                "outerHTML",
+                "insertAdjacentHTML",
+                "document.write",
+                "eval(",
+            ] {
+                assert!(!body.contains(sink), "{name} uses {sink}");
+            }
+            // The tokens live in sessionStorage only.
+            assert!(!body.contains("localStorage"), "{name} uses localStorage");
+        }
     }
 }
