@@ -27,7 +27,7 @@ const RESTART_MAX: Duration = Duration::from_secs(30);
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.log_format);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
+    let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {

@@ -17,6 +17,7 @@ use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use axum::serve::ListenerExt;
 use axum::{Json, Router};
 use serde_json::json;
 use tokio::net::TcpListener;
@@ -98,6 +99,12 @@ pub async fn run(
     let registry = state.registry.clone();
     let connections = state.connections.clone();
     let app = router(state).into_make_service_with_connect_info::<SocketAddr>();
+    // Frames are small and interactive: send them without Nagle's delay.
+    let listener = listener.tap_io(|stream| {
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+        }
+    });
     let server =
         axum::serve(listener, app).with_graceful_shutdown(shutdown.clone().cancelled_owned());
     let drain = async {

@@ -50,10 +50,13 @@ impl DeltaCount {
 impl Client {
     /// Connects to `url` and says hello with the benchmark token.
     pub async fn connect(url: &str) -> anyhow::Result<Client> {
-        let (stream, _) = tokio::time::timeout(READ_TIMEOUT, tokio_tungstenite::connect_async(url))
-            .await
-            .with_context(|| format!("connecting to {url} timed out"))?
-            .with_context(|| format!("connect to {url}"))?;
+        let (stream, _) = tokio::time::timeout(
+            READ_TIMEOUT,
+            tokio_tungstenite::connect_async_with_config(url, None, true),
+        )
+        .await
+        .with_context(|| format!("connecting to {url} timed out"))?
+        .with_context(|| format!("connect to {url}"))?;
         let mut client = Client { stream };
         client
             .send(&json!({"id": "h", "type": "hello", "token": TOKEN}))

@@ -1,10 +1,11 @@
 //! Event fan-out throughput: a mock-LLM child streams small `text_delta`s
 //! as fast as it can to 1 client, then to N clients of the same project;
-//! each client's rate is its deltas over the time from its first to its
-//! last one. Every client must receive every delta.
+//! each client's rate is its deltas over the time from the prompt being
+//! sent to the last delta it received (so a client that lags and catches
+//! up in a burst is not flattered). Every client must receive every delta.
 
 use std::fmt::Write as _;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use serde_json::json;
@@ -26,25 +27,28 @@ pub struct FanoutReport {
     multi: Vec<f64>,
 }
 
-/// [`RUNS`] runs of `events` deltas with one client, then with `clients`.
+/// One unmeasured warm-up run, then [`RUNS`] rounds, each a run with one
+/// client followed by a run with `clients` (interleaved, so drift in the
+/// machine's load or the growing transcript affects both cases alike).
+/// The extra clients attach before their run and leave after it.
 pub async fn measure(bins: &Bins, events: usize, clients: usize) -> anyhow::Result<FanoutReport> {
     let mock = start_mock().await?;
     let gateway = BenchGateway::start(bins, GatewayArgs::mock(&mock, Vec::new())).await?;
     let mut attached = vec![Client::connect(&gateway.url()).await?];
+    (attached, _) = run_once(&mock, attached, events, "warm-up").await?;
     let mut single = Vec::new();
+    let mut multi = Vec::new();
     for run in 0..RUNS {
         let rates;
         (attached, rates) = run_once(&mock, attached, events, &format!("one-{run}")).await?;
         single.extend(rates);
-    }
-    for _ in 1..clients {
-        attached.push(Client::connect(&gateway.url()).await?);
-    }
-    let mut multi = Vec::new();
-    for run in 0..RUNS {
+        for _ in 1..clients {
+            attached.push(Client::connect(&gateway.url()).await?);
+        }
         let rates;
         (attached, rates) = run_once(&mock, attached, events, &format!("many-{run}")).await?;
         multi.push(rates);
+        attached.truncate(1);
     }
     drop(attached);
     gateway.stop().await?;
@@ -69,6 +73,7 @@ async fn run_once(
         delay: Duration::ZERO,
     });
     let first = clients.first_mut().context("no clients")?;
+    let sent = Instant::now();
     first
         .send(&json!({"id": id, "type": "prompt", "message": "stream"}))
         .await?;
@@ -92,11 +97,12 @@ async fn run_once(
                 count.deltas
             );
         }
-        rates.push(
-            count
-                .rate()
-                .context("all deltas arrived at the same instant")?,
-        );
+        let last = count.last().context("no delta arrived")?;
+        let span = last.saturating_duration_since(sent).as_secs_f64();
+        if span <= 0.0 {
+            bail!("client {i} of run {id}: no time passed");
+        }
+        rates.push(count.deltas as f64 / span);
         back.push(client);
     }
     rates.sort_by(f64::total_cmp);
@@ -124,7 +130,9 @@ impl FanoutReport {
             stats::rate(median),
             100.0 * min / self.single
         );
-        s.push_str("\nrate = deltas ÷ (last delta − first delta), as each client received them\n");
+        s.push_str(
+            "\nrate = deltas ÷ (time from the prompt being sent to this client's last delta)\n",
+        );
         s
     }
 }

@@ -64,14 +64,23 @@ fn bin_dir(args: &Args) -> anyhow::Result<PathBuf> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = parse_args()?;
-    let dir = bin_dir(&args)?;
+    // On Ctrl-C the measurement is dropped, which kills its gateways.
+    tokio::select! {
+        result = run(&args) => result,
+        _ = tokio::signal::ctrl_c() => bail!("interrupted"),
+    }
+}
+
+async fn run(args: &Args) -> anyhow::Result<()> {
+    let dir = bin_dir(args)?;
     let bins = Bins::in_dir(&dir)?;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     print(&format!(
-        "# bench-gateway: --pings {} --events {} --clients {}; {cores} cores; binaries in {}\n",
+        "# bench-gateway: --pings {} --events {} --clients {}; {cores} cores{}; binaries in {}\n",
         args.pings,
         args.events,
         args.clients,
+        load_average().map_or(String::new(), |l| format!(", load average {l}")),
         dir.display()
     ))?;
     let report = pings::measure(&bins, args.pings).await;
@@ -81,6 +90,12 @@ async fn main() -> anyhow::Result<()> {
     let report = memory::measure(&bins, args.events).await;
     print(&report.context("memory with a stalled client")?.table())?;
     Ok(())
+}
+
+/// The 1-minute load average at the start, so a busy machine shows.
+fn load_average() -> Option<String> {
+    let loadavg = std::fs::read_to_string("/proc/loadavg").ok()?;
+    loadavg.split_whitespace().next().map(str::to_string)
 }
 
 /// Writes one finished section to stdout; a closed stdout is not an error.
