@@ -67,6 +67,9 @@ async fn metrics_move_with_prompts_crashes_and_reconnects() {
 
     let mut ws = gateway.client("alpha").await;
     ws.request(json!({"id":"p","type":"ping"})).await;
+    // A malformed frame is answered and counted.
+    ws.send_text("{not json").await;
+    assert_eq!(ws.recv().await["success"], false);
     ws.send(json!({"id":"1","type":"prompt","message":"hi"}))
         .await;
     let frames = ws.recv_until(is_done).await;
@@ -135,6 +138,26 @@ async fn metrics_move_with_prompts_crashes_and_reconnects() {
             ) > 0.0,
             "{direction}"
         );
+    }
+    assert_eq!(
+        get(&after, "corral_invalid_frames_total{source=\"client\"}"),
+        1.0
+    );
+    assert_eq!(
+        get(&after, "corral_invalid_frames_total{source=\"child\"}"),
+        0.0
+    );
+    assert_eq!(get(&after, "corral_crash_loops_total"), 0.0);
+    for name in [
+        "corral_children{state=\"starting\"}",
+        "corral_children{state=\"busy\"}",
+        "corral_children{state=\"failed\"}",
+        "corral_slow_client_catchups_total",
+        "corral_slow_client_disconnects_total",
+        "corral_child_exits_total{reason=\"health\"}",
+        "corral_auth_failures_total{reason=\"origin\"}",
+    ] {
+        get(&after, name);
     }
     assert_eq!(
         get(
@@ -274,6 +297,8 @@ async fn admin_api_reports_and_acts() {
     ws.recv_until(|f| f["type"] == "text_delta").await;
     let busy = admin_json(&gateway, "/v1/projects/alpha").await;
     assert_eq!(busy["busy"], true);
+    let stats = admin_json(&gateway, "/v1/stats").await;
+    assert_eq!(stats["children"]["busy"], 1);
     assert!(busy["busy_since_secs"].as_u64().is_some());
     assert_eq!(
         gateway

@@ -298,6 +298,16 @@ async fn a_client_that_stops_reading_does_not_slow_the_others() {
                 let (code, reason) = close.expect("a close frame with a reason");
                 assert_eq!(code, 4000, "{reason}");
                 assert!(reason.contains("fell behind"), "{reason}");
+                let admin = Some(corral_e2e::gateway::ADMIN_TOKEN);
+                let (_, text) = gateway.http_get("/metrics", admin).await;
+                assert!(
+                    text.contains("corral_slow_client_disconnects_total 1"),
+                    "{text}"
+                );
+                assert!(
+                    !text.contains("corral_slow_client_catchups_total 0"),
+                    "{text}"
+                );
                 break;
             }
         }

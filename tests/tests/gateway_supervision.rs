@@ -59,3 +59,52 @@ while read line; do :; done"#,
     let started = frames.last().unwrap();
     assert_eq!(started["restarts"], 1);
 }
+
+#[tokio::test]
+async fn a_crash_looping_child_is_marked_failed_and_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    // Answers the hello, then dies at once, every time.
+    let crashing = script(
+        dir.path(),
+        "crashing-agent",
+        r#"read line
+echo '{"type":"response","id":"corral-hello","command":"hello","success":true,"data":{"protocol_version":1,"version":"0","provider":"fake","model":"m"}}'
+exit 7"#,
+    );
+    let gateway = GatewaySpawn::default()
+        .child_bin(crashing)
+        .arg("--crash-limit")
+        .arg("2")
+        .spawn()
+        .await;
+    let mut ws = gateway.client("alpha").await;
+    let frames = ws
+        .recv_until(|f| f["type"] == "child_exited" && f["restarting"] == false)
+        .await;
+    let exits: Vec<&serde_json::Value> = frames
+        .iter()
+        .filter(|f| f["type"] == "child_exited")
+        .collect();
+    assert_eq!(exits.len(), 2, "{frames:#?}");
+    assert_eq!(exits[0]["code"], 7);
+    assert_eq!(exits[0]["restarting"], true);
+    let error = ws.recv().await;
+    assert_eq!(error["type"], "error");
+    let admin = Some(corral_e2e::gateway::ADMIN_TOKEN);
+    let (_, text) = gateway.http_get("/metrics", admin).await;
+    assert!(text.contains("corral_crash_loops_total 1"), "{text}");
+    assert!(
+        text.contains("corral_children{state=\"failed\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("corral_child_exits_total{reason=\"crash\"} 2"),
+        "{text}"
+    );
+    let (_, reply) = gateway.client_with("alpha", TOKEN, None).await;
+    assert_eq!(reply["success"], false);
+    assert!(
+        reply["error"].as_str().unwrap().contains("crash loop"),
+        "{reply}"
+    );
+}

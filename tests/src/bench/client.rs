@@ -106,6 +106,19 @@ impl Client {
         }
     }
 
+    /// One `hello` (answered by the gateway itself, no child involved),
+    /// timed from send to its response.
+    pub async fn hello(&mut self, id: u64) -> anyhow::Result<Duration> {
+        let start = Instant::now();
+        self.send(&json!({"id": id, "type": "hello"})).await?;
+        let frame = self.frame().await?;
+        let elapsed = start.elapsed();
+        if frame["type"] != "response" || frame["id"] != id || frame["success"] != true {
+            bail!("unexpected hello reply: {frame}");
+        }
+        Ok(elapsed)
+    }
+
     /// One `ping` with id `id`, timed from send to its response.
     pub async fn ping(&mut self, id: u64) -> anyhow::Result<Duration> {
         let start = Instant::now();

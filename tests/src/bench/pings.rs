@@ -18,6 +18,8 @@ pub struct PingReport {
     pings: u64,
     direct: Latency,
     gateway: Latency,
+    /// A `hello` answered by the gateway itself: its share without the child.
+    hello: Latency,
 }
 
 /// Times `pings` pings on each path, after [`WARMUP`] untimed ones.
@@ -33,12 +35,16 @@ pub async fn measure(bins: &Bins, pings: u64) -> anyhow::Result<PingReport> {
     let through = time_pings(pings, async |id| client.ping(id).await)
         .await
         .context("through the gateway")?;
+    let hello = time_pings(pings, async |id| client.hello(id).await)
+        .await
+        .context("hello through the gateway")?;
     drop(client);
     gateway.stop().await?;
     Ok(PingReport {
         pings,
         direct,
         gateway: through,
+        hello,
     })
 }
 
@@ -65,6 +71,7 @@ impl PingReport {
         for (path, l) in [
             ("stdio → corral-agent", &self.direct),
             ("WebSocket → corral → corral-agent", &self.gateway),
+            ("WebSocket → corral (hello, no child)", &self.hello),
         ] {
             let _ = writeln!(
                 s,
