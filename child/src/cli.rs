@@ -23,6 +23,9 @@ pub enum Mode {
     Rpc {
         #[command(flatten)]
         agent: AgentArgs,
+        /// Wire dialect on stdio: zut (zut RPC v1), letscode (letscode-rpc/1) or zi (Zi RPC v1).
+        #[arg(long, value_enum, default_value_t = Dialect::Zut)]
+        dialect: Dialect,
         /// Longest accepted input line, in bytes.
         #[arg(long, default_value_t = DEFAULT_MAX_LINE, value_name = "BYTES")]
         max_line_bytes: usize,
@@ -37,6 +40,14 @@ pub enum Mode {
         /// The prompt.
         prompt: String,
     },
+}
+
+/// The RPC dialects the child speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Dialect {
+    Zut,
+    Letscode,
+    Zi,
 }
 
 /// Flags shared by every mode.

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use clap::Parser;
 use corral_agent::agent::{Agent, AgentEvent, Output, RunKind, RunRequest};
-use corral_agent::cli::{AgentArgs, Cli, Mode};
-use corral_agent::rpc::{self, zut::ZutOptions, zut::ZutServer, TransportOptions};
+use corral_agent::cli::{AgentArgs, Cli, Dialect, Mode};
+use corral_agent::rpc::{self, TransportOptions};
 use corral_agent::setup;
 use tokio::sync::mpsc;
 
@@ -35,6 +35,7 @@ fn main() -> ExitCode {
         match cli.mode {
             Mode::Rpc {
                 agent,
+                dialect,
                 max_line_bytes,
                 eof_grace,
             } => {
@@ -42,7 +43,7 @@ fn main() -> ExitCode {
                     max_line: max_line_bytes,
                     eof_grace: Duration::from_secs(eof_grace),
                 };
-                rpc_mode(&agent, token, transport).await
+                rpc_mode(&agent, dialect, token, transport).await
             }
             Mode::Run { agent, prompt } => run_mode(&agent, prompt).await,
         }
@@ -67,7 +68,12 @@ fn init_logging() {
     }
 }
 
-async fn rpc_mode(args: &AgentArgs, token: Option<String>, transport: TransportOptions) -> u8 {
+async fn rpc_mode(
+    args: &AgentArgs,
+    dialect: Dialect,
+    token: Option<String>,
+    transport: TransportOptions,
+) -> u8 {
     let setup = match setup::build(args) {
         Ok(setup) => setup,
         Err(e) => {
@@ -75,21 +81,11 @@ async fn rpc_mode(args: &AgentArgs, token: Option<String>, transport: TransportO
             return 2;
         }
     };
-    let (out, out_rx) = mpsc::channel(rpc::OUTPUT_QUEUE);
-    let writer = rpc::spawn_writer(out_rx);
-    let (agent, worker) = Agent::start(
-        setup.provider,
-        setup.tools,
-        setup.settings,
-        setup.session,
-        out.clone(),
-    );
-    let options = ZutOptions {
-        token: token.filter(|t| !t.is_empty()),
-        allow_unknown_models: setup.allow_unknown_models,
-    };
-    let server = ZutServer::new(agent, out, options);
-    rpc::serve(server, worker, writer, transport).await
+    match dialect {
+        Dialect::Zut => rpc::zut::serve_stdio(setup, token, transport).await,
+        Dialect::Letscode => rpc::letscode::serve_stdio(setup, transport).await,
+        Dialect::Zi => rpc::zi::serve_stdio(setup, transport).await,
+    }
 }
 
 async fn run_mode(args: &AgentArgs, prompt: String) -> u8 {

@@ -48,9 +48,9 @@ pub struct Settings {
 #[derive(Debug)]
 pub enum Output {
     Event(AgentEvent),
-    /// A line the front-end encoded itself (a response), placed in the
-    /// stream exactly where a run starts.
-    Line(Vec<u8>),
+    /// A frame the front-end made itself (a response), written in order
+    /// with the events; the front-end's encoder serialises it.
+    Frame(serde_json::Value),
 }
 
 /// A unit of queued work.
@@ -59,7 +59,7 @@ pub struct RunRequest {
     pub kind: RunKind,
     /// Sent to the output just before the run's first event (the
     /// `{"started":true}` response).
-    pub started: Option<Vec<u8>>,
+    pub started: Option<serde_json::Value>,
 }
 
 #[derive(Debug)]
@@ -197,8 +197,8 @@ async fn worker(
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = Some(cancel.clone());
         shared.busy.store(true, Ordering::SeqCst);
-        if let Some(line) = run.started {
-            let _ = out.send(Output::Line(line)).await;
+        if let Some(frame) = run.started {
+            let _ = out.send(Output::Frame(frame)).await;
         }
         let ctx = RunCtx {
             shared: &shared,

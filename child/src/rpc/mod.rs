@@ -1,19 +1,26 @@
-//! The stdio transport: one reader loop on stdin, one writer task that
-//! alone owns stdout (bounded queue, a flush per line), and the shutdown
-//! rules: stdin EOF drains queued runs within a grace, SIGTERM/SIGINT abort.
+//! The stdio transport, shared by every dialect: one reader loop on stdin,
+//! one writer task that alone owns stdout (bounded queue, a flush per
+//! line), and the shutdown rules.
+//!
+//! A dialect supplies a [`Frontend`] (what to do with each input line, and
+//! how it wants EOF handled) and an [`Encoder`] (how agent events and the
+//! frontend's own frames become stdout lines, in order). zut RPC v1 is in
+//! [`zut`].
 
+pub mod letscode;
+pub mod zi;
 pub mod zut;
 
 use std::time::Duration;
 
-use corral_protocol::ndjson::{encode_line, FrameReader};
+use corral_protocol::ndjson::{encode_line, FrameError, FrameReader};
+use serde_json::{Map, Value};
 use tokio::io::{AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::agent::Output;
-use zut::{Flow, ZutServer};
+use crate::agent::{Agent, Output};
 
 /// Lines that may wait for stdout before the agent is slowed down.
 pub const OUTPUT_QUEUE: usize = 1024;
@@ -30,36 +37,89 @@ pub struct TransportOptions {
     pub eof_grace: Duration,
 }
 
+/// What the reader loop should do after a line.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Flow {
+    Continue,
+    /// Stop reading and wind down (e.g. a `bye`): like EOF.
+    Finish,
+    /// Stop serving and exit with this code (failed authentication, a
+    /// fatal handshake mismatch).
+    Exit(u8),
+}
+
+/// What stdin EOF means for the runs in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EofPolicy {
+    /// Let the active and queued runs finish (within the grace).
+    Drain,
+    /// The client is gone: abort everything.
+    Abort,
+}
+
+/// Turns agent output into stdout lines (each ending in LF).
+pub trait Encoder: Send + 'static {
+    fn encode(&mut self, output: Output, lines: &mut Vec<Vec<u8>>);
+}
+
+/// One dialect's request handling.
+#[allow(async_fn_in_trait)]
+pub trait Frontend {
+    /// Handles one input line (or the framing error it produced).
+    async fn handle(&mut self, line: Result<Map<String, Value>, FrameError>) -> Flow;
+    fn agent(&self) -> &Agent;
+    fn agent_mut(&mut self) -> &mut Agent;
+    fn eof_policy(&self) -> EofPolicy {
+        EofPolicy::Drain
+    }
+    /// A last frame after the runs have ended (letscode's `bye`).
+    fn farewell(&self) -> Option<Value> {
+        None
+    }
+    /// Where the frontend sends frames of its own.
+    fn output(&self) -> &mpsc::Sender<Output>;
+}
+
 /// Starts the stdout writer.
-pub fn spawn_writer(out: mpsc::Receiver<Output>) -> JoinHandle<()> {
-    tokio::spawn(write_loop(out, tokio::io::stdout()))
+pub fn spawn_writer(out: mpsc::Receiver<Output>, encoder: Box<dyn Encoder>) -> JoinHandle<()> {
+    tokio::spawn(write_loop(out, tokio::io::stdout(), encoder))
 }
 
 /// Writes every output in order, one flushed line each, until all senders
 /// are gone. A closed stdout ends the loop quietly.
-pub async fn write_loop<W: AsyncWrite + Unpin>(mut out: mpsc::Receiver<Output>, mut writer: W) {
+pub async fn write_loop<W: AsyncWrite + Unpin>(
+    mut out: mpsc::Receiver<Output>,
+    mut writer: W,
+    mut encoder: Box<dyn Encoder>,
+) {
+    let mut lines = Vec::new();
     while let Some(item) = out.recv().await {
-        let line = match item {
-            Output::Line(line) => line,
-            Output::Event(event) => match encode_line(&zut::wire_event(&event)) {
-                Ok(line) => line,
-                Err(e) => {
-                    tracing::error!(error = %e, "could not encode event");
-                    continue;
-                }
-            },
-        };
-        if writer.write_all(&line).await.is_err() || writer.flush().await.is_err() {
-            tracing::debug!("stdout closed; dropping further output");
-            break;
+        lines.clear();
+        encoder.encode(item, &mut lines);
+        for line in &lines {
+            if writer.write_all(line).await.is_err() || writer.flush().await.is_err() {
+                tracing::debug!("stdout closed; dropping further output");
+                return;
+            }
         }
     }
 }
 
-/// Serves zut RPC on stdin/stdout until EOF, a signal or failed auth.
+/// Serialises a frame as one line, logging (not failing) the impossible.
+pub fn line_of(frame: &impl serde::Serialize) -> Option<Vec<u8>> {
+    match encode_line(frame) {
+        Ok(line) => Some(line),
+        Err(e) => {
+            tracing::error!(error = %e, "could not encode a frame");
+            None
+        }
+    }
+}
+
+/// Serves a frontend on stdin/stdout until EOF, a signal or an exit.
 /// Returns the process exit code.
-pub async fn serve(
-    mut server: ZutServer,
+pub async fn serve<F: Frontend>(
+    mut server: F,
     worker: JoinHandle<()>,
     writer: JoinHandle<()>,
     options: TransportOptions,
@@ -76,20 +136,29 @@ pub async fn serve(
             return 1;
         }
     };
+    let end_of_input = |server: &F| match server.eof_policy() {
+        EofPolicy::Drain => options.eof_grace,
+        EofPolicy::Abort => {
+            server.agent().stop();
+            ABORT_GRACE
+        }
+    };
     let (code, grace) = loop {
         tokio::select! {
             line = reader.next_object() => match line {
-                None => break (0, options.eof_grace),
+                None => break (0, end_of_input(&server)),
                 Some(Err(e)) if !e.is_recoverable() => {
                     tracing::error!(error = %e, "stdin failed");
-                    break (0, options.eof_grace);
+                    break (0, end_of_input(&server));
                 }
-                Some(line) => {
-                    if let Flow::Exit(code) = server.handle(line).await {
+                Some(line) => match server.handle(line).await {
+                    Flow::Continue => {}
+                    Flow::Finish => break (0, end_of_input(&server)),
+                    Flow::Exit(code) => {
                         server.agent().stop();
                         break (code, ABORT_GRACE);
                     }
-                }
+                },
             },
             _ = term.recv() => {
                 tracing::info!("SIGTERM: aborting the active run and exiting");
@@ -107,10 +176,10 @@ pub async fn serve(
     code
 }
 
-/// Lets queued work finish within `grace`, aborting what remains, then
-/// waits for the writer to flush everything.
-async fn shutdown(
-    mut server: ZutServer,
+/// Lets queued work finish within `grace`, aborting what remains, sends
+/// the frontend's farewell, then waits for the writer to flush everything.
+async fn shutdown<F: Frontend>(
+    mut server: F,
     mut worker: JoinHandle<()>,
     writer: JoinHandle<()>,
     grace: Duration,
@@ -128,6 +197,9 @@ async fn shutdown(
         {
             worker.abort();
         }
+    }
+    if let Some(frame) = server.farewell() {
+        let _ = server.output().send(Output::Frame(frame)).await;
     }
     drop(server);
     let _ = tokio::time::timeout(ABORT_GRACE, writer).await;

@@ -5,7 +5,7 @@
 //! streams model reasoning where the provider exposes it.
 
 use base64::Engine as _;
-use corral_protocol::ndjson::{encode_line, FrameError};
+use corral_protocol::ndjson::FrameError;
 use corral_protocol::zut::{
     self, Command, ContentBlock, Event, Extra, Request, RequestId, Response,
 };
@@ -13,17 +13,10 @@ use serde_json::{json, Map, Value};
 use subtle::ConstantTimeEq;
 use tokio::sync::mpsc;
 
+use super::{line_of, Encoder, Flow, Frontend};
 use crate::agent::{Agent, AgentEvent, Output, RunKind, RunRequest};
 use crate::provider::catalogue;
 use crate::transcript::{Block, Message};
-
-/// What the reader loop should do after a line.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Flow {
-    Continue,
-    /// Stop serving and exit with this code (failed authentication).
-    Exit(u8),
-}
 
 /// Options fixed at start.
 #[derive(Debug, Clone)]
@@ -53,16 +46,8 @@ impl ZutServer {
         }
     }
 
-    pub fn agent(&self) -> &Agent {
-        &self.agent
-    }
-
-    pub fn agent_mut(&mut self) -> &mut Agent {
-        &mut self.agent
-    }
-
     /// Handles one input line (or the framing error it produced).
-    pub async fn handle(&mut self, line: Result<Map<String, Value>, FrameError>) -> Flow {
+    pub async fn handle_line(&mut self, line: Result<Map<String, Value>, FrameError>) -> Flow {
         let first = !std::mem::replace(&mut self.seen_first, true);
         let parsed = line
             .map_err(|e| (None, None, e.to_string()))
@@ -218,7 +203,7 @@ impl ZutServer {
     /// Queues a run whose `started` response is sent when it starts.
     fn queue(&mut self, id: Option<RequestId>, name: &str, kind: RunKind) -> Option<Response> {
         let started = Response::ok(id.clone(), name, Some(json!({"started": true})));
-        let started = encode_line(&started).ok();
+        let started = serde_json::to_value(&started).ok();
         match self.agent.submit(RunRequest { kind, started }) {
             Ok(()) => None,
             Err(e) => Some(Response::error(id, Some(name), e.to_string())),
@@ -248,9 +233,42 @@ impl ZutServer {
     }
 
     async fn send(&self, response: &Response) {
-        if let Ok(line) = encode_line(response) {
-            let _ = self.out.send(Output::Line(line)).await;
+        if let Ok(frame) = serde_json::to_value(response) {
+            let _ = self.out.send(Output::Frame(frame)).await;
         }
+    }
+}
+
+impl Frontend for ZutServer {
+    async fn handle(&mut self, line: Result<Map<String, Value>, FrameError>) -> Flow {
+        self.handle_line(line).await
+    }
+
+    fn agent(&self) -> &Agent {
+        &self.agent
+    }
+
+    fn agent_mut(&mut self) -> &mut Agent {
+        &mut self.agent
+    }
+
+    fn output(&self) -> &mpsc::Sender<Output> {
+        &self.out
+    }
+}
+
+/// zut frames: events map one to one; frontend frames are written as
+/// they are.
+#[derive(Debug, Default)]
+pub struct ZutEncoder;
+
+impl Encoder for ZutEncoder {
+    fn encode(&mut self, output: Output, lines: &mut Vec<Vec<u8>>) {
+        let line = match output {
+            Output::Event(event) => line_of(&wire_event(&event)),
+            Output::Frame(frame) => line_of(&frame),
+        };
+        lines.extend(line);
     }
 }
 
@@ -472,4 +490,27 @@ pub fn wire_event(event: &AgentEvent) -> Event {
         }),
         AgentEvent::Done => Event::Done(zut::Empty::default()),
     }
+}
+
+/// Serves zut RPC v1 on stdin/stdout; returns the exit code.
+pub async fn serve_stdio(
+    setup: crate::setup::Setup,
+    token: Option<String>,
+    transport: super::TransportOptions,
+) -> u8 {
+    let (out, out_rx) = mpsc::channel(super::OUTPUT_QUEUE);
+    let writer = super::spawn_writer(out_rx, Box::new(ZutEncoder));
+    let (agent, worker) = Agent::start(
+        setup.provider,
+        setup.tools,
+        setup.settings,
+        setup.session,
+        out.clone(),
+    );
+    let options = ZutOptions {
+        token: token.filter(|t| !t.is_empty()),
+        allow_unknown_models: setup.allow_unknown_models,
+    };
+    let server = ZutServer::new(agent, out, options);
+    super::serve(server, worker, writer, transport).await
 }
