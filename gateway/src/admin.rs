@@ -31,9 +31,7 @@ pub fn router() -> Router<Arc<AppState>> {
     Router::new()
         .route("/v1/projects", get(list))
         .route("/v1/projects/{project}", get(detail))
-        .route("/v1/projects/{project}/restart", post(restart))
-        .route("/v1/projects/{project}/stop", post(stop))
-        .route("/v1/projects/{project}/abort", post(abort))
+        .route("/v1/projects/{project}/{action}", post(action))
         .route("/v1/stats", get(stats))
         .route("/v1/openapi.json", get(openapi))
 }
@@ -203,52 +201,30 @@ async fn detail(
     }
 }
 
-fn accepted(action: &str, project: &str) -> Response {
-    tracing::info!(%project, action, "admin action");
+/// `POST /v1/projects/{project}/{action}`: restart, stop or abort.
+async fn action(
+    State(state): State<Arc<AppState>>,
+    Path((project, action)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    let hub = match hub(&state, &headers, &project) {
+        Ok(hub) => hub,
+        Err(response) => return *response,
+    };
+    match action.as_str() {
+        "restart" => hub.restart().await,
+        // The stop is graceful and may take the stop grace; answer now.
+        "stop" => drop(tokio::spawn(
+            async move { hub.stop(StopReason::Admin).await },
+        )),
+        "abort" => hub.abort().await,
+        _ => {
+            let error = format!("unknown action {action:?}; use restart, stop or abort");
+            return (StatusCode::NOT_FOUND, Json(json!({ "error": error }))).into_response();
+        }
+    }
+    tracing::info!(%project, %action, "admin action");
     (StatusCode::ACCEPTED, Json(json!({"ok": true}))).into_response()
-}
-
-async fn restart(
-    State(state): State<Arc<AppState>>,
-    Path(project): Path<String>,
-    headers: HeaderMap,
-) -> Response {
-    match hub(&state, &headers, &project) {
-        Ok(hub) => {
-            hub.restart().await;
-            accepted("restart", &project)
-        }
-        Err(response) => *response,
-    }
-}
-
-async fn stop(
-    State(state): State<Arc<AppState>>,
-    Path(project): Path<String>,
-    headers: HeaderMap,
-) -> Response {
-    match hub(&state, &headers, &project) {
-        Ok(hub) => {
-            // The stop is graceful and may take the stop grace; answer now.
-            tokio::spawn(async move { hub.stop(StopReason::Admin).await });
-            accepted("stop", &project)
-        }
-        Err(response) => *response,
-    }
-}
-
-async fn abort(
-    State(state): State<Arc<AppState>>,
-    Path(project): Path<String>,
-    headers: HeaderMap,
-) -> Response {
-    match hub(&state, &headers, &project) {
-        Ok(hub) => {
-            hub.abort().await;
-            accepted("abort", &project)
-        }
-        Err(response) => *response,
-    }
 }
 
 async fn stats(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
