@@ -19,7 +19,7 @@ fn main() -> ExitCode {
     // thread or tool process exists, so nothing the agent runs inherits it.
     let token = std::env::var("ZUTCORE_RPC_TOKEN").ok();
     std::env::remove_var("ZUTCORE_RPC_TOKEN");
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(mode_flag_as_subcommand(std::env::args_os().collect()));
     init_logging();
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -52,6 +52,23 @@ fn main() -> ExitCode {
     // stdin reader, which only returns when the peer writes or closes.
     let _ = std::io::stdout().flush();
     std::process::exit(i32::from(code));
+}
+
+/// letscode compatibility: `corral-agent --mode rpc …` (letscode's own
+/// spelling, also `--mode=rpc`) means `corral-agent rpc …`. Other
+/// arguments keep their order; every other command line is left alone.
+fn mode_flag_as_subcommand(mut args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    let position = args.iter().position(|a| a == "--mode" || a == "--mode=rpc");
+    let Some(at) = position.filter(|&at| at > 0) else {
+        return args;
+    };
+    let split = args[at] == "--mode";
+    if split && args.get(at + 1).is_none_or(|v| v != "rpc") {
+        return args;
+    }
+    args.drain(at..at + 1 + usize::from(split));
+    args.insert(1, "rpc".into());
+    args
 }
 
 fn init_logging() {

@@ -10,13 +10,14 @@ mod call;
 mod compact;
 pub mod event;
 pub mod journal;
+pub mod remote;
 pub mod retry;
 pub mod session;
 mod turn;
 pub mod usage;
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::mpsc;
@@ -81,6 +82,10 @@ pub(crate) struct Shared {
     pub session: Mutex<Session>,
     /// True while a run executes (not while it waits in the queue).
     pub busy: AtomicBool,
+    /// Runs submitted but not yet picked up by the worker.
+    pub queued: AtomicUsize,
+    /// Steering messages for the active prompt run (see [`Agent::steer`]).
+    pub steering: Mutex<Steering>,
     /// Cancels the active run.
     pub current: Mutex<Option<CancellationToken>>,
     /// Cancelled when the process is going away: the active run is aborted
@@ -92,6 +97,21 @@ impl Shared {
     pub fn session(&self) -> MutexGuard<'_, Session> {
         self.session.lock().unwrap_or_else(PoisonError::into_inner)
     }
+
+    pub fn steering(&self) -> MutexGuard<'_, Steering> {
+        self.steering.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Text sent to the active prompt run while it works. The run takes it at
+/// its next step boundary (before its next model call) and, when the model
+/// has already answered, goes on for another step instead of ending.
+#[derive(Debug, Default)]
+pub(crate) struct Steering {
+    /// Whether a prompt run can still take steering: set when it starts,
+    /// cleared (under this lock) when it decides to end.
+    pub open: bool,
+    pub pending: Vec<String>,
 }
 
 /// Handle to a running agent.
@@ -115,6 +135,8 @@ impl Agent {
             settings,
             session: Mutex::new(session),
             busy: AtomicBool::new(false),
+            queued: AtomicUsize::new(0),
+            steering: Mutex::new(Steering::default()),
             current: Mutex::new(None),
             stop: CancellationToken::new(),
         });
@@ -131,10 +153,34 @@ impl Agent {
 
     /// Queues a run. It starts when every earlier run has finished.
     pub fn submit(&self, run: RunRequest) -> Result<(), QueueFull> {
-        match &self.runs {
-            Some(runs) => runs.try_send(run).map_err(|_| QueueFull),
-            None => Err(QueueFull),
+        let runs = self.runs.as_ref().ok_or(QueueFull)?;
+        self.shared.queued.fetch_add(1, Ordering::SeqCst);
+        runs.try_send(run).map_err(|_| {
+            self.shared.queued.fetch_sub(1, Ordering::SeqCst);
+            QueueFull
+        })
+    }
+
+    /// Hands `text` to the active prompt run, which adds it to the
+    /// transcript as a user message before its next model call. Gives the
+    /// text back when no run can take it (idle, or the run is ending).
+    pub fn steer(&self, text: String) -> Result<(), String> {
+        let mut steering = self.shared.steering();
+        if !steering.open {
+            return Err(text);
         }
+        steering.pending.push(text);
+        Ok(())
+    }
+
+    /// Drops steering messages the active run has not taken yet.
+    pub fn clear_steering(&self) {
+        self.shared.steering().pending.clear();
+    }
+
+    /// No run is executing and none waits in the queue.
+    pub fn idle(&self) -> bool {
+        !self.busy() && self.shared.queued.load(Ordering::SeqCst) == 0
     }
 
     /// Cancels the active run, if any. Queued runs are unaffected.
@@ -189,6 +235,7 @@ async fn worker(
 ) {
     while let Some(run) = runs.recv().await {
         if shared.stop.is_cancelled() {
+            shared.queued.fetch_sub(1, Ordering::SeqCst);
             continue;
         }
         let cancel = shared.stop.child_token();
@@ -197,6 +244,7 @@ async fn worker(
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = Some(cancel.clone());
         shared.busy.store(true, Ordering::SeqCst);
+        shared.queued.fetch_sub(1, Ordering::SeqCst);
         if let Some(frame) = run.started {
             let _ = out.send(Output::Frame(frame)).await;
         }
@@ -206,7 +254,22 @@ async fn worker(
             cancel,
         };
         match run.kind {
-            RunKind::Prompt { text, images } => turn::run_prompt(&ctx, text, images).await,
+            RunKind::Prompt { text, images } => {
+                ctx.shared.steering().open = true;
+                turn::run_prompt(&ctx, text, images).await;
+                let left = {
+                    let mut steering = ctx.shared.steering();
+                    steering.open = false;
+                    std::mem::take(&mut steering.pending)
+                };
+                if !left.is_empty() {
+                    ctx.emit(AgentEvent::Error(format!(
+                        "{} steering message(s) were not delivered: the run ended first",
+                        left.len()
+                    )))
+                    .await;
+                }
+            }
             RunKind::Compact => compact::run_compact(&ctx).await,
         }
         *shared

@@ -33,6 +33,7 @@ pub(crate) async fn run_prompt(ctx: &RunCtx<'_>, text: String, images: Vec<Block
     let max_steps = ctx.shared.settings.max_steps;
     let mut recovered = false;
     for step in 1..=max_steps {
+        take_steering(ctx).await;
         ctx.emit(AgentEvent::TurnStart { step }).await;
         let request = build_request(ctx);
         let model = request.model.clone();
@@ -54,6 +55,7 @@ pub(crate) async fn run_prompt(ctx: &RunCtx<'_>, text: String, images: Vec<Block
         match finish_step(ctx, response, &model).await {
             StepEnd::Continue => continue,
             StepEnd::Aborted => return,
+            StepEnd::Answered if steering_waits(ctx) => continue,
             StepEnd::Answered => return,
             StepEnd::MissingAnswer if !recovered => {
                 recovered = true;
@@ -68,7 +70,9 @@ pub(crate) async fn run_prompt(ctx: &RunCtx<'_>, text: String, images: Vec<Block
             }
             StepEnd::MissingAnswer => {
                 end_turn(ctx, Stop::End, None).await;
-                return;
+                if !steering_waits(ctx) {
+                    return;
+                }
             }
         }
     }
@@ -76,6 +80,24 @@ pub(crate) async fn run_prompt(ctx: &RunCtx<'_>, text: String, images: Vec<Block
         "stopped after {max_steps} model calls (the --max-steps limit); send another prompt to continue"
     )))
     .await;
+}
+
+/// Adds the steering messages sent since the last step to the transcript.
+async fn take_steering(ctx: &RunCtx<'_>) {
+    let pending = std::mem::take(&mut ctx.shared.steering().pending);
+    for text in pending {
+        let message = Message::new(Role::User, vec![Block::text(text)]);
+        ctx.record(message.clone()).await;
+        ctx.emit(AgentEvent::UserMessage(message)).await;
+    }
+}
+
+/// Whether steering waits for another step; when none does, the run stops
+/// taking steering (atomically, so nothing sent later is stranded).
+fn steering_waits(ctx: &RunCtx<'_>) -> bool {
+    let mut steering = ctx.shared.steering();
+    steering.open = !steering.pending.is_empty();
+    steering.open
 }
 
 enum StepEnd {

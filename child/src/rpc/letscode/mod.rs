@@ -1,0 +1,221 @@
+//! The letscode-rpc/1 dialect (`corral-agent rpc --dialect letscode`, or
+//! `--mode rpc --dialect letscode`): NDJSON commands on stdin, control
+//! messages and domain events on stdout.
+//!
+//! - First line: `{"type":"ready","protocol":"letscode-rpc/1","letscode":V}`
+//!   where `letscode` is the version of this implementation (the
+//!   `corral-agent` crate version), not of upstream letscode.
+//! - Commands: `hello`, `prompt`, `steer`, `follow_up`, `abort`, `reset`,
+//!   `bye`; each answered `ack{id}` then `done{id}`, or `error{id, error,
+//!   recoverable[, fatal]}` (`id` is `null` when the command had none).
+//!   `prompt`'s `ack` comes just before `agent_start`, its `done` just
+//!   after `agent_end`. `bye` is answered `ack` at once and `done` after the
+//!   active run drained, just before the final `bye` frame.
+//! - `steer{text}`: handed to the active run, which adds it to the
+//!   transcript as a user message (seen as `message_start`/`message_end`
+//!   with role `user`) at its next step boundary, before its next model
+//!   call; if the model has already answered, the run goes on for one more
+//!   step rather than ending. When no run is active (or the run is past
+//!   its last boundary) the text is queued as a run of its own, like
+//!   `follow_up`. Steering a run that then fails is reported by an `error`
+//!   event; `abort` discards steering not yet taken.
+//! - `follow_up{text}`: queued as a run of its own that starts after the
+//!   active one (at once when idle); its events come without `ack`/`done`
+//!   around them. `prompt` and `reset` need the agent idle: no active run
+//!   and none queued.
+//! - Messages: `{"role":"user"|"assistant"|"tool","content":[block],
+//!   "timestamp":RFC 3339}`; blocks `text{text}`, `thinking{thinking}`,
+//!   `image{mime_type,bytes}`, `tool_call{id,name,arguments}`,
+//!   `tool_result{tool_call_id,is_error,content}`. `agent_start.messages`
+//!   holds the run's prompt; `agent_end.messages` every message the run
+//!   added (prompt, steering, assistant messages, tool results).
+
+mod command;
+mod encoder;
+mod wire;
+
+use corral_protocol::ndjson::FrameError;
+use serde_json::{Map, Value};
+use tokio::sync::mpsc;
+
+use self::command::{check_protocol, Command, Kind};
+use self::wire::{Private, Reply};
+use super::{Flow, Frontend};
+use crate::agent::{Agent, Output, RunKind, RunRequest};
+
+pub use self::encoder::LetscodeEncoder;
+
+/// Serves letscode commands for one agent.
+pub struct LetscodeServer {
+    agent: Agent,
+    out: mpsc::Sender<Output>,
+    /// A `hello` failed: exit without the farewell `bye`.
+    fatal: bool,
+    /// The `bye` command being answered (`Some(null)` for one without id).
+    bye: Option<Value>,
+}
+
+impl LetscodeServer {
+    pub fn new(agent: Agent, out: mpsc::Sender<Output>) -> LetscodeServer {
+        LetscodeServer {
+            agent,
+            out,
+            fatal: false,
+            bye: None,
+        }
+    }
+
+    async fn send(&self, frame: Value) {
+        let _ = self.out.send(Output::Frame(frame)).await;
+    }
+
+    async fn reject(&self, id: &Value, error: &str) {
+        self.send(wire::control_error(id, error, true, false)).await;
+    }
+
+    async fn dispatch(&mut self, Command { id, kind }: Command) -> Flow {
+        match kind {
+            Kind::Hello { protocol } => match check_protocol(&protocol) {
+                Ok(()) => self.acted(&id, |_| Ok(())).await,
+                Err(e) => {
+                    tracing::error!("{e}");
+                    self.fatal = true;
+                    self.send(wire::control_error(&id, &e.to_string(), false, true))
+                        .await;
+                    return Flow::Exit(1);
+                }
+            },
+            Kind::Prompt { text } => {
+                if !self.agent.idle() {
+                    self.reject(&id, "busy: a run is active; wait for its done, or abort it")
+                        .await;
+                    return Flow::Continue;
+                }
+                let started = Private::RunStart {
+                    reply: Some(Reply { id: id.clone() }),
+                };
+                if let Err(e) = self.agent.submit(prompt_run(text, started)) {
+                    self.reject(&id, &e.to_string()).await;
+                }
+            }
+            Kind::Steer { text } => {
+                self.acted(&id, |agent| match agent.steer(text) {
+                    Ok(()) => Ok(()),
+                    Err(text) => queue(agent, text),
+                })
+                .await
+            }
+            Kind::FollowUp { text } => self.acted(&id, |agent| queue(agent, text)).await,
+            Kind::Abort => {
+                self.acted(&id, |agent| {
+                    agent.clear_steering();
+                    agent.abort();
+                    Ok(())
+                })
+                .await
+            }
+            Kind::Reset => {
+                if !self.agent.idle() {
+                    self.reject(&id, "busy: reset needs the agent idle; abort the run first")
+                        .await;
+                    return Flow::Continue;
+                }
+                self.acted(&id, |agent| {
+                    agent.clear_steering();
+                    agent.session().clear().map_err(|e| e.to_string())
+                })
+                .await
+            }
+            Kind::Bye => {
+                self.send(wire::ack(&id)).await;
+                self.bye = Some(id);
+                return Flow::Finish;
+            }
+        }
+        Flow::Continue
+    }
+
+    /// `ack`, the action, then `done` (or a recoverable `error`). The
+    /// answer's slot is reserved before acting, so a run the action queues
+    /// cannot write ahead of it (the runtime is single-threaded).
+    async fn acted(&self, id: &Value, action: impl FnOnce(&Agent) -> Result<(), String>) {
+        self.send(wire::ack(id)).await;
+        let Ok(slot) = self.out.reserve().await else {
+            return;
+        };
+        let answer = match action(&self.agent) {
+            Ok(()) => wire::done(id),
+            Err(e) => wire::control_error(id, &e, true, false),
+        };
+        slot.send(Output::Frame(answer));
+    }
+}
+
+fn prompt_run(text: String, started: Private) -> RunRequest {
+    RunRequest {
+        kind: RunKind::Prompt {
+            text,
+            images: Vec::new(),
+        },
+        started: Some(started.to_frame()),
+    }
+}
+
+/// Queues `text` as a run of its own, answered by nobody.
+fn queue(agent: &Agent, text: String) -> Result<(), String> {
+    agent
+        .submit(prompt_run(text, Private::RunStart { reply: None }))
+        .map_err(|e| e.to_string())
+}
+
+impl Frontend for LetscodeServer {
+    async fn handle(&mut self, line: Result<Map<String, Value>, FrameError>) -> Flow {
+        match line
+            .map_err(|e| (Value::Null, e.to_string()))
+            .and_then(|object| command::parse(object).map_err(|bad| (bad.id, bad.message)))
+        {
+            Ok(command) => self.dispatch(command).await,
+            Err((id, message)) => {
+                self.reject(&id, &message).await;
+                Flow::Continue
+            }
+        }
+    }
+
+    fn agent(&self) -> &Agent {
+        &self.agent
+    }
+
+    fn agent_mut(&mut self) -> &mut Agent {
+        &mut self.agent
+    }
+
+    fn farewell(&self) -> Option<Value> {
+        (!self.fatal).then(|| {
+            Private::Farewell {
+                reply: self.bye.clone().map(|id| Reply { id }),
+            }
+            .to_frame()
+        })
+    }
+
+    fn output(&self) -> &mpsc::Sender<Output> {
+        &self.out
+    }
+}
+
+/// Serves letscode-rpc/1 on stdin/stdout; returns the exit code.
+pub async fn serve_stdio(setup: crate::setup::Setup, transport: super::TransportOptions) -> u8 {
+    let (out, out_rx) = mpsc::channel(super::OUTPUT_QUEUE);
+    let writer = super::spawn_writer(out_rx, Box::new(LetscodeEncoder::default()));
+    // Written before stdin is read: the queue is empty, so this cannot wait.
+    let _ = out.send(Output::Frame(wire::ready())).await;
+    let (agent, worker) = Agent::start(
+        setup.provider,
+        setup.tools,
+        setup.settings,
+        setup.session,
+        out.clone(),
+    );
+    super::serve(LetscodeServer::new(agent, out), worker, writer, transport).await
+}

@@ -1,0 +1,312 @@
+//! The Zi RPC v1 dialect (`corral-agent rpc --dialect zi`): versioned,
+//! sequenced JSONL requests over the shared stdio transport.
+//!
+//! Endpoints: `session.get_state`, `session.get_messages`,
+//! `session.get_outcomes` (always an empty page: this agent records no
+//! operation outcomes), `session.prompt`, `session.interrupt`,
+//! `session.await_idle`, `connection.set_events`, `command.list`,
+//! `command.invoke` (built-ins `compact`, `clear`), `model.list`,
+//! `model.select`, `thinking.list`, `thinking.select`.
+//!
+//! Parameters are read from `params` when it is an object, else from the
+//! record's other top-level fields. Every rejection before launch is a
+//! `protocol_error` with code `invalid_request`; invalid UTF-8 or a record
+//! over the line bound ends the connection after one `invalid_framing`
+//! frame, with exit code [`FRAMING_EXIT`]. Operations that settle later
+//! (`session.interrupt`, `session.await_idle`, `command.invoke compact`)
+//! run as tasks holding their id until their response is sent.
+
+mod encoder;
+mod event;
+mod frame;
+mod request;
+mod session;
+mod settings;
+mod settle;
+mod state;
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use corral_protocol::ndjson::FrameError;
+use serde_json::{Map, Value};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::{EofPolicy, Flow, Frontend};
+use crate::agent::remote::AgentRemote;
+use crate::agent::{Agent, Output, RunKind, RunRequest};
+use encoder::{ZiEncoder, RUN_STARTED};
+use frame::FailCode;
+use request::Request;
+use state::Connection;
+
+/// Exit code after an `invalid_framing` frame.
+pub const FRAMING_EXIT: u8 = 1;
+/// Ordinary operations that may be in flight at once.
+pub const MAX_IN_FLIGHT: usize = 32;
+
+/// Serves Zi requests for one agent.
+pub struct ZiServer {
+    agent: Agent,
+    out: mpsc::Sender<Output>,
+    /// State shared with the encoder and the settlement tasks.
+    connection: Connection,
+    /// Runs handed to the agent; idle when the encoder has seen as many
+    /// `Done`s.
+    submitted: Arc<AtomicU64>,
+    /// Lets settlement tasks abort runs and read the session.
+    remote: AgentRemote,
+    /// Cancelled when the server is dropped: pending tasks give up.
+    cancel: CancellationToken,
+    /// Models outside the catalogue are accepted (custom `--base-url`).
+    allow_unknown_models: bool,
+    /// Identifies this session in state snapshots.
+    session_id: String,
+}
+
+/// Which admission slot an operation holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Slot {
+    Ordinary,
+    Interrupt,
+}
+
+impl ZiServer {
+    pub fn new(
+        agent: Agent,
+        out: mpsc::Sender<Output>,
+        connection: Connection,
+        allow_unknown_models: bool,
+    ) -> ZiServer {
+        let remote = agent.remote();
+        let session_id = format!(
+            "{}-{}",
+            std::process::id(),
+            time::OffsetDateTime::now_utc().unix_timestamp_nanos()
+        );
+        ZiServer {
+            agent,
+            out,
+            connection,
+            submitted: Arc::default(),
+            remote,
+            cancel: CancellationToken::new(),
+            allow_unknown_models,
+            session_id,
+        }
+    }
+
+    async fn send(&self, frame: Value) {
+        let _ = self.out.send(Output::Frame(frame)).await;
+    }
+
+    /// Whether every submitted run has finished.
+    fn idle(&self) -> bool {
+        self.connection.completed() >= self.submitted.load(Ordering::SeqCst)
+    }
+
+    /// Hands one run to the agent; its `agent_start` precedes its events.
+    fn submit(&self, kind: RunKind) -> bool {
+        let run = RunRequest {
+            kind,
+            started: Some(Value::String(RUN_STARTED.into())),
+        };
+        let admitted = self.agent.submit(run).is_ok();
+        if admitted {
+            self.submitted.fetch_add(1, Ordering::SeqCst);
+        }
+        admitted
+    }
+
+    async fn handle_line(&mut self, line: Result<Map<String, Value>, FrameError>) -> Flow {
+        let record = match line {
+            Ok(record) => record,
+            Err(FrameError::InvalidUtf8) => {
+                self.send(frame::invalid_framing(
+                    "invalid_utf8",
+                    "record is not valid UTF-8",
+                ))
+                .await;
+                return Flow::Exit(FRAMING_EXIT);
+            }
+            Err(e @ FrameError::TooLong { .. }) => {
+                self.send(frame::invalid_framing("record_too_large", e.to_string()))
+                    .await;
+                return Flow::Exit(FRAMING_EXIT);
+            }
+            Err(e) => {
+                self.send(frame::protocol_error(None, e.to_string())).await;
+                return Flow::Continue;
+            }
+        };
+        let request = match request::parse(record) {
+            Ok(request) => request,
+            Err(rejection) => {
+                let frame = frame::protocol_error(rejection.id.as_deref(), rejection.message);
+                self.send(frame).await;
+                return Flow::Continue;
+            }
+        };
+        if self.connection.lock().in_flight.contains(&request.id) {
+            let message = format!("request id {:?} is already in flight", request.id);
+            self.send(frame::protocol_error(Some(&request.id), message))
+                .await;
+            return Flow::Continue;
+        }
+        if let Some(frame) = self.dispatch(&request) {
+            self.send(frame).await;
+        }
+        Flow::Continue
+    }
+
+    /// Answers one request; `None` when a settlement task will answer.
+    fn dispatch(&mut self, request: &Request) -> Option<Value> {
+        let result = match request.method {
+            "session.get_state" => Ok(self.snapshot()),
+            "session.get_messages" => self.messages_page(request),
+            "session.get_outcomes" => session::outcomes_page(request),
+            "session.prompt" => self.prompt(request),
+            "session.interrupt" => return self.interrupt(request),
+            "session.await_idle" => return self.await_idle(request),
+            "connection.set_events" => return Some(settings::set_events(request)),
+            "command.list" => Ok(settings::command_list()),
+            "command.invoke" => return self.invoke(request),
+            "model.list" => Ok(self.model_list()),
+            "model.select" => self.model_select(request),
+            "thinking.list" => Ok(self.thinking_list()),
+            "thinking.select" => self.thinking_select(request),
+            other => Err(Reply::Protocol(format!("unknown method {other:?}"))),
+        };
+        Some(match result {
+            Ok(value) => frame::ok(&request.id, request.method, value),
+            Err(reply) => reply.frame(request),
+        })
+    }
+
+    /// Takes a slot and registers the id, or says why not.
+    fn admit(&self, request: &Request, slot: Slot) -> Result<Slot, Value> {
+        let mut inner = self.connection.lock();
+        let slot = match slot {
+            Slot::Interrupt if !inner.interrupt_reserved => {
+                inner.interrupt_reserved = true;
+                Slot::Interrupt
+            }
+            _ if inner.ordinary >= MAX_IN_FLIGHT => {
+                let message = format!("at most {MAX_IN_FLIGHT} operations may be in flight");
+                return Err(frame::fail(
+                    &request.id,
+                    request.method,
+                    FailCode::Capacity,
+                    message,
+                ));
+            }
+            _ => {
+                inner.ordinary += 1;
+                Slot::Ordinary
+            }
+        };
+        inner.in_flight.insert(request.id.clone());
+        Ok(slot)
+    }
+
+    /// Runs `work` to settlement, then releases the slot and sends its
+    /// response. Nothing is sent if the server goes away first.
+    fn settle<F>(&self, request: &Request, slot: Slot, work: F)
+    where
+        F: Future<Output = Value> + Send + 'static,
+    {
+        let connection = self.connection.clone();
+        let out = self.out.clone();
+        let cancel = self.cancel.clone();
+        let id = request.id.clone();
+        tokio::spawn(async move {
+            let frame = tokio::select! {
+                frame = work => Some(frame),
+                () = cancel.cancelled() => None,
+            };
+            {
+                let mut inner = connection.lock();
+                inner.in_flight.remove(&id);
+                match slot {
+                    Slot::Interrupt => inner.interrupt_reserved = false,
+                    Slot::Ordinary => inner.ordinary = inner.ordinary.saturating_sub(1),
+                }
+            }
+            if let Some(frame) = frame {
+                let _ = out.send(Output::Frame(frame)).await;
+            }
+        });
+    }
+}
+
+/// Why a synchronous request did not succeed.
+pub(crate) enum Reply {
+    /// A rejected shape: `protocol_error`, nothing applied.
+    Protocol(String),
+    /// An `ok: false` response.
+    Fail(FailCode, String),
+}
+
+impl Reply {
+    fn frame(self, request: &Request) -> Value {
+        match self {
+            Reply::Protocol(message) => frame::protocol_error(Some(&request.id), message),
+            Reply::Fail(code, message) => frame::fail(&request.id, request.method, code, message),
+        }
+    }
+}
+
+impl From<String> for Reply {
+    fn from(message: String) -> Reply {
+        Reply::Protocol(message)
+    }
+}
+
+impl Drop for ZiServer {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
+}
+
+impl Frontend for ZiServer {
+    async fn handle(&mut self, line: Result<Map<String, Value>, FrameError>) -> Flow {
+        self.handle_line(line).await
+    }
+
+    fn agent(&self) -> &Agent {
+        &self.agent
+    }
+
+    fn agent_mut(&mut self) -> &mut Agent {
+        &mut self.agent
+    }
+
+    /// Closing stdin means the client is gone: interrupt everything.
+    fn eof_policy(&self) -> EofPolicy {
+        EofPolicy::Abort
+    }
+
+    fn output(&self) -> &mpsc::Sender<Output> {
+        &self.out
+    }
+}
+
+/// Serves Zi RPC v1 on stdin/stdout; returns the exit code.
+pub async fn serve_stdio(setup: crate::setup::Setup, transport: super::TransportOptions) -> u8 {
+    let connection = Connection::new();
+    let (out, out_rx) = mpsc::channel(super::OUTPUT_QUEUE);
+    let writer = super::spawn_writer(out_rx, Box::new(ZiEncoder::new(connection.clone())));
+    let (agent, worker) = Agent::start(
+        setup.provider,
+        setup.tools,
+        setup.settings,
+        setup.session,
+        out.clone(),
+    );
+    let server = ZiServer::new(agent, out, connection, setup.allow_unknown_models);
+    let ready = serde_json::json!({"type": "ready", "state": server.snapshot()});
+    server.send(ready).await;
+    super::serve(server, worker, writer, transport).await
+}

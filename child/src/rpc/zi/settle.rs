@@ -1,0 +1,167 @@
+//! Operations answered when something settles: `session.interrupt`,
+//! `session.await_idle` and `command.invoke` (`compact` waits for its run;
+//! `clear` answers at once).
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::frame::{self, FailCode};
+use super::request::Request;
+use super::session::MAX_COMPLETION_ID;
+use super::state::Connection;
+use super::{Slot, ZiServer};
+use crate::agent::RunKind;
+
+/// How often an interrupt re-aborts while queued runs drain.
+const ABORT_POLL: Duration = Duration::from_millis(20);
+/// Longest command name and arguments.
+const MAX_COMMAND_NAME: usize = 64;
+const MAX_COMMAND_ARGUMENTS: usize = 256 * 1024;
+
+/// Resolves once the encoder has written `target` runs' `Done`.
+async fn completed(connection: &Connection, target: impl Fn() -> u64) {
+    let mut rx = connection.completed.subscribe();
+    loop {
+        if *rx.borrow_and_update() >= target() {
+            return;
+        }
+        if rx.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+impl ZiServer {
+    /// Aborts the active run and every run queued before this request
+    /// (each is aborted as it starts), drops parked input, and answers `{}`
+    /// once they have all ended.
+    pub(crate) fn interrupt(&self, request: &Request) -> Option<Value> {
+        let slot = match self.admit(request, Slot::Interrupt) {
+            Ok(slot) => slot,
+            Err(frame) => return Some(frame),
+        };
+        let target = self.submitted.load(Ordering::SeqCst);
+        {
+            let mut inner = self.connection.lock();
+            inner.steering.clear();
+            inner.follow_up.clear();
+        }
+        let connection = self.connection.clone();
+        let remote = self.remote.clone();
+        let (id, method) = (request.id.clone(), request.method);
+        self.settle(request, slot, async move {
+            loop {
+                if connection.completed() >= target {
+                    break;
+                }
+                remote.abort();
+                let _ = tokio::time::timeout(ABORT_POLL, completed(&connection, || target)).await;
+            }
+            frame::ok(&id, method, json!({}))
+        });
+        None
+    }
+
+    /// Answers when no run is active or queued; with `completionId`, adds
+    /// that watch's revision, message count and latest assistant text.
+    pub(crate) fn await_idle(&self, request: &Request) -> Option<Value> {
+        let completion_id = match request.str_param("completionId", MAX_COMPLETION_ID) {
+            Ok(id) => id.map(str::to_string),
+            Err(message) => return Some(frame::protocol_error(Some(&request.id), message)),
+        };
+        let slot = match self.admit(request, Slot::Ordinary) {
+            Ok(slot) => slot,
+            Err(frame) => return Some(frame),
+        };
+        let connection = self.connection.clone();
+        let submitted = self.submitted.clone();
+        let remote = self.remote.clone();
+        let (id, method) = (request.id.clone(), request.method);
+        self.settle(request, slot, async move {
+            completed(&connection, || submitted.load(Ordering::SeqCst)).await;
+            let Some(completion_id) = completion_id else {
+                return frame::ok(&id, method, json!({}));
+            };
+            let count = remote.session().messages().len();
+            match connection.lock().completion(&completion_id, count) {
+                Some(completion) => frame::ok(&id, method, json!({"completion": completion})),
+                None => frame::fail(
+                    &id,
+                    method,
+                    FailCode::NotFound,
+                    format!("no completion watch {completion_id:?} (never admitted, or replaced by later input)"),
+                ),
+            }
+        });
+        None
+    }
+
+    /// Runs a built-in command; commands are idle-only.
+    pub(crate) fn invoke(&mut self, request: &Request) -> Option<Value> {
+        let checked = request
+            .required_str("name", MAX_COMMAND_NAME)
+            .and_then(|name| {
+                request.str_param("arguments", MAX_COMMAND_ARGUMENTS)?;
+                Ok(name.to_string())
+            });
+        let name = match checked {
+            Ok(name) => name,
+            Err(message) => return Some(frame::protocol_error(Some(&request.id), message)),
+        };
+        let fail =
+            |code, message: &str| Some(frame::fail(&request.id, request.method, code, message));
+        if name != "compact" && name != "clear" {
+            return fail(FailCode::NotFound, &format!("no command named {name:?}"));
+        }
+        if !self.idle() {
+            return fail(
+                FailCode::OperationFailed,
+                "commands run only while the session is idle",
+            );
+        }
+        if name == "clear" {
+            return Some(match self.agent.session().clear() {
+                Ok(()) => frame::ok(
+                    &request.id,
+                    request.method,
+                    json!({"message": "transcript cleared"}),
+                ),
+                Err(e) => frame::fail(
+                    &request.id,
+                    request.method,
+                    FailCode::OperationFailed,
+                    e.to_string(),
+                ),
+            });
+        }
+        let slot = match self.admit(request, Slot::Ordinary) {
+            Ok(slot) => slot,
+            Err(frame) => return Some(frame),
+        };
+        self.connection.lock().last_summary = None;
+        if !self.submit(RunKind::Compact) {
+            let mut inner = self.connection.lock();
+            inner.in_flight.remove(&request.id);
+            inner.ordinary = inner.ordinary.saturating_sub(1);
+            return fail(FailCode::Capacity, "the run queue is full");
+        }
+        let target = self.submitted.load(Ordering::SeqCst);
+        let connection = self.connection.clone();
+        let (id, method) = (request.id.clone(), request.method);
+        self.settle(request, slot, async move {
+            completed(&connection, || target).await;
+            match connection.lock().last_summary.take() {
+                Some(summary) => frame::ok(&id, method, json!({"message": summary})),
+                None => frame::fail(
+                    &id,
+                    method,
+                    FailCode::OperationFailed,
+                    "compaction did not complete",
+                ),
+            }
+        });
+        None
+    }
+}
