@@ -4,8 +4,9 @@
 //! The task ([`actor`]) receives [`HubCommand`]s from WebSocket connections
 //! and lines from the child. Requests get gateway-unique ids ([`ids`]);
 //! responses go back to the one client that asked; events get a `seq` and go
-//! into the shared [`feed`] that every client reads at its own pace. Child
-//! lifecycle (spawn, hello, health, restart, stop) is in [`lifecycle`].
+//! into the shared [`feed`] that every client reads at its own pace
+//! ([`routing`]). Child lifecycle (spawn, hello, health, restart, stop) is
+//! in [`lifecycle`].
 
 mod actor;
 pub mod feed;
@@ -13,6 +14,7 @@ pub mod frames;
 pub mod ids;
 mod lifecycle;
 pub mod ring;
+mod routing;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
