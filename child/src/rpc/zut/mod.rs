@@ -1,22 +1,22 @@
-//! The zut RPC v1 dialect: request handling and the mapping of agent events
-//! and transcript messages to zut frames.
-//!
-//! Extension (allowed by v1's only-grows rule): `thinking_delta {delta}`
-//! streams model reasoning where the provider exposes it.
+//! The zut RPC v1 dialect: request handling (auth, commands, queued runs)
+//! and the encoder; the wire shapes of events and messages are in
+//! [`wire`].
 
 use base64::Engine as _;
 use corral_protocol::ndjson::FrameError;
-use corral_protocol::zut::{
-    self, Command, ContentBlock, Event, Extra, Request, RequestId, Response,
-};
+use corral_protocol::zut::{self, Command, Request, RequestId, Response};
 use serde_json::{json, Map, Value};
 use subtle::ConstantTimeEq;
 use tokio::sync::mpsc;
 
+mod wire;
+
+pub use wire::{wire_blocks, wire_event, wire_message};
+
 use super::{line_of, Encoder, Flow, Frontend};
-use crate::agent::{Agent, AgentEvent, Output, RunKind, RunRequest};
+use crate::agent::{Agent, Output, RunKind, RunRequest};
 use crate::provider::catalogue;
-use crate::transcript::{Block, Message};
+use crate::transcript::Block;
 
 /// Options fixed at start.
 #[derive(Debug, Clone)]
@@ -293,203 +293,6 @@ fn decode_images(images: Vec<zut::ImageInput>) -> Result<Vec<Block>, String> {
             })
         })
         .collect()
-}
-
-/// A transcript message in the zut message shape.
-pub fn wire_message(message: &Message) -> zut::Message {
-    zut::Message {
-        role: serde_json::to_value(message.role)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_string))
-            .unwrap_or_default(),
-        content: wire_blocks(&message.content),
-        time: message.time.clone(),
-        extra: Extra::new(),
-    }
-}
-
-/// Content blocks in the zut shape: images become byte counts, reasoning is
-/// left out.
-pub fn wire_blocks(blocks: &[Block]) -> Vec<ContentBlock> {
-    blocks
-        .iter()
-        .filter_map(|block| {
-            Some(match block {
-                Block::Text { text } => ContentBlock::text(text.clone()),
-                Block::Image { mime_type, data } => ContentBlock::Image(zut::ImageBlock {
-                    mime_type: mime_type.clone(),
-                    bytes: base64_decoded_len(data),
-                    extra: Extra::new(),
-                }),
-                Block::ToolCall { id, name, args } => ContentBlock::ToolCall(zut::ToolCallBlock {
-                    id: id.clone(),
-                    name: name.clone(),
-                    args: args.clone(),
-                    extra: Extra::new(),
-                }),
-                Block::ToolResult {
-                    call_id,
-                    is_error,
-                    content,
-                } => ContentBlock::ToolResult(zut::ToolResultBlock {
-                    call_id: call_id.clone(),
-                    is_error: *is_error,
-                    content: wire_blocks(content),
-                    extra: Extra::new(),
-                }),
-                Block::Thinking { .. } | Block::RedactedThinking { .. } => return None,
-            })
-        })
-        .collect()
-}
-
-fn base64_decoded_len(data: &str) -> u64 {
-    let trimmed = data.trim_end_matches('=');
-    (trimmed.len() as u64 * 3) / 4
-}
-
-/// The zut frame for an agent event (every event has one).
-pub fn wire_event(event: &AgentEvent) -> Event {
-    let extra = Extra::new;
-    match event {
-        AgentEvent::UserMessage(m) => Event::UserMessage(zut::MessageEvent {
-            content: wire_blocks(&m.content),
-            time: m.time.clone(),
-            extra: extra(),
-        }),
-        AgentEvent::AssistantMessage(m) => Event::AssistantMessage(zut::MessageEvent {
-            content: wire_blocks(&m.content),
-            time: m.time.clone(),
-            extra: extra(),
-        }),
-        AgentEvent::TurnStart { step } => Event::TurnStart(zut::TurnStart {
-            step: *step,
-            extra: extra(),
-        }),
-        AgentEvent::RequestStarted {
-            provider,
-            model,
-            attempt,
-            max_attempts,
-        } => Event::RequestStarted(zut::RequestStarted {
-            provider: provider.to_string(),
-            model: model.clone(),
-            scope: "provider".into(),
-            attempt: *attempt,
-            max_attempts: *max_attempts,
-            extra: extra(),
-        }),
-        AgentEvent::CacheDiagnostics {
-            eligible,
-            mode,
-            continuation,
-        } => Event::CacheDiagnostics(zut::CacheDiagnostics {
-            eligible: *eligible,
-            mode: mode.to_string(),
-            transport: "sse".into(),
-            continuation: *continuation,
-            extra: extra(),
-        }),
-        AgentEvent::RetryScheduled {
-            attempt,
-            max_attempts,
-            delay,
-        } => Event::RetryScheduled(zut::RetryScheduled {
-            scope: "provider".into(),
-            attempt: *attempt,
-            max_attempts: *max_attempts,
-            delay_ms: u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
-            extra: extra(),
-        }),
-        AgentEvent::AssistantStart => Event::AssistantStart(zut::Empty::default()),
-        AgentEvent::TextDelta(delta) => Event::TextDelta(zut::TextDelta {
-            delta: delta.clone(),
-            extra: extra(),
-        }),
-        AgentEvent::ThinkingDelta(delta) => {
-            let mut map = Map::new();
-            map.insert("type".into(), json!("thinking_delta"));
-            map.insert("delta".into(), json!(delta));
-            Event::Unknown(map)
-        }
-        AgentEvent::ToolUseStart { id, name } => Event::ToolUseStart(zut::ToolUseStart {
-            id: id.clone(),
-            name: name.clone(),
-            extra: extra(),
-        }),
-        AgentEvent::ToolUseArgs { id, delta } => Event::ToolUseArgs(zut::ToolUseArgs {
-            id: id.clone(),
-            delta: delta.clone(),
-            extra: extra(),
-        }),
-        AgentEvent::ToolUseEnd { id } => Event::ToolUseEnd(zut::ToolUseEnd {
-            id: id.clone(),
-            extra: extra(),
-        }),
-        AgentEvent::ToolCall { id, name, args } => Event::ToolCall(zut::ToolCall {
-            id: id.clone(),
-            name: name.clone(),
-            args: args.clone(),
-            extra: extra(),
-        }),
-        AgentEvent::ToolExecutionStarted { id, name } => {
-            Event::ToolExecutionStarted(zut::ToolExecutionStarted {
-                id: id.clone(),
-                name: name.clone(),
-                extra: extra(),
-            })
-        }
-        AgentEvent::ToolProgress { id, text } => Event::ToolProgress(zut::ToolProgress {
-            id: id.clone(),
-            text: text.clone(),
-            extra: extra(),
-        }),
-        AgentEvent::PlanUpdate { id, update } => Event::PlanUpdate(zut::PlanUpdate {
-            id: Some(id.clone()).filter(|id| !id.is_empty()),
-            explanation: update.explanation.clone(),
-            plan: update
-                .plan
-                .iter()
-                .map(|item| zut::PlanItem {
-                    step: item.step.clone(),
-                    status: item.status.clone(),
-                })
-                .collect(),
-            extra: extra(),
-        }),
-        AgentEvent::ToolResult {
-            id,
-            is_error,
-            content,
-        } => Event::ToolResult(zut::ToolResult {
-            id: id.clone(),
-            is_error: *is_error,
-            content: wire_blocks(content),
-            extra: extra(),
-        }),
-        AgentEvent::Usage { turn, cumulative } => {
-            Event::Usage(zut::UsageEvent::new(turn, cumulative))
-        }
-        AgentEvent::TurnEnd { stop, error } => Event::TurnEnd(zut::TurnEnd {
-            stop: *stop,
-            error: error.clone(),
-            extra: extra(),
-        }),
-        AgentEvent::TurnRecovery { reason, attempt } => Event::TurnRecovery(zut::TurnRecovery {
-            reason: reason.to_string(),
-            attempt: *attempt,
-            extra: extra(),
-        }),
-        AgentEvent::Error(message) => Event::Error(zut::ErrorEvent {
-            message: message.clone(),
-            extra: extra(),
-        }),
-        AgentEvent::CompactDone { summary } => Event::CompactDone(zut::CompactDone {
-            summary: summary.clone(),
-            extra: extra(),
-        }),
-        AgentEvent::Done => Event::Done(zut::Empty::default()),
-    }
 }
 
 /// Serves zut RPC v1 on stdin/stdout; returns the exit code.

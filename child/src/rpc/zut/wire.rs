@@ -1,0 +1,206 @@
+//! The mapping from the agent's transcript and events to zut wire shapes:
+//! images become byte counts, reasoning blocks are left out, and
+//! `thinking_delta {delta}` is the one extension event.
+
+use corral_protocol::zut::{self, ContentBlock, Event, Extra};
+use serde_json::{json, Map};
+
+use crate::agent::AgentEvent;
+use crate::transcript::{Block, Message};
+
+/// A transcript message in the zut message shape.
+pub fn wire_message(message: &Message) -> zut::Message {
+    zut::Message {
+        role: serde_json::to_value(message.role)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default(),
+        content: wire_blocks(&message.content),
+        time: message.time.clone(),
+        extra: Extra::new(),
+    }
+}
+
+/// Content blocks in the zut shape: images become byte counts, reasoning is
+/// left out.
+pub fn wire_blocks(blocks: &[Block]) -> Vec<ContentBlock> {
+    blocks
+        .iter()
+        .filter_map(|block| {
+            Some(match block {
+                Block::Text { text } => ContentBlock::text(text.clone()),
+                Block::Image { mime_type, data } => ContentBlock::Image(zut::ImageBlock {
+                    mime_type: mime_type.clone(),
+                    bytes: base64_decoded_len(data),
+                    extra: Extra::new(),
+                }),
+                Block::ToolCall { id, name, args } => ContentBlock::ToolCall(zut::ToolCallBlock {
+                    id: id.clone(),
+                    name: name.clone(),
+                    args: args.clone(),
+                    extra: Extra::new(),
+                }),
+                Block::ToolResult {
+                    call_id,
+                    is_error,
+                    content,
+                } => ContentBlock::ToolResult(zut::ToolResultBlock {
+                    call_id: call_id.clone(),
+                    is_error: *is_error,
+                    content: wire_blocks(content),
+                    extra: Extra::new(),
+                }),
+                Block::Thinking { .. } | Block::RedactedThinking { .. } => return None,
+            })
+        })
+        .collect()
+}
+
+fn base64_decoded_len(data: &str) -> u64 {
+    let trimmed = data.trim_end_matches('=');
+    (trimmed.len() as u64 * 3) / 4
+}
+
+/// The zut frame for an agent event (every event has one).
+pub fn wire_event(event: &AgentEvent) -> Event {
+    let extra = Extra::new;
+    match event {
+        AgentEvent::UserMessage(m) => Event::UserMessage(zut::MessageEvent {
+            content: wire_blocks(&m.content),
+            time: m.time.clone(),
+            extra: extra(),
+        }),
+        AgentEvent::AssistantMessage(m) => Event::AssistantMessage(zut::MessageEvent {
+            content: wire_blocks(&m.content),
+            time: m.time.clone(),
+            extra: extra(),
+        }),
+        AgentEvent::TurnStart { step } => Event::TurnStart(zut::TurnStart {
+            step: *step,
+            extra: extra(),
+        }),
+        AgentEvent::RequestStarted {
+            provider,
+            model,
+            attempt,
+            max_attempts,
+        } => Event::RequestStarted(zut::RequestStarted {
+            provider: provider.to_string(),
+            model: model.clone(),
+            scope: "provider".into(),
+            attempt: *attempt,
+            max_attempts: *max_attempts,
+            extra: extra(),
+        }),
+        AgentEvent::CacheDiagnostics {
+            eligible,
+            mode,
+            continuation,
+        } => Event::CacheDiagnostics(zut::CacheDiagnostics {
+            eligible: *eligible,
+            mode: mode.to_string(),
+            transport: "sse".into(),
+            continuation: *continuation,
+            extra: extra(),
+        }),
+        AgentEvent::RetryScheduled {
+            attempt,
+            max_attempts,
+            delay,
+        } => Event::RetryScheduled(zut::RetryScheduled {
+            scope: "provider".into(),
+            attempt: *attempt,
+            max_attempts: *max_attempts,
+            delay_ms: u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+            extra: extra(),
+        }),
+        AgentEvent::AssistantStart => Event::AssistantStart(zut::Empty::default()),
+        AgentEvent::TextDelta(delta) => Event::TextDelta(zut::TextDelta {
+            delta: delta.clone(),
+            extra: extra(),
+        }),
+        AgentEvent::ThinkingDelta(delta) => {
+            let mut map = Map::new();
+            map.insert("type".into(), json!("thinking_delta"));
+            map.insert("delta".into(), json!(delta));
+            Event::Unknown(map)
+        }
+        AgentEvent::ToolUseStart { id, name } => Event::ToolUseStart(zut::ToolUseStart {
+            id: id.clone(),
+            name: name.clone(),
+            extra: extra(),
+        }),
+        AgentEvent::ToolUseArgs { id, delta } => Event::ToolUseArgs(zut::ToolUseArgs {
+            id: id.clone(),
+            delta: delta.clone(),
+            extra: extra(),
+        }),
+        AgentEvent::ToolUseEnd { id } => Event::ToolUseEnd(zut::ToolUseEnd {
+            id: id.clone(),
+            extra: extra(),
+        }),
+        AgentEvent::ToolCall { id, name, args } => Event::ToolCall(zut::ToolCall {
+            id: id.clone(),
+            name: name.clone(),
+            args: args.clone(),
+            extra: extra(),
+        }),
+        AgentEvent::ToolExecutionStarted { id, name } => {
+            Event::ToolExecutionStarted(zut::ToolExecutionStarted {
+                id: id.clone(),
+                name: name.clone(),
+                extra: extra(),
+            })
+        }
+        AgentEvent::ToolProgress { id, text } => Event::ToolProgress(zut::ToolProgress {
+            id: id.clone(),
+            text: text.clone(),
+            extra: extra(),
+        }),
+        AgentEvent::PlanUpdate { id, update } => Event::PlanUpdate(zut::PlanUpdate {
+            id: Some(id.clone()).filter(|id| !id.is_empty()),
+            explanation: update.explanation.clone(),
+            plan: update
+                .plan
+                .iter()
+                .map(|item| zut::PlanItem {
+                    step: item.step.clone(),
+                    status: item.status.clone(),
+                })
+                .collect(),
+            extra: extra(),
+        }),
+        AgentEvent::ToolResult {
+            id,
+            is_error,
+            content,
+        } => Event::ToolResult(zut::ToolResult {
+            id: id.clone(),
+            is_error: *is_error,
+            content: wire_blocks(content),
+            extra: extra(),
+        }),
+        AgentEvent::Usage { turn, cumulative } => {
+            Event::Usage(zut::UsageEvent::new(turn, cumulative))
+        }
+        AgentEvent::TurnEnd { stop, error } => Event::TurnEnd(zut::TurnEnd {
+            stop: *stop,
+            error: error.clone(),
+            extra: extra(),
+        }),
+        AgentEvent::TurnRecovery { reason, attempt } => Event::TurnRecovery(zut::TurnRecovery {
+            reason: reason.to_string(),
+            attempt: *attempt,
+            extra: extra(),
+        }),
+        AgentEvent::Error(message) => Event::Error(zut::ErrorEvent {
+            message: message.clone(),
+            extra: extra(),
+        }),
+        AgentEvent::CompactDone { summary } => Event::CompactDone(zut::CompactDone {
+            summary: summary.clone(),
+            extra: extra(),
+        }),
+        AgentEvent::Done => Event::Done(zut::Empty::default()),
+    }
+}
