@@ -25,7 +25,7 @@ use crate::agent::{Agent, Output};
 /// Lines that may wait for stdout before the agent is slowed down.
 pub const OUTPUT_QUEUE: usize = 1024;
 /// How long an aborted run gets to emit its last events before exit.
-const ABORT_GRACE: Duration = Duration::from_secs(2);
+pub const ABORT_GRACE: Duration = Duration::from_secs(2);
 
 /// Transport limits.
 #[derive(Debug, Clone)]
@@ -71,6 +71,11 @@ pub trait Frontend {
     fn agent_mut(&mut self) -> &mut Agent;
     fn eof_policy(&self) -> EofPolicy {
         EofPolicy::Drain
+    }
+    /// With [`EofPolicy::Abort`], how long the aborted work may take to
+    /// settle (emit its last frames) before the process exits.
+    fn settle_grace(&self) -> Duration {
+        ABORT_GRACE
     }
     /// A last frame after the runs have ended (letscode's `bye`).
     fn farewell(&self) -> Option<Value> {
@@ -140,7 +145,7 @@ pub async fn serve<F: Frontend>(
         EofPolicy::Drain => options.eof_grace,
         EofPolicy::Abort => {
             server.agent().stop();
-            ABORT_GRACE
+            server.settle_grace()
         }
     };
     let (code, grace) = loop {

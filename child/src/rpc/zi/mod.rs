@@ -44,6 +44,8 @@ use state::Connection;
 
 /// Exit code after an `invalid_framing` frame.
 pub const FRAMING_EXIT: u8 = 1;
+/// How long interrupted work may take to settle after stdin closes.
+pub const SETTLEMENT: std::time::Duration = std::time::Duration::from_secs(5);
 /// Ordinary operations that may be in flight at once.
 pub const MAX_IN_FLIGHT: usize = 32;
 
@@ -286,6 +288,11 @@ impl Frontend for ZiServer {
     /// Closing stdin means the client is gone: interrupt everything.
     fn eof_policy(&self) -> EofPolicy {
         EofPolicy::Abort
+    }
+
+    /// The document's connection settlement bound.
+    fn settle_grace(&self) -> std::time::Duration {
+        SETTLEMENT
     }
 
     fn output(&self) -> &mpsc::Sender<Output> {
