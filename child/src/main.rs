@@ -95,7 +95,7 @@ async fn rpc_mode(
         Ok(setup) => setup,
         Err(e) => {
             eprintln!("corral-agent: {e}");
-            return 2;
+            return e.exit_code();
         }
     };
     match dialect {
@@ -110,7 +110,7 @@ async fn run_mode(args: &AgentArgs, prompt: String) -> u8 {
         Ok(setup) => setup,
         Err(e) => {
             eprintln!("corral-agent: {e}");
-            return 2;
+            return e.exit_code();
         }
     };
     let (out, mut events) = mpsc::channel(rpc::OUTPUT_QUEUE);

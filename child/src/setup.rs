@@ -50,6 +50,24 @@ pub enum SetupError {
     },
 }
 
+/// Exit code when the session journal is held by another agent process
+/// (`EX_TEMPFAIL`): the session runs elsewhere, which a supervisor should
+/// not mistake for a crash.
+pub const EXIT_SESSION_IN_USE: u8 = 75;
+
+impl SetupError {
+    /// The process exit code for this error: [`EXIT_SESSION_IN_USE`] when
+    /// the session is in use elsewhere, else 2.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            SetupError::Journal(crate::agent::journal::JournalError::InUse { .. }) => {
+                EXIT_SESSION_IN_USE
+            }
+            _ => 2,
+        }
+    }
+}
+
 pub fn build(args: &AgentArgs) -> Result<Setup, SetupError> {
     let cwd = resolve_cwd(args.cwd.as_deref())?;
     let env_prefix = match args.provider.as_str() {

@@ -1,5 +1,5 @@
 //! End-to-end: one session journal, one agent. A second `corral-agent rpc`
-//! on a journal that another process holds exits with code 2 and says why;
+//! on a journal that another process holds exits with code 75 (EX_TEMPFAIL) and says why;
 //! the holder keeps working, and the lock goes away with the holder.
 
 #![allow(clippy::unwrap_used)]
@@ -67,7 +67,7 @@ fn texts(messages: &Value) -> Vec<(String, String)> {
 }
 
 #[tokio::test]
-async fn a_second_agent_on_a_held_journal_exits_2_and_the_first_keeps_working() {
+async fn a_second_agent_on_a_held_journal_exits_75_and_the_first_keeps_working() {
     let dir = tempfile::tempdir().unwrap();
     let journal = dir.path().join("sessions/p.jsonl");
     let mut first = agent_on(&journal).await;
@@ -78,7 +78,7 @@ async fn a_second_agent_on_a_held_journal_exits_2_and_the_first_keeps_working() 
     let on_disk = std::fs::read(&journal).unwrap();
 
     let (code, stderr) = contender(&journal, dir.path()).await;
-    assert_eq!(code, Some(2), "stderr: {stderr}");
+    assert_eq!(code, Some(75), "stderr: {stderr}");
     assert!(
         stderr.contains("is in use by another agent process"),
         "{stderr}"

@@ -16,6 +16,17 @@ use crate::supervisor::backoff::{self, Decision};
 use crate::supervisor::handshake;
 use crate::supervisor::{ChildOutput, ChildProcess, ExitInfo, SpawnSpec};
 
+/// The child's exit code when its session journal is held by another
+/// agent process (`corral-agent` exits with `EX_TEMPFAIL` then).
+const SESSION_IN_USE_EXIT: i32 = 75;
+
+/// Why a child did not become ready.
+struct StartError {
+    message: String,
+    /// The session runs in another agent process (not a crash).
+    elsewhere: bool,
+}
+
 /// A child that answered its hello.
 pub(super) struct Running {
     pub process: ChildProcess,
@@ -56,7 +67,10 @@ impl Hub {
                 }
                 self.flush_waiting().await;
             }
-            Err(error) => {
+            Err(StartError {
+                message: error,
+                elsewhere,
+            }) => {
                 tracing::error!(project = %self.project, "agent failed to start: {error}");
                 for waiting in std::mem::take(&mut self.waiting_attach) {
                     let _ = waiting
@@ -76,16 +90,26 @@ impl Hub {
                     );
                     self.unicast(client, reply);
                 }
-                self.after_crash(&format!("failed to start: {error}"));
+                if elsewhere {
+                    // Another agent process (another gateway) runs this
+                    // session: not a crash, nothing to restart here.
+                    self.close_clients(1013, "the session is in use by another agent process");
+                    self.set_state(ChildState::Exited);
+                } else {
+                    self.after_crash(&format!("failed to start: {error}"));
+                }
             }
         }
     }
 
-    async fn spawn_and_hello(&mut self) -> Result<Running, String> {
+    async fn spawn_and_hello(&mut self) -> Result<Running, StartError> {
         let token = handshake::random_token();
         let spec = self.spawn_spec(&token);
         let started = std::time::Instant::now();
-        let (process, mut output) = ChildProcess::spawn(spec).map_err(|e| e.to_string())?;
+        let (process, mut output) = ChildProcess::spawn(spec).map_err(|e| StartError {
+            message: e.to_string(),
+            elsewhere: false,
+        })?;
         self.settings.metrics.child_spawns.inc();
         match handshake::hello(&process, &mut output, &token, self.settings.ready_timeout).await {
             Ok(data) => {
@@ -109,10 +133,14 @@ impl Hub {
             }
             Err(error) => {
                 process.signal_group(Signal::SIGKILL);
-                process.wait().await;
-                Err(match last_stderr_line(&process).await {
+                let exit = process.wait().await;
+                let message = match last_stderr_line(&process).await {
                     Some(line) => format!("{error}: {line}"),
                     None => error.to_string(),
+                };
+                Err(StartError {
+                    message,
+                    elsewhere: exit.code == Some(SESSION_IN_USE_EXIT),
                 })
             }
         }
