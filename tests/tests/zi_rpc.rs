@@ -180,27 +180,26 @@ async fn prompt_then_await_idle_returns_the_cycle_completion() {
     mock.push(Turn::text("the final answer"));
     let mut zi = Zi::mock(&mock).await;
 
-    let r = zi
-        .call(
-            "p1",
-            "session.prompt",
-            json!({"delivery": "prompt", "text": "hi", "completionId": "cycle"}),
-        )
+    // Every frame from the first prompt on: the first run may stream
+    // before the later requests are answered.
+    let mut frames = Vec::new();
+    zi.send(json!({"version": 1, "id": "p1", "method": "session.prompt",
+                   "params": {"delivery": "prompt", "text": "hi", "completionId": "cycle"}}))
         .await;
+    frames.extend(zi.until("p1").await);
+    let r = frames.last().unwrap().clone();
     assert_eq!(r["ok"], true, "{r}");
     assert_eq!(r["result"]["completionRevision"], 1);
-    let r = zi
-        .call(
-            "p2",
-            "session.prompt",
-            json!({"delivery": "follow_up", "text": "more", "completionId": "cycle"}),
-        )
+    zi.send(json!({"version": 1, "id": "p2", "method": "session.prompt",
+                   "params": {"delivery": "follow_up", "text": "more", "completionId": "cycle"}}))
         .await;
+    frames.extend(zi.until("p2").await);
+    let r = frames.last().unwrap().clone();
     assert_eq!(r["result"]["completionRevision"], 2, "{r}");
 
     zi.send(json!({"version": 1, "id": "idle", "method": "session.await_idle", "params": {"completionId": "cycle"}}))
         .await;
-    let frames = zi.until("idle").await;
+    frames.extend(zi.until("idle").await);
     let events = session_events(&frames);
     for expected in [
         "agent_start",
