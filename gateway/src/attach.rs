@@ -23,7 +23,7 @@
 //!
 //! End:
 //! - stdin closes: requests still awaiting a response and runs in progress
-//!   ([`inflight`]) are let finish, for at most [`DRAIN_GRACE`]; then a
+//!   (`inflight`) are let finish, for at most [`DRAIN_GRACE`]; then a
 //!   normal close (1000) and exit 0.
 //! - the gateway closes: 1000/1001 is exit 0; any other code is printed
 //!   with its reason on stderr, exit 1. A socket error is exit 1 too.

@@ -103,7 +103,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "F")]
     pub admin_token_file: Option<PathBuf>,
 
-    /// A browser origin allowed to connect, scheme://host[:port], or `*` (repeatable) [default: same origin only].
+    /// A browser origin allowed to connect, `scheme://host[:port]`, or `*` (repeatable) [default: same origin only].
     #[arg(long = "allowed-origin", value_name = "O")]
     pub allowed_origins: Vec<String>,
 

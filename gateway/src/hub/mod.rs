@@ -1,12 +1,12 @@
 //! The hub: one task per project that owns the project's child and every
 //! client attached to it.
 //!
-//! The task ([`actor`]) receives [`HubCommand`]s from WebSocket connections
+//! The task (`actor`) receives [`HubCommand`]s from WebSocket connections
 //! and lines from the child. Requests get gateway-unique ids ([`ids`]);
 //! responses go back to the one client that asked; events get a `seq` and go
 //! into the shared [`feed`] that every client reads at its own pace
-//! ([`routing`]). Child lifecycle (spawn, hello, health, restart, stop) is
-//! in [`lifecycle`].
+//! (`routing`). Child lifecycle (spawn, hello, health, restart, stop) is
+//! in `lifecycle`.
 
 mod actor;
 pub mod feed;

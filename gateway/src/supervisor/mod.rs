@@ -5,7 +5,7 @@
 //! these pieces.
 //!
 //! - [`process`] – [`ChildProcess`]: spawn, send lines, signal, stop, wait.
-//! - [`env`] – the allowlisted environment a child gets.
+//! - [`mod@env`] – the allowlisted environment a child gets.
 //! - [`backoff`] – [`RestartPolicy`] and [`CrashHistory`]: jittered
 //!   exponential backoff with a crash-loop cutoff (no I/O).
 //! - [`handshake`] – the supervisor's `hello` and its random token.

@@ -1,6 +1,6 @@
 //! One child process: spawned in its own process group with a scrubbed
 //! environment and a parent-death signal, its stdio pumped by tasks
-//! ([`super::pipes`]), reaped by one task that also kills whatever is left of
+//! (`pipes`), reaped by one task that also kills whatever is left of
 //! its group, and stopped gracefully (stdin EOF → SIGTERM → SIGKILL).
 
 use std::ffi::OsString;
@@ -145,7 +145,7 @@ pub struct ChildProcess {
 
 impl ChildProcess {
     /// Starts the child and its pump tasks. Must be called from a task on
-    /// the tokio runtime (not from `spawn_blocking`: see [`sys`]).
+    /// the tokio runtime (not from `spawn_blocking`: see `sys`).
     pub fn spawn(
         spec: SpawnSpec,
     ) -> Result<(ChildProcess, mpsc::Receiver<ChildOutput>), SpawnError> {

@@ -1,6 +1,6 @@
 //! The zut RPC v1 dialect: request handling (auth, commands, queued runs)
 //! and the encoder; the wire shapes of events and messages are in
-//! [`wire`].
+//! `wire`.
 
 use base64::Engine as _;
 use corral_protocol::ndjson::FrameError;
