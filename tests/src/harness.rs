@@ -52,6 +52,14 @@ impl AgentSpawn {
         }
     }
 
+    /// `corral-agent rpc` on the mock LLM's Anthropic endpoint (`extra`
+    /// flags appended).
+    pub fn anthropic_mock(base_url: &str, extra: &[&str]) -> AgentSpawn {
+        let mut args = vec!["--provider", "anthropic", "--base-url", base_url];
+        args.extend_from_slice(extra);
+        AgentSpawn::rpc(&args).env("ANTHROPIC_API_KEY", "k")
+    }
+
     pub fn env(mut self, key: &str, value: &str) -> AgentSpawn {
         self.env.push((key.to_string(), value.to_string()));
         self

@@ -13,10 +13,7 @@ fn is_done(frame: &Value) -> bool {
 }
 
 async fn anthropic(mock: &MockLlm, extra: &[&str]) -> AgentProc {
-    let mut spawn = AgentSpawn::rpc(&["--provider", "anthropic"])
-        .env("ANTHROPIC_API_KEY", "k")
-        .arg("--base-url")
-        .arg(mock.anthropic_base_url());
+    let mut spawn = AgentSpawn::anthropic_mock(&mock.anthropic_base_url(), &[]);
     for arg in extra {
         spawn = spawn.arg(*arg);
     }

@@ -248,10 +248,7 @@ async fn compact_replaces_the_transcript_with_a_summary() {
     let mock = MockLlm::start().await;
     mock.push(Turn::text("first answer"));
     mock.push(Turn::text("SUMMARY: the user said hi"));
-    let mut agent = AgentSpawn::rpc(&["--provider", "anthropic"])
-        .env("ANTHROPIC_API_KEY", "k")
-        .arg("--base-url")
-        .arg(mock.anthropic_base_url())
+    let mut agent = AgentSpawn::anthropic_mock(&mock.anthropic_base_url(), &[])
         .spawn()
         .await;
     agent
@@ -348,10 +345,7 @@ async fn stdin_eof_lets_the_run_finish_then_exits_zero() {
         chunks: vec!["one ".into(), "two ".into(), "three".into()],
         delay: Duration::from_millis(100),
     });
-    let mut agent = AgentSpawn::rpc(&["--provider", "anthropic"])
-        .env("ANTHROPIC_API_KEY", "k")
-        .arg("--base-url")
-        .arg(mock.anthropic_base_url())
+    let mut agent = AgentSpawn::anthropic_mock(&mock.anthropic_base_url(), &[])
         .spawn()
         .await;
     agent
@@ -368,10 +362,7 @@ async fn stdin_eof_lets_the_run_finish_then_exits_zero() {
 async fn sigterm_aborts_and_exits_promptly() {
     let mock = MockLlm::start().await;
     mock.push(Turn::Hang);
-    let mut agent = AgentSpawn::rpc(&["--provider", "anthropic"])
-        .env("ANTHROPIC_API_KEY", "k")
-        .arg("--base-url")
-        .arg(mock.anthropic_base_url())
+    let mut agent = AgentSpawn::anthropic_mock(&mock.anthropic_base_url(), &[])
         .spawn()
         .await;
     agent
