@@ -98,6 +98,18 @@ impl Shared {
         self.session.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Cancels the run executing right now; whether there was one.
+    pub fn abort_current(&self) -> bool {
+        let current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+        match current.as_ref() {
+            Some(token) => {
+                token.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+
     pub fn steering(&self) -> MutexGuard<'_, Steering> {
         self.steering.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -185,18 +197,7 @@ impl Agent {
 
     /// Cancels the active run, if any. Queued runs are unaffected.
     pub fn abort(&self) -> bool {
-        let current = self
-            .shared
-            .current
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        match current.as_ref() {
-            Some(token) => {
-                token.cancel();
-                true
-            }
-            None => false,
-        }
+        self.shared.abort_current()
     }
 
     /// Aborts the active run and drops every queued one.

@@ -1,7 +1,7 @@
 //! A cloneable handle to an agent for tasks that outlive one request (the
 //! Zi dialect's settlement tasks): abort the active run, read the session.
 
-use std::sync::{Arc, MutexGuard, PoisonError};
+use std::sync::{Arc, MutexGuard};
 
 use super::{Agent, Session, Shared};
 
@@ -15,18 +15,7 @@ impl AgentRemote {
     /// Cancels the run executing right now, if any; queued runs are
     /// unaffected. Returns whether a run was cancelled.
     pub fn abort(&self) -> bool {
-        let current = self
-            .shared
-            .current
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        match current.as_ref() {
-            Some(token) => {
-                token.cancel();
-                true
-            }
-            None => false,
-        }
+        self.shared.abort_current()
     }
 
     /// Locks the session state for a quick read.
