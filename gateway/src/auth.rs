@@ -19,7 +19,7 @@ use subtle::{Choice, ConstantTimeEq};
 pub enum Role {
     /// Full access to project sessions over WebSocket.
     Client,
-    /// Read-only project sessions (see [`observer_allows`]).
+    /// Read-only project sessions (each dialect names the commands).
     Observer,
     /// The admin API only.
     Admin,
@@ -198,15 +198,6 @@ impl Tokens {
     }
 }
 
-/// Whether an observer may send `command` (the frame's `type`): only
-/// `hello` and the read-only queries.
-pub fn observer_allows(command: &str) -> bool {
-    matches!(
-        command,
-        "hello" | "get_state" | "get_messages" | "get_models" | "ping"
-    )
-}
-
 /// The system random source failed; no token was made.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot read the system random source: {0}")]
@@ -369,25 +360,6 @@ mod tests {
             ..Tokens::default()
         };
         assert_eq!(empty.role_of(""), None);
-    }
-
-    #[test]
-    fn observer_commands() {
-        for ok in ["hello", "get_state", "get_messages", "get_models", "ping"] {
-            assert!(observer_allows(ok), "{ok}");
-        }
-        for no in [
-            "prompt",
-            "abort",
-            "compact",
-            "clear",
-            "set_model",
-            "set_reasoning",
-            "",
-            "PING",
-        ] {
-            assert!(!observer_allows(no), "{no}");
-        }
     }
 
     #[test]

@@ -6,6 +6,7 @@ pub mod attach;
 pub mod auth;
 pub mod config;
 pub mod dashboard;
+pub mod dialect;
 pub mod hub;
 pub mod metrics;
 pub mod notify;

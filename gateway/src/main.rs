@@ -84,6 +84,7 @@ async fn serve(args: config::ServeArgs) -> anyhow::Result<()> {
     ));
     let shutdown = CancellationToken::new();
     let state = Arc::new(AppState {
+        dialect: config.supervisor.dialect,
         registry,
         tokens: config.tokens.clone(),
         projects_root: config.projects_root.clone(),
@@ -145,6 +146,7 @@ fn hub_settings(config: &Config, metrics: Arc<Metrics>) -> anyhow::Result<HubSet
     )
     .context("invalid restart settings")?;
     Ok(HubSettings {
+        dialect: supervisor.dialect,
         child_bin: supervisor.child_bin.clone(),
         child_args: supervisor.child_args.iter().map(Into::into).collect(),
         child_env: child_env(

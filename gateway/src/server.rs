@@ -30,6 +30,8 @@ use crate::registry::Registry;
 
 /// Everything request handlers share.
 pub struct AppState {
+    /// What clients speak (the children's dialect).
+    pub dialect: crate::dialect::Dialect,
     pub registry: Arc<Registry>,
     pub tokens: Tokens,
     pub projects_root: PathBuf,

@@ -1,17 +1,20 @@
-//! `GET /v1/projects/{project}/rpc`: one WebSocket client of a project.
+//! `GET /v1/projects/{project}/rpc[?resume_after=SEQ]`: one WebSocket
+//! client of a project.
 //!
 //! Before the upgrade: origin allowlist, project name and directory. After
-//! it: the hello (token in the first frame within the hello timeout, or an
-//! `Authorization: Bearer` header on the upgrade request), then attach to
-//! the project's hub and run two halves: a reader turning text frames into
-//! hub requests, and a writer sending what the client's feed yields.
+//! it: authentication, by the dialect's hello carrying the token in the
+//! first frame within the hello timeout, or by an `Authorization: Bearer`
+//! header on the upgrade request (a letscode or Zi client so authenticated
+//! is greeted at once: it waits for `ready` before writing). Then attach
+//! to the project's hub and run two halves: a reader turning text frames
+//! into hub requests, and a writer sending what the client's feed yields.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use futures_util::stream::{SplitSink, SplitStream};
@@ -19,7 +22,8 @@ use futures_util::{SinkExt, StreamExt};
 use serde_json::{Map, Value};
 
 use crate::auth::{self, Role};
-use crate::hub::{frames, Delivery, HubHandle};
+use crate::dialect::Dialect;
+use crate::hub::{Delivery, HubHandle};
 use crate::metrics::{Direction, Metrics};
 use crate::projects;
 use crate::registry::RegistryError;
@@ -33,9 +37,17 @@ const CLOSE_ERROR: u16 = 1011;
 const CLOSE_AGAIN: u16 = 1013;
 const CLOSE_GOING_AWAY: u16 = 1001;
 
+/// The upgrade request's query.
+#[derive(Debug, serde::Deserialize)]
+pub struct RpcQuery {
+    /// Resume point for a client that skips the in-band hello.
+    resume_after: Option<u64>,
+}
+
 pub async fn upgrade(
     ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
     Path(project): Path<String>,
+    Query(query): Query<RpcQuery>,
     headers: HeaderMap,
     State(state): State<Arc<AppState>>,
 ) -> Response {
@@ -73,7 +85,8 @@ pub async fn upgrade(
         .max_message_size(max)
         .on_upgrade(move |socket| {
             let connections = state.connections.clone();
-            connections.track_future(connection(socket, state, project, dir, header_role))
+            let header = header_role.map(|role| (role, query.resume_after));
+            connections.track_future(connection(socket, state, project, dir, header))
         })
 }
 
@@ -87,27 +100,38 @@ struct Hello {
     first_request: Option<Map<String, Value>>,
 }
 
+/// `header`: the role an `Authorization` header proved, with the query's
+/// resume point.
 async fn connection(
     socket: WebSocket,
     state: Arc<AppState>,
     project: String,
     dir: PathBuf,
-    header_role: Option<Role>,
+    header: Option<(Role, Option<u64>)>,
 ) {
     let (mut sink, mut stream) = socket.split();
-    let hello = tokio::select! {
-        hello = read_hello(&mut stream, &state, header_role) => hello,
-        _ = state.shutdown.cancelled() => {
-            close(&mut sink, CLOSE_GOING_AWAY, "the gateway is shutting down").await;
-            return;
-        }
+    let dialect = state.dialect;
+    let hello = match header {
+        Some((role, resume_after)) if dialect.greets_first() => Ok(Hello {
+            role,
+            resume_after,
+            answer: None,
+            first_request: None,
+        }),
+        _ => tokio::select! {
+            hello = read_hello(&mut stream, &state, header) => hello,
+            _ = state.shutdown.cancelled() => {
+                close(&mut sink, CLOSE_GOING_AWAY, "the gateway is shutting down").await;
+                return;
+            }
+        },
     };
     let hello = match hello {
         Ok(hello) => hello,
         Err((id, reason, error)) => {
             state.metrics.auth_failure(reason);
             tracing::info!(%project, "client refused: {error}");
-            let reply = frames::response(id.as_ref(), Some("hello"), Err(error.clone()));
+            let reply = dialect.refusal(id.as_ref(), "unauthorized", &error);
             let _ = sink.send(text(reply)).await;
             close(&mut sink, CLOSE_POLICY, &error).await;
             return;
@@ -128,7 +152,7 @@ async fn connection(
         Err(error) => {
             tracing::warn!(%project, "cannot attach client: {error}");
             let id = hello.answer.clone().flatten();
-            let reply = frames::response(id.as_ref(), Some("hello"), Err(error.to_string()));
+            let reply = dialect.refusal(id.as_ref(), "unavailable", &error.to_string());
             let _ = sink.send(text(reply)).await;
             let code = match error {
                 RegistryError::Full(_) | RegistryError::ShuttingDown => CLOSE_AGAIN,
@@ -156,12 +180,15 @@ async fn connection(
 /// A refused hello: the id to answer, the metric reason, the message.
 type Refusal = (Option<Value>, &'static str, String);
 
-/// Waits for the first frame and authenticates.
+/// Waits for the first frame and authenticates: the dialect's hello with
+/// a token, or (zut, with a header) anything.
 async fn read_hello(
     stream: &mut SplitStream<WebSocket>,
     state: &AppState,
-    header_role: Option<Role>,
+    header: Option<(Role, Option<u64>)>,
 ) -> Result<Hello, Refusal> {
+    let header_role = header.map(|(role, _)| role);
+    let query_resume = header.and_then(|(_, resume)| resume);
     let first =
         tokio::time::timeout(state.hello_timeout, next_object(stream, &state.metrics)).await;
     let frame = match first {
@@ -169,7 +196,7 @@ async fn read_hello(
             return match header_role {
                 Some(role) => Ok(Hello {
                     role,
-                    resume_after: None,
+                    resume_after: query_resume,
                     answer: None,
                     first_request: None,
                 }),
@@ -191,22 +218,22 @@ async fn read_hello(
         Ok(Some(Ok(frame))) => frame,
     };
     let id = frame.get("id").cloned();
-    if frame.get("type").and_then(Value::as_str) != Some("hello") {
-        return match header_role {
-            Some(role) => Ok(Hello {
-                role,
-                resume_after: None,
-                answer: None,
-                first_request: Some(frame),
-            }),
-            None => Err((
-                id,
-                "not_hello",
-                "authentication required: the first message must be a hello with a token".into(),
-            )),
-        };
-    }
-    let role = match frame.get("token").and_then(Value::as_str) {
+    let hello = match state.dialect.client_hello(&frame) {
+        Some(Ok(hello)) => hello,
+        Some(Err(error)) => return Err((id, "not_hello", error)),
+        None => {
+            return match header_role {
+                Some(role) => Ok(Hello {
+                    role,
+                    resume_after: query_resume,
+                    answer: None,
+                    first_request: Some(frame),
+                }),
+                None => Err((id, "not_hello", hello_required(state.dialect))),
+            }
+        }
+    };
+    let role = match &hello.token {
         Some(token) => match state.tokens.session_role(token) {
             None => {
                 return Err((
@@ -228,25 +255,22 @@ async fn read_hello(
             }
         },
     };
-    let resume_after = match frame.get("resume_after") {
-        None | Some(Value::Null) => None,
-        Some(value) => match value.as_u64() {
-            Some(seq) => Some(seq),
-            None => {
-                return Err((
-                    id,
-                    "not_hello",
-                    "`resume_after` must be a non-negative integer".into(),
-                ))
-            }
-        },
-    };
     Ok(Hello {
         role,
-        resume_after,
-        answer: Some(id),
+        resume_after: hello.resume_after.or(query_resume),
+        answer: Some(hello.id),
         first_request: None,
     })
+}
+
+/// What an unauthenticated client must send first.
+fn hello_required(dialect: Dialect) -> String {
+    let hello = match dialect {
+        Dialect::Zut => r#"{"type":"hello","token":…}"#,
+        Dialect::Letscode => r#"{"cmd":"hello","token":…}"#,
+        Dialect::Zi => r#"{"version":1,"id":…,"method":"connection.hello","params":{"token":…}}"#,
+    };
+    format!("authentication required: the first message must be {hello}")
 }
 
 /// The next text frame as a JSON object; `None` when the socket ends.
@@ -301,10 +325,7 @@ async fn read_loop(
         match next {
             None => return,
             Some(Ok(frame)) => hub.request(client, frame).await,
-            Some(Err(error)) => {
-                hub.reply(client, frames::response(None, None, Err(error)))
-                    .await
-            }
+            Some(Err(error)) => hub.reply(client, state.dialect.malformed(&error)).await,
         }
     }
 }

@@ -115,6 +115,10 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N")]
     pub max_children: Option<usize>,
 
+    /// The wire protocol of every child and its clients [default: zut].
+    #[arg(long, value_enum, value_name = "DIALECT")]
+    pub dialect: Option<crate::dialect::Dialect>,
+
     /// The child binary [default: corral-agent next to corral, else on PATH].
     #[arg(long, value_name = "PATH")]
     pub child_bin: Option<PathBuf>,

@@ -33,6 +33,7 @@ pub struct FileConfig {
     pub allowed_origins: Option<Vec<String>>,
     pub idle_timeout: Option<FileDuration>,
     pub max_children: Option<usize>,
+    pub dialect: Option<crate::dialect::Dialect>,
     pub child_bin: Option<PathBuf>,
     pub child_args: Option<Vec<String>>,
     pub child_env: Option<Vec<String>>,

@@ -15,6 +15,7 @@
 //! | `--allowed-origin O`… | `allowed_origins` | same origin only |
 //! | `--idle-timeout DUR` | `idle_timeout` | `10m` (`0` = never reap) |
 //! | `--max-children N` | `max_children` | 64 |
+//! | `--dialect zut\|letscode\|zi` | `dialect` | `zut` |
 //! | `--child-bin PATH` | `child_bin` | `corral-agent` beside `corral`, else on PATH |
 //! | `--child-env NAME[=VALUE]`… | `child_env` | none |
 //! | `-- CHILD_ARGS…` | `child_args` | none |
@@ -115,6 +116,8 @@ pub struct Limits {
 /// How the supervisor runs children.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SupervisorSettings {
+    /// The wire dialect of every child and its clients.
+    pub dialect: crate::dialect::Dialect,
     /// Canonical path of the child binary.
     pub child_bin: PathBuf,
     /// Extra arguments appended to every child's command line.
@@ -397,6 +400,7 @@ pub fn load_with_env(
         ),
         limits,
         supervisor: SupervisorSettings {
+            dialect: args.dialect.or(file.dialect).unwrap_or_default(),
             child_bin,
             child_args: pick_list(args.child_args, file.child_args),
             child_env,

@@ -15,7 +15,6 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::{sleep_until, Instant};
 
 use super::feed::{ClientFeed, Feed, Unicast};
-use super::frames;
 use super::ids::IdMap;
 use super::lifecycle::Running;
 use super::ring::ReplayRing;
@@ -23,6 +22,7 @@ use super::{
     AttachError, Attached, ChildState, ClientInfo, HubCommand, HubSettings, HubStatus, LastExit,
 };
 use crate::auth::Role;
+use crate::dialect::{letscode, zi, zut, Dialect};
 use crate::metrics::Direction;
 use crate::supervisor::backoff::CrashHistory;
 use crate::supervisor::ChildOutput;
@@ -84,6 +84,13 @@ pub(super) struct Hub {
     pub usage: Option<Value>,
     /// Ids of admin aborts sent to the child.
     pub aborts: u64,
+    /// letscode clients that said `bye`, with its id: dismissed once no
+    /// run is active.
+    pub leaving: Vec<(u64, Option<Value>)>,
+    /// Zi attaches waiting for their `ready`'s state snapshot, by the id
+    /// of the `session.get_state` sent for it.
+    pub snapshots: HashMap<String, WaitingAttach>,
+    pub snapshot_ids: u64,
 }
 
 impl Hub {
@@ -126,6 +133,9 @@ impl Hub {
             model: None,
             usage: None,
             aborts: 0,
+            leaving: Vec::new(),
+            snapshots: HashMap::new(),
+            snapshot_ids: 0,
         }
     }
 
@@ -145,7 +155,8 @@ impl Hub {
                 _ => {}
             }
         }
-        for waiting in self.waiting_attach.drain(..) {
+        let snapshots = self.snapshots.drain().map(|(_, w)| w);
+        for waiting in self.waiting_attach.drain(..).chain(snapshots) {
             let _ = waiting.reply.send(Err(AttachError::Gone));
         }
     }
@@ -208,6 +219,7 @@ impl Hub {
     fn should_end(&self) -> bool {
         self.clients.is_empty()
             && self.waiting_attach.is_empty()
+            && self.snapshots.is_empty()
             && self.busy == 0
             && matches!(
                 self.state,
@@ -238,7 +250,7 @@ impl Hub {
                     reply,
                 };
                 match self.state {
-                    ChildState::Ready => self.attach(waiting),
+                    ChildState::Ready => self.attach(waiting).await,
                     ChildState::Failed => {
                         let wait = self
                             .failed_until
@@ -251,6 +263,7 @@ impl Hub {
             HubCommand::Detach { client } => {
                 if self.clients.remove(&client).is_some() {
                     self.ids.forget_client(client);
+                    self.leaving.retain(|(c, _)| *c != client);
                     self.waiting_requests.retain(|(c, _)| *c != client);
                     if self.clients.is_empty() && self.busy == 0 {
                         self.idle_since = Some(Instant::now());
@@ -264,10 +277,8 @@ impl Hub {
             HubCommand::Abort => {
                 if let Some(child) = &self.child {
                     self.aborts += 1;
-                    let line = format!(
-                        "{{\"id\":\"corral-abort-{}\",\"type\":\"abort\"}}\n",
-                        self.aborts
-                    );
+                    let id = format!("corral-abort-{}", self.aborts);
+                    let line = self.settings.dialect.abort_line(&id);
                     self.settings
                         .metrics
                         .frame(Direction::GatewayToChild, line.len());
@@ -278,10 +289,48 @@ impl Hub {
         }
     }
 
-    pub(super) fn attach(&mut self, waiting: WaitingAttach) {
+    /// Attaches a client once the child is ready. A Zi client's `ready`
+    /// needs a fresh state snapshot, so its attach completes when the
+    /// child answers the `session.get_state` sent for it.
+    pub(super) async fn attach(&mut self, waiting: WaitingAttach) {
+        if self.settings.dialect != Dialect::Zi {
+            self.finish_attach(waiting, Value::Null);
+            return;
+        }
+        let Some(child) = self.child.as_ref() else {
+            self.waiting_attach.push(waiting);
+            return;
+        };
+        self.snapshot_ids += 1;
+        let id = format!("corral-state-{}", self.snapshot_ids);
+        let line = zi::get_state_line(&id);
+        self.settings
+            .metrics
+            .frame(Direction::GatewayToChild, line.len());
+        self.snapshots.insert(id, waiting);
+        let _ = child.process.send(Bytes::from(line)).await;
+    }
+
+    /// Puts attaches that waited for a snapshot back in line for the next
+    /// child (or refuses them when there will be none soon).
+    pub(super) fn requeue_snapshots(&mut self) {
+        for (_, waiting) in std::mem::take(&mut self.snapshots) {
+            if self.state == ChildState::Failed {
+                let _ = waiting.reply.send(Err(AttachError::CrashLoop(
+                    self.settings.restart.cooldown.as_secs(),
+                )));
+            } else {
+                self.waiting_attach.push(waiting);
+            }
+        }
+    }
+
+    /// Registers the client and queues its greeting: the dialect's first
+    /// frames (`state` is the Zi snapshot).
+    pub(super) fn finish_attach(&mut self, waiting: WaitingAttach, state: Value) {
         self.next_client += 1;
         let client = self.next_client;
-        let (unicast, rx) = mpsc::channel(self.settings.outbox_frames.max(2));
+        let (unicast, rx) = mpsc::channel(self.settings.outbox_frames.max(4));
         let (cursor, gap) = self.feed.start_cursor(waiting.resume_after);
         let last_seq = self.feed.last_seq();
         let metrics = &self.settings.metrics;
@@ -293,27 +342,29 @@ impl Hub {
         if gap {
             metrics.replay_gaps.inc();
         }
-        if let Some(id) = &waiting.hello {
-            let data = self.hello_data(client, waiting.role, gap);
-            let bytes = frames::response(id.as_ref(), Some("hello"), Ok(Some(data)));
-            // Due before any event after the cursor: the first frame out.
+        // Due before any event after the cursor: the first frames out.
+        for bytes in self.greeting(client, &waiting, gap, state) {
             let _ = unicast.try_send(Unicast::Frame {
                 after_seq: cursor,
                 bytes,
             });
+        }
+        let mut feed = ClientFeed::new(
+            self.feed.clone(),
+            cursor,
+            rx,
+            self.settings.metrics.clone(),
+            self.settings.outbox_frames,
+        );
+        if self.settings.dialect == Dialect::Zi {
+            feed = feed.with_sequence();
         }
         let attached = Attached {
             client,
             child_hello: self.hello.clone(),
             last_seq,
             gap,
-            feed: ClientFeed::new(
-                self.feed.clone(),
-                cursor,
-                rx,
-                self.settings.metrics.clone(),
-                self.settings.outbox_frames,
-            ),
+            feed,
         };
         let shared_cursor = attached.feed.shared_cursor();
         if waiting.reply.send(Ok(attached)).is_ok() {
@@ -331,21 +382,62 @@ impl Hub {
         }
     }
 
-    /// The `data` of a hello answered by the gateway: the child's own hello
-    /// data plus `gateway` (and `gap` when replay cannot be complete).
+    /// A new client's first frames: zut answers its hello (if it sent
+    /// one); letscode and Zi send `ready`, then answer the hello.
+    fn greeting(
+        &self,
+        client: u64,
+        waiting: &WaitingAttach,
+        gap: bool,
+        state: Value,
+    ) -> Vec<Bytes> {
+        let gateway = self.gateway_info(client, waiting.role, gap);
+        let hello = waiting.hello.as_ref();
+        match self.settings.dialect {
+            Dialect::Zut => hello
+                .map(|id| {
+                    let data = self.hello_data(client, waiting.role, gap);
+                    zut::response(id.as_ref(), Some("hello"), Ok(Some(data)))
+                })
+                .into_iter()
+                .collect(),
+            Dialect::Letscode => {
+                let mut frames = vec![letscode::ready(&self.hello, gateway)];
+                if let Some(id) = hello {
+                    frames.push(letscode::ack(id.as_ref()));
+                    frames.push(letscode::done(id.as_ref()));
+                }
+                frames
+            }
+            Dialect::Zi => {
+                let mut frames = vec![zi::ready(state, gateway.clone())];
+                if let Some(id) = hello {
+                    let id = id.clone().unwrap_or(Value::Null);
+                    let result = json!({ "gateway": gateway });
+                    frames.push(zi::ok(&id, "connection.hello", result));
+                }
+                frames
+            }
+        }
+    }
+
+    /// What the gateway says of itself to a client.
+    pub(super) fn gateway_info(&self, client: u64, role: Role, gap: bool) -> Value {
+        json!({
+            "version": env!("CARGO_PKG_VERSION"),
+            "project": self.project,
+            "client_id": client.to_string(),
+            "role": role.as_str(),
+            "last_seq": self.feed.last_seq(),
+            "gap": gap,
+        })
+    }
+
+    /// The `data` of a zut hello answered by the gateway: the child's own
+    /// hello data plus `gateway` (and `gap` when replay cannot be complete).
     pub(super) fn hello_data(&self, client: u64, role: Role, gap: bool) -> Value {
         let mut data = self.hello.clone();
-        data.insert(
-            "gateway".into(),
-            json!({
-                "version": env!("CARGO_PKG_VERSION"),
-                "project": self.project,
-                "client_id": client.to_string(),
-                "role": role.as_str(),
-                "last_seq": self.feed.last_seq(),
-                "gap": gap,
-            }),
-        );
+        data.insert("gateway".into(), self.gateway_info(client, role, gap));
         if gap {
             data.insert("gap".into(), Value::Bool(true));
         }

@@ -6,6 +6,10 @@
 //! gateway-made frames for one client go through its bounded unicast queue,
 //! each tagged with the last event `seq` that preceded it, which is how the
 //! two sources merge back into the exact order the child produced.
+//!
+//! For a Zi client the feed also numbers every frame it sends (`sequence`,
+//! per connection, gap-free) and drops `session_event`s while the client's
+//! event mode is `none` (set in order through [`Unicast::Events`]).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,6 +19,7 @@ use bytes::Bytes;
 use tokio::sync::{mpsc, watch};
 
 use super::ring::{Evicted, Frame, ReplayRing};
+use crate::dialect::zi;
 use crate::metrics::Metrics;
 
 /// Events handed to a client writer per wake-up, at most.
@@ -91,12 +96,17 @@ pub enum Unicast {
         code: u16,
         reason: String,
     },
+    /// Zi `connection.set_events`: from here on, send `session_event`s
+    /// (`all`) or not.
+    Events { after_seq: u64, all: bool },
 }
 
 impl Unicast {
     fn after_seq(&self) -> u64 {
         match self {
-            Unicast::Frame { after_seq, .. } | Unicast::Close { after_seq, .. } => *after_seq,
+            Unicast::Frame { after_seq, .. }
+            | Unicast::Close { after_seq, .. }
+            | Unicast::Events { after_seq, .. } => *after_seq,
         }
     }
 }
@@ -129,6 +139,10 @@ pub struct ClientFeed {
     /// ring (its outbox size).
     lag_limit: u64,
     catching_up: bool,
+    /// Zi: the last `sequence` sent; `None` for dialects without one.
+    sequence: Option<u64>,
+    /// Zi event mode: `false` drops `session_event`s.
+    events: bool,
 }
 
 impl std::fmt::Debug for ClientFeed {
@@ -158,6 +172,25 @@ impl ClientFeed {
             metrics,
             lag_limit: u64::try_from(lag_limit).unwrap_or(u64::MAX),
             catching_up: false,
+            sequence: None,
+            events: true,
+        }
+    }
+
+    /// Numbers every frame sent with a Zi `sequence`, from 1.
+    pub fn with_sequence(mut self) -> ClientFeed {
+        self.sequence = Some(0);
+        self
+    }
+
+    /// One frame out: stamped with the next `sequence` for Zi.
+    fn out(&mut self, bytes: Bytes, out: &mut Vec<Bytes>) {
+        match self.sequence.as_mut() {
+            Some(sequence) => {
+                *sequence += 1;
+                out.push(zi::stamp(&bytes, *sequence));
+            }
+            None => out.push(bytes),
         }
     }
 
@@ -212,13 +245,15 @@ impl ClientFeed {
                     return close_after(&mut self.held, out, close);
                 }
                 self.cursor = event.seq;
-                out.push(event.bytes);
+                if self.events || !zi::is_session_event(&event.bytes) {
+                    self.out(event.bytes, &mut out);
+                }
             }
             if let Some(close) = self.release(self.cursor, &mut out) {
                 return close_after(&mut self.held, out, close);
             }
+            self.track_lag();
             if !out.is_empty() {
-                self.track_lag();
                 return Delivery::Frames(out);
             }
             tokio::select! {
@@ -244,8 +279,9 @@ impl ClientFeed {
             .is_some_and(|item| item.after_seq() <= upto)
         {
             match self.held.pop_front() {
-                Some(Unicast::Frame { bytes, .. }) => out.push(bytes),
+                Some(Unicast::Frame { bytes, .. }) => self.out(bytes, out),
                 Some(Unicast::Close { code, reason, .. }) => return Some((code, reason)),
+                Some(Unicast::Events { all, .. }) => self.events = all,
                 None => break,
             }
         }

@@ -16,6 +16,8 @@ pub struct Pending {
     pub command: String,
     /// When it was forwarded, for `request_duration_seconds`.
     pub sent: std::time::Instant,
+    /// The child acknowledged it (letscode `ack`); its final answer is due.
+    pub acked: bool,
 }
 
 /// Outstanding requests of one project, by gateway id.
@@ -40,6 +42,20 @@ impl IdMap {
     /// Resolves a child response's id.
     pub fn take(&mut self, id: &str) -> Option<Pending> {
         self.pending.remove(id)
+    }
+
+    /// Marks a request acknowledged and returns it, leaving it pending.
+    pub fn ack(&mut self, id: &str) -> Option<&Pending> {
+        let pending = self.pending.get_mut(id)?;
+        pending.acked = true;
+        Some(pending)
+    }
+
+    /// Whether `client` has a request with its own id `original` waiting.
+    pub fn in_flight(&self, client: u64, original: &Value) -> bool {
+        self.pending
+            .values()
+            .any(|p| p.client == client && p.original.as_ref() == Some(original))
     }
 
     /// Forgets a client's requests (it left); their responses are dropped.
@@ -74,6 +90,7 @@ mod tests {
             original: id,
             command: "ping".into(),
             sent: std::time::Instant::now(),
+            acked: false,
         }
     }
 
@@ -86,6 +103,18 @@ mod tests {
         assert_eq!(ids.take(&b).unwrap().client, 2);
         assert_eq!(ids.take(&a).unwrap().original, Some(json!("1")));
         assert!(ids.take(&a).is_none(), "a response is delivered once");
+    }
+
+    #[test]
+    fn acknowledged_requests_stay_pending_and_ids_are_per_client() {
+        let mut ids = IdMap::default();
+        let a = ids.insert(pending(1, Some(json!("w"))));
+        assert!(ids.in_flight(1, &json!("w")));
+        assert!(!ids.in_flight(2, &json!("w")), "another client's id");
+        assert!(ids.ack(&a).is_some_and(|p| p.acked));
+        assert!(ids.in_flight(1, &json!("w")), "still waiting for its done");
+        assert!(ids.take(&a).is_some_and(|p| p.acked));
+        assert!(!ids.in_flight(1, &json!("w")));
     }
 
     #[test]

@@ -12,6 +12,7 @@ use tokio::time::Instant;
 
 use super::actor::Hub;
 use super::{AttachError, ChildState, LastExit, StopReason};
+use crate::dialect::Dialect;
 use crate::supervisor::backoff::{self, Decision};
 use crate::supervisor::handshake;
 use crate::supervisor::{ChildOutput, ChildProcess, ExitInfo, SpawnSpec};
@@ -78,16 +79,14 @@ impl Hub {
                         .send(Err(AttachError::StartFailed(error.clone())));
                 }
                 let pending: Vec<_> = self.waiting_requests.drain(..).collect();
+                let dialect = self.settings.dialect;
                 for (client, frame) in pending {
-                    let command = frame
-                        .get("type")
-                        .and_then(Value::as_str)
-                        .map(str::to_string);
-                    let reply = super::frames::response(
-                        frame.get("id"),
-                        command.as_deref(),
-                        Err(format!("the agent failed to start: {error}")),
-                    );
+                    let command = ["type", "cmd", "method"]
+                        .iter()
+                        .find_map(|key| frame.get(*key).and_then(Value::as_str))
+                        .unwrap_or_default();
+                    let error = format!("the agent failed to start: {error}");
+                    let reply = dialect.request_failed(frame.get("id"), command, false, &error);
                     self.unicast(client, reply);
                 }
                 if elsewhere {
@@ -111,7 +110,12 @@ impl Hub {
             elsewhere: false,
         })?;
         self.settings.metrics.child_spawns.inc();
-        match handshake::hello(&process, &mut output, &token, self.settings.ready_timeout).await {
+        let timeout = self.settings.ready_timeout;
+        let greeted = match self.settings.dialect {
+            Dialect::Zut => handshake::hello(&process, &mut output, &token, timeout).await,
+            dialect => handshake::ready(&process, &mut output, dialect, timeout).await,
+        };
+        match greeted {
             Ok(data) => {
                 self.settings
                     .metrics
@@ -120,6 +124,10 @@ impl Hub {
                 self.model = data
                     .get("model")
                     .and_then(Value::as_str)
+                    .or_else(|| {
+                        let state = data.get("state")?;
+                        state.pointer("/model/model/id")?.as_str()
+                    })
                     .map(str::to_string);
                 self.hello = data;
                 Ok(Running {
@@ -151,16 +159,19 @@ impl Hub {
             .settings
             .sessions_dir
             .join(format!("{}.jsonl", self.project));
-        let mut args: Vec<OsString> = vec![
-            "rpc".into(),
+        let mut args: Vec<OsString> = vec!["rpc".into()];
+        args.extend(self.settings.dialect.child_args());
+        args.extend([
             "--cwd".into(),
             self.dir.clone().into_os_string(),
             "--session".into(),
             session.into_os_string(),
-        ];
+        ]);
         args.extend(self.settings.child_args.iter().cloned());
         let mut env = self.settings.child_env.clone();
-        env.push(("ZUTCORE_RPC_TOKEN".into(), token.into()));
+        if self.settings.dialect.child_token() {
+            env.push(("ZUTCORE_RPC_TOKEN".into(), token.into()));
+        }
         SpawnSpec {
             program: self.settings.child_bin.clone(),
             args,
@@ -203,6 +214,7 @@ impl Hub {
         self.fail_pending(&format!(
             "the agent process exited before answering ({what})"
         ));
+        self.requeue_snapshots();
     }
 
     /// Records a crash and schedules the restart; returns whether one is
@@ -257,6 +269,7 @@ impl Hub {
             );
             self.end_runs("the agent was restarted by an administrator");
             self.fail_pending("the agent was restarted by an administrator");
+            self.requeue_snapshots();
         }
         self.restarts += 1;
         self.settings.metrics.child_restarts.inc();
@@ -277,7 +290,7 @@ impl Hub {
         }
         child.pings += 1;
         let id = format!("corral-ping-{}", child.pings);
-        let line = format!("{{\"id\":\"{id}\",\"type\":\"ping\"}}\n");
+        let line = self.settings.dialect.ping_line(&id);
         self.settings
             .metrics
             .frame(crate::metrics::Direction::GatewayToChild, line.len());
@@ -328,6 +341,7 @@ impl Hub {
         }
         self.end_runs(&format!("the agent was stopped ({})", reason.as_str()));
         self.fail_pending(&format!("the agent was stopped ({})", reason.as_str()));
+        self.requeue_snapshots();
         let (code, message) = match reason {
             StopReason::Shutdown => (1001, "the gateway is shutting down"),
             StopReason::Admin => (1001, "the agent was stopped by an administrator"),

@@ -6,11 +6,11 @@
 //! responses go back to the one client that asked; events get a `seq` and go
 //! into the shared [`feed`] that every client reads at its own pace
 //! (`routing`). Child lifecycle (spawn, hello, health, restart, stop) is
-//! in `lifecycle`.
+//! in `lifecycle`. What frames mean (ids, answers, runs, greetings) is the
+//! business of the project's [`Dialect`].
 
 mod actor;
 pub mod feed;
-pub mod frames;
 pub mod ids;
 mod lifecycle;
 pub mod ring;
@@ -27,6 +27,7 @@ use serde_json::{Map, Value};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::auth::Role;
+use crate::dialect::Dialect;
 use crate::metrics::Metrics;
 use crate::supervisor::backoff::RestartPolicy;
 use crate::supervisor::StderrTail;
@@ -38,6 +39,8 @@ const COMMAND_QUEUE: usize = 1024;
 /// Settings every hub shares.
 #[derive(Debug, Clone)]
 pub struct HubSettings {
+    /// What the children and clients speak.
+    pub dialect: Dialect,
     pub child_bin: PathBuf,
     /// Appended to `rpc --cwd DIR --session FILE`.
     pub child_args: Vec<OsString>,
@@ -69,7 +72,7 @@ pub enum HubCommand {
         role: Role,
         resume_after: Option<u64>,
         /// `Some(id)` when the client sent a hello to answer (its `id`, if
-        /// any): the answer is the first frame the client receives.
+        /// any): the answer comes first (after a letscode or Zi `ready`).
         hello: Option<Option<Value>>,
         reply: oneshot::Sender<Result<Attached, AttachError>>,
     },

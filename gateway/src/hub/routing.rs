@@ -1,7 +1,8 @@
 //! How frames move through a hub: client requests to the child (with id
-//! rewriting and role checks), child lines back out (responses to their
+//! rewriting and role checks), child lines back out (answers to their
 //! one client, events with a `seq` to everyone), and the frames the hub
-//! makes up itself.
+//! makes up itself. What a frame means is the project's [`Dialect`]'s
+//! business; the routing is the same for every dialect.
 
 use std::sync::atomic::Ordering;
 use std::time::{Instant as StdInstant, SystemTime};
@@ -12,58 +13,109 @@ use tokio::time::Instant;
 
 use super::actor::Hub;
 use super::feed::Unicast;
-use super::frames;
 use super::ids::Pending;
 use super::ring::Frame;
 use super::ChildState;
-use crate::auth::{self, Role};
+use crate::auth::Role;
+use crate::dialect::{letscode, to_bytes, zi, zut, Dialect, EventKind, Inbound, Outbound};
 use crate::metrics::Direction;
 use crate::supervisor::ChildOutput;
 
+/// Close code for a client dismissed after its letscode `bye`.
+const CLOSE_NORMAL: u16 = 1000;
+/// Close code for a client whose protocol version the gateway lacks.
+const CLOSE_PROTOCOL: u16 = 1002;
+
 impl Hub {
-    pub(super) async fn request(&mut self, client: u64, mut frame: Map<String, Value>) {
+    pub(super) async fn request(&mut self, client: u64, frame: Map<String, Value>) {
         let Some(role) = self.clients.get(&client).map(|c| c.role) else {
             return;
         };
-        let id = frame.get("id").cloned();
-        let command = match frame.get("type") {
-            Some(Value::String(command)) => command.clone(),
-            _ => {
-                let reply = frames::response(id.as_ref(), None, Err("missing field `type`".into()));
-                self.unicast(client, reply);
-                return;
-            }
-        };
-        if role == Role::Observer && !auth::observer_allows(&command) {
-            let reply = frames::response(
-                id.as_ref(),
-                Some(&command),
-                Err(format!(
-                    "the observer role may not send `{command}`; observers may send get_state, get_messages, get_models and ping"
-                )),
-            );
+        let dialect = self.settings.dialect;
+        if self.leaving.iter().any(|(c, _)| *c == client) {
+            let id = frame.get("id");
+            let reply = letscode::error(id, "this client said bye; no more commands", false);
             self.unicast(client, reply);
             return;
         }
-        if command == "hello" {
-            let data = self.hello_data(client, role, false);
-            self.unicast(
-                client,
-                frames::response(id.as_ref(), Some("hello"), Ok(Some(data))),
-            );
+        match dialect.inbound(&frame, role == Role::Observer) {
+            Inbound::Reject(reply) => self.unicast(client, reply),
+            Inbound::Hello { id, refusal } => self.hello(client, role, id, refusal),
+            Inbound::Bye { id } => {
+                self.unicast(client, letscode::ack(id.as_ref()));
+                self.leaving.push((client, id));
+                if self.busy == 0 {
+                    self.dismiss_leaving();
+                }
+            }
+            Inbound::SetEvents { id, all } => {
+                if let Some(entry) = self.clients.get(&client) {
+                    let after_seq = self.feed.last_seq();
+                    let _ = entry.unicast.try_send(Unicast::Events { after_seq, all });
+                }
+                let mode = if all { "all" } else { "none" };
+                let reply = zi::ok(&id, "connection.set_events", json!({ "mode": mode }));
+                self.unicast(client, reply);
+            }
+            Inbound::Forward { id, command } => {
+                if dialect == Dialect::Zi
+                    && id.as_ref().is_some_and(|id| self.ids.in_flight(client, id))
+                {
+                    let message = "the request id is in flight; reuse it after its response";
+                    let reply = zi::protocol_error(id.as_ref(), "invalid_request", message);
+                    self.unicast(client, reply);
+                    return;
+                }
+                self.forward(client, frame, id, command).await;
+            }
+        }
+    }
+
+    /// A hello after attach, answered by the gateway.
+    fn hello(&mut self, client: u64, role: Role, id: Option<Value>, refusal: Option<Bytes>) {
+        if let Some(refusal) = refusal {
+            self.unicast(client, refusal);
+            self.close_client(client, CLOSE_PROTOCOL, "protocol version mismatch");
             return;
         }
+        let reply = match self.settings.dialect {
+            Dialect::Zut => {
+                let data = self.hello_data(client, role, false);
+                zut::response(id.as_ref(), Some("hello"), Ok(Some(data)))
+            }
+            Dialect::Letscode => {
+                self.unicast(client, letscode::ack(id.as_ref()));
+                letscode::done(id.as_ref())
+            }
+            Dialect::Zi => {
+                let gateway = self.gateway_info(client, role, false);
+                let id = id.unwrap_or(Value::Null);
+                zi::ok(&id, "connection.hello", json!({ "gateway": gateway }))
+            }
+        };
+        self.unicast(client, reply);
+    }
+
+    /// Sends a request to the child under a gateway id (or holds it until
+    /// the child is ready).
+    async fn forward(
+        &mut self,
+        client: u64,
+        mut frame: Map<String, Value>,
+        id: Option<Value>,
+        command: String,
+    ) {
         let Some(child) = self
             .child
             .as_ref()
             .filter(|_| self.state == ChildState::Ready)
         else {
             if self.state == ChildState::Failed {
-                let reply = frames::response(
-                    id.as_ref(),
-                    Some(&command),
-                    Err("the agent is in a crash loop and was not restarted".into()),
-                );
+                let error = "the agent is in a crash loop and was not restarted";
+                let reply =
+                    self.settings
+                        .dialect
+                        .request_failed(id.as_ref(), &command, false, error);
                 self.unicast(client, reply);
             } else {
                 self.waiting_requests.push_back((client, frame));
@@ -75,9 +127,10 @@ impl Hub {
             original: id,
             command,
             sent: StdInstant::now(),
+            acked: false,
         });
         frame.insert("id".into(), Value::String(gateway_id));
-        let mut line = frames::to_bytes(&Value::Object(frame)).to_vec();
+        let mut line = to_bytes(&Value::Object(frame)).to_vec();
         line.push(b'\n');
         self.settings
             .metrics
@@ -90,7 +143,7 @@ impl Hub {
     /// Forwards requests that waited for the child.
     pub(super) async fn flush_waiting(&mut self) {
         for waiting in std::mem::take(&mut self.waiting_attach) {
-            self.attach(waiting);
+            self.attach(waiting).await;
         }
         while let Some((client, frame)) = self.waiting_requests.pop_front() {
             self.request(client, frame).await;
@@ -120,41 +173,54 @@ impl Hub {
         }
     }
 
-    /// Routes one line of the child: a response to its client, an event to
+    /// Routes one line of the child: an answer to its client, an event to
     /// everyone.
     pub(super) fn child_line(&mut self, line: &[u8]) {
         let metrics = self.settings.metrics.clone();
         metrics.frame(Direction::ChildToGateway, line.len());
-        let Some(envelope) = frames::envelope(line) else {
-            metrics.invalid_frames.with_label_values(&["child"]).inc();
-            tracing::warn!(project = %self.project, "dropped a non-object line from the agent");
-            return;
-        };
-        match envelope.kind.as_deref() {
-            Some("response") => self.child_response(line, envelope.id),
-            Some(kind) => {
-                if kind == "done" {
-                    self.run_done();
-                } else if kind == "usage" {
-                    if let Ok(usage) = serde_json::from_slice::<Value>(line) {
-                        metrics.usage(&usage);
-                        self.usage = usage.get("cumulative").cloned();
-                        self.publish();
-                    }
-                }
-                let seq = self.next_seq();
-                if let Some(bytes) = frames::stamp_seq(line, seq) {
-                    self.feed.push(Frame { seq, bytes });
-                }
-            }
+        let dialect = self.settings.dialect;
+        match dialect.outbound(line) {
             None => {
                 metrics.invalid_frames.with_label_values(&["child"]).inc();
-                tracing::warn!(project = %self.project, "dropped an agent line without `type`");
+                tracing::warn!(project = %self.project, "dropped an agent line that is not an object with a `type`");
+            }
+            Some(Outbound::Drop(why)) => {
+                tracing::debug!(project = %self.project, "dropped an agent line: {why}");
+            }
+            Some(Outbound::Reply { id, last }) => self.child_reply(line, id, last),
+            Some(Outbound::Event(kind)) => {
+                match kind {
+                    EventKind::RunStart => self.run_started(),
+                    EventKind::RunEnd => self.run_done(),
+                    EventKind::Usage => {
+                        if let Ok(usage) = serde_json::from_slice::<Value>(line) {
+                            metrics.usage(&usage);
+                            self.usage = usage.get("cumulative").cloned();
+                            self.publish();
+                        }
+                    }
+                    EventKind::Other => {}
+                }
+                let seq = self.next_seq();
+                if let Some(bytes) = dialect.event_bytes(line, seq) {
+                    self.feed.push(Frame { seq, bytes });
+                }
             }
         }
     }
 
-    /// A run ended (`done`).
+    /// A run began.
+    fn run_started(&mut self) {
+        if self.busy == 0 {
+            self.busy_since = Some(SystemTime::now());
+        }
+        self.busy += 1;
+        self.runs.push_back(StdInstant::now());
+        self.idle_since = None;
+        self.publish();
+    }
+
+    /// A run ended.
     pub(super) fn run_done(&mut self) {
         self.busy = self.busy.saturating_sub(1);
         if let Some(started) = self.runs.pop_front() {
@@ -168,15 +234,23 @@ impl Hub {
             if self.clients.is_empty() {
                 self.idle_since = Some(Instant::now());
             }
+            self.dismiss_leaving();
         }
         self.publish();
     }
 
-    pub(super) fn child_response(&mut self, line: &[u8], id: Option<Value>) {
-        let Some(Value::String(id)) = id else {
-            tracing::debug!(project = %self.project, "dropped a response without a gateway id");
-            return;
-        };
+    /// letscode clients that said `bye` get `done`, `bye` and a close, now
+    /// that no run is active.
+    fn dismiss_leaving(&mut self) {
+        for (client, id) in std::mem::take(&mut self.leaving) {
+            self.unicast(client, letscode::done(id.as_ref()));
+            self.unicast(client, letscode::bye());
+            self.close_client(client, CLOSE_NORMAL, "bye");
+        }
+    }
+
+    /// An answer of the child to the request with gateway id `id`.
+    fn child_reply(&mut self, line: &[u8], id: String, last: bool) {
         if let Some(child) = self.child.as_mut() {
             if child.ping_id.as_deref() == Some(id.as_str()) {
                 child.ping_id = None;
@@ -184,36 +258,57 @@ impl Hub {
                 return;
             }
         }
-        let Some(pending) = self.ids.take(&id) else {
-            tracing::debug!(project = %self.project, %id, "dropped a response nobody waits for");
+        if let Some(waiting) = self.snapshots.remove(&id) {
+            let state = serde_json::from_slice::<Value>(line)
+                .ok()
+                .and_then(|mut frame| frame.get_mut("result").map(Value::take))
+                .unwrap_or(Value::Null);
+            self.finish_attach(waiting, state);
             return;
-        };
-        let Ok(Value::Object(response)) = serde_json::from_slice::<Value>(line) else {
-            return;
-        };
-        self.settings
-            .metrics
-            .request_done(&pending.command, pending.sent.elapsed().as_secs_f64());
-        let success = response.get("success") == Some(&Value::Bool(true));
-        let data = response.get("data");
-        let started = success && data.and_then(|d| d.get("started")) == Some(&Value::Bool(true));
-        if started && matches!(pending.command.as_str(), "prompt" | "compact") {
-            if self.busy == 0 {
-                self.busy_since = Some(SystemTime::now());
-            }
-            self.busy += 1;
-            self.runs.push_back(StdInstant::now());
-            self.idle_since = None;
-            self.publish();
         }
-        if success && pending.command == "set_model" {
+        let pending = if last {
+            self.ids.take(&id)
+        } else {
+            self.ids.ack(&id).cloned()
+        };
+        let Some(pending) = pending else {
+            tracing::debug!(project = %self.project, %id, "dropped an answer nobody waits for");
+            return;
+        };
+        let dialect = self.settings.dialect;
+        if last {
+            self.settings
+                .metrics
+                .request_done(&pending.command, pending.sent.elapsed().as_secs_f64());
+        }
+        if dialect == Dialect::Zut {
+            self.zut_response(line, &pending.command);
+        }
+        if let Some(bytes) = dialect.restore_id(line, pending.original) {
+            self.unicast(pending.client, bytes);
+        }
+    }
+
+    /// What zut responses tell the hub: a started `prompt`/`compact` run
+    /// (zut has no start event), and the model after `set_model`.
+    fn zut_response(&mut self, line: &[u8], command: &str) {
+        let Ok(response) = serde_json::from_slice::<Value>(line) else {
+            return;
+        };
+        if response.get("success") != Some(&Value::Bool(true)) {
+            return;
+        }
+        let data = response.get("data");
+        let started = data.and_then(|d| d.get("started")) == Some(&Value::Bool(true));
+        if started && matches!(command, "prompt" | "compact") {
+            self.run_started();
+        }
+        if command == "set_model" {
             if let Some(model) = data.and_then(|d| d.get("model")).and_then(Value::as_str) {
                 self.model = Some(model.to_string());
                 self.publish();
             }
         }
-        let bytes = frames::restore_id(response, pending.original);
-        self.unicast(pending.client, bytes);
     }
 
     pub(super) fn next_seq(&self) -> u64 {
@@ -225,7 +320,7 @@ impl Hub {
         let seq = self.next_seq();
         self.feed.push(Frame {
             seq,
-            bytes: frames::event(kind, fields, seq),
+            bytes: self.settings.dialect.gateway_event(kind, fields, seq),
         });
     }
 
@@ -260,11 +355,13 @@ impl Hub {
 
     /// Fails every request still waiting for the child.
     pub(super) fn fail_pending(&mut self, error: &str) {
+        let dialect = self.settings.dialect;
         for pending in self.ids.drain() {
-            let reply = frames::response(
+            let reply = dialect.request_failed(
                 pending.original.as_ref(),
-                Some(&pending.command),
-                Err(error.to_string()),
+                &pending.command,
+                pending.acked,
+                error,
             );
             self.unicast(pending.client, reply);
         }
@@ -273,12 +370,25 @@ impl Hub {
     /// Ends the run in flight for clients: the child cannot any more.
     pub(super) fn end_runs(&mut self, error: &str) {
         if self.busy > 0 {
-            self.emit("turn_end", json!({"stop": "error", "error": error}));
-            self.emit("done", json!({}));
+            for (kind, fields) in self.settings.dialect.run_aborted(error) {
+                self.emit(kind, fields);
+            }
             self.busy = 0;
         }
         self.runs.clear();
         self.busy_since = None;
+        self.dismiss_leaving();
+    }
+
+    /// Tells one client to close (after everything queued for it).
+    pub(super) fn close_client(&mut self, client: u64, code: u16, reason: &str) {
+        if let Some(entry) = self.clients.get(&client) {
+            let _ = entry.unicast.try_send(Unicast::Close {
+                after_seq: self.feed.last_seq(),
+                code,
+                reason: reason.to_string(),
+            });
+        }
     }
 
     /// Tells every client to close, and forgets them.

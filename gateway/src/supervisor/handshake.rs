@@ -1,6 +1,8 @@
-//! The supervisor's `hello` to a freshly spawned child: proves the gateway
-//! holds the child's `ZUTCORE_RPC_TOKEN` and learns the child's version,
-//! provider and model. The token itself is never logged.
+//! The supervisor's handshake with a freshly spawned child. zut: a `hello`
+//! that proves the gateway holds the child's `ZUTCORE_RPC_TOKEN` and
+//! learns the child's version, provider and model (the token itself is
+//! never logged). letscode and Zi: the child's own `ready` line (those
+//! dialects trust their stdio pipes).
 
 use std::time::Duration;
 
@@ -72,6 +74,50 @@ pub async fn hello(
                 }
             },
         }
+    }
+}
+
+/// Waits (at most `timeout`) for the child's `ready` line, skipping
+/// anything else, and returns it. A letscode child must speak
+/// letscode-rpc/1.
+pub async fn ready(
+    child: &ChildProcess,
+    output: &mut mpsc::Receiver<ChildOutput>,
+    dialect: crate::dialect::Dialect,
+    timeout: Duration,
+) -> Result<Map<String, Value>, HandshakeError> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let item = match tokio::time::timeout_at(deadline, output.recv()).await {
+            Err(_) => return Err(HandshakeError::Timeout(timeout)),
+            Ok(None) => return Err(HandshakeError::Exited(child.wait().await)),
+            Ok(Some(item)) => item,
+        };
+        let line = match item {
+            ChildOutput::Exited(exit) => return Err(HandshakeError::Exited(exit)),
+            ChildOutput::Invalid(why) => {
+                tracing::debug!(pid = child.pid(), "skipping output before ready: {why}");
+                continue;
+            }
+            ChildOutput::Line(line) => line,
+        };
+        let Ok(frame) = parse_object(&line) else {
+            tracing::debug!(pid = child.pid(), "skipping a non-object line before ready");
+            continue;
+        };
+        if frame.get("type").and_then(Value::as_str) != Some("ready") {
+            continue;
+        }
+        let protocol = frame.get("protocol").and_then(Value::as_str);
+        if dialect == crate::dialect::Dialect::Letscode
+            && !protocol.is_some_and(|p| p == "letscode-rpc/1" || p.starts_with("letscode-rpc/1."))
+        {
+            return Err(HandshakeError::Refused(format!(
+                "the child speaks {}, not letscode-rpc/1",
+                protocol.unwrap_or("an unnamed protocol")
+            )));
+        }
+        return Ok(frame);
     }
 }
 

@@ -1,0 +1,325 @@
+//! The wire dialects a child and its clients may speak: zut RPC v1 (the
+//! default), letscode-rpc/1 and Zi RPC v1.
+//!
+//! A hub is dialect-neutral; this module tells it, for its project's
+//! dialect, what a client frame asks for ([`Inbound`]), what a child line is
+//! ([`Outbound`]), and how to write every frame the gateway makes up itself:
+//! greetings, refusals, failed requests, lifecycle events and the end of a
+//! run the child can no longer finish. Each dialect's shapes are in its own
+//! module; everything here is pure (no I/O).
+//!
+//! Zi frames carry a connection-local `sequence`, so the hub stores and
+//! queues Zi frames *unstamped* (`{"version":1,…}` without `sequence`) and
+//! each client's feed stamps them on the way out ([`zi::stamp`]).
+
+pub mod letscode;
+pub mod zi;
+pub mod zut;
+
+use std::ffi::OsString;
+
+use bytes::Bytes;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+/// A wire protocol.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Dialect {
+    /// zut RPC v1.
+    #[default]
+    Zut,
+    /// letscode-rpc/1.
+    Letscode,
+    /// Zi RPC v1.
+    Zi,
+}
+
+/// What a client frame asks of the hub.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Inbound {
+    /// A request for the child: its `id` (as the client wrote it) and its
+    /// command or method name.
+    Forward { id: Option<Value>, command: String },
+    /// The dialect's hello after authentication, answered by the gateway;
+    /// `refusal` is a fatal answer that closes the client (a letscode
+    /// major-version mismatch).
+    Hello {
+        id: Option<Value>,
+        refusal: Option<Bytes>,
+    },
+    /// letscode `bye`: this client leaves, the child stays.
+    Bye { id: Option<Value> },
+    /// Zi `connection.set_events`: this client's event mode.
+    SetEvents { id: Value, all: bool },
+    /// Rejected before reaching the child; the reply to send.
+    Reject(Bytes),
+}
+
+/// What a child line is.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outbound {
+    /// An answer to the request with gateway id `id`; `last` when no more
+    /// answers to it follow (letscode `ack` is not the last).
+    Reply { id: String, last: bool },
+    /// An event for every client.
+    Event(EventKind),
+    /// Not for clients (handshake frames, `bye`, answers without a
+    /// routable id); the reason, for a debug log.
+    Drop(&'static str),
+}
+
+/// What the hub tracks of an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    /// A run began (letscode and Zi `agent_start`).
+    RunStart,
+    /// A run ended (zut `done`, letscode and Zi `agent_end`).
+    RunEnd,
+    /// zut `usage` (cumulative token counts for metrics).
+    Usage,
+    Other,
+}
+
+/// The client's hello, read before it is attached.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClientHello {
+    pub id: Option<Value>,
+    pub token: Option<String>,
+    pub resume_after: Option<u64>,
+}
+
+impl Dialect {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Dialect::Zut => "zut",
+            Dialect::Letscode => "letscode",
+            Dialect::Zi => "zi",
+        }
+    }
+
+    /// Arguments that select the dialect in `corral-agent rpc`.
+    pub fn child_args(self) -> Vec<OsString> {
+        match self {
+            Dialect::Zut => Vec::new(),
+            other => vec!["--dialect".into(), other.as_str().into()],
+        }
+    }
+
+    /// Whether the child authenticates the gateway with a token hello
+    /// (zut); the other dialects trust their stdio pipes.
+    pub fn child_token(self) -> bool {
+        self == Dialect::Zut
+    }
+
+    /// Whether a client authenticated by its upgrade request is greeted
+    /// at once (letscode and Zi clients wait for `ready` before writing),
+    /// rather than after its first frame (zut).
+    pub fn greets_first(self) -> bool {
+        self != Dialect::Zut
+    }
+
+    /// Reads a client's first frame as this dialect's hello; `None` when it
+    /// is not one; `Err` with a message when it is one but malformed.
+    pub fn client_hello(self, frame: &Map<String, Value>) -> Option<Result<ClientHello, String>> {
+        match self {
+            Dialect::Zut => zut::client_hello(frame),
+            Dialect::Letscode => letscode::client_hello(frame),
+            Dialect::Zi => zi::client_hello(frame),
+        }
+    }
+
+    /// What a client frame asks for; `observer` limits it to reading.
+    pub fn inbound(self, frame: &Map<String, Value>, observer: bool) -> Inbound {
+        match self {
+            Dialect::Zut => zut::inbound(frame, observer),
+            Dialect::Letscode => letscode::inbound(frame, observer),
+            Dialect::Zi => zi::inbound(frame, observer),
+        }
+    }
+
+    /// Classifies a child line; `None` when it is not a JSON object with a
+    /// `type`.
+    pub fn outbound(self, line: &[u8]) -> Option<Outbound> {
+        match self {
+            Dialect::Zut => zut::outbound(line),
+            Dialect::Letscode => letscode::outbound(line),
+            Dialect::Zi => zi::outbound(line),
+        }
+    }
+
+    /// A child's answer as its client should see it: the client's own id
+    /// back. `None` when the line is not a JSON object.
+    pub fn restore_id(self, line: &[u8], original: Option<Value>) -> Option<Bytes> {
+        let Ok(Value::Object(mut frame)) = serde_json::from_slice::<Value>(line) else {
+            return None;
+        };
+        Some(match self {
+            Dialect::Zut => {
+                match original {
+                    Some(id) => frame.insert("id".into(), id),
+                    None => frame.shift_remove("id"),
+                };
+                to_bytes(&Value::Object(frame))
+            }
+            Dialect::Letscode => {
+                frame.insert("id".into(), original.unwrap_or(Value::Null));
+                to_bytes(&Value::Object(frame))
+            }
+            Dialect::Zi => {
+                frame.insert("id".into(), original.unwrap_or(Value::Null));
+                zi::unstamped(frame)
+            }
+        })
+    }
+
+    /// A child event as it goes into the replay ring: with the project's
+    /// `seq` (and, for Zi, without the child's own `sequence`).
+    pub fn event_bytes(self, line: &[u8], seq: u64) -> Option<Bytes> {
+        match self {
+            Dialect::Zi => zi::event_bytes(line, seq),
+            _ => zut::stamp_seq(line, seq),
+        }
+    }
+
+    /// A lifecycle event the gateway makes up (`child_started`,
+    /// `child_exited`, `error`), with its `seq`.
+    pub fn gateway_event(self, kind: &str, fields: Value, seq: u64) -> Bytes {
+        match self {
+            Dialect::Zi => zi::session_event(kind, fields, seq),
+            _ => zut::event(kind, fields, seq),
+        }
+    }
+
+    /// The events that end a run its child cannot finish (it died or was
+    /// stopped), as `(type, fields)` for [`Dialect::gateway_event`].
+    pub fn run_aborted(self, error: &str) -> Vec<(&'static str, Value)> {
+        match self {
+            Dialect::Zut => zut::run_aborted(error),
+            Dialect::Letscode => letscode::run_aborted(error),
+            Dialect::Zi => zi::run_aborted(error),
+        }
+    }
+
+    /// The answer to a request the child will never answer. `acked`: the
+    /// child had acknowledged it (a letscode prompt whose run started).
+    pub fn request_failed(
+        self,
+        id: Option<&Value>,
+        command: &str,
+        acked: bool,
+        error: &str,
+    ) -> Bytes {
+        match self {
+            Dialect::Zut => zut::response(id, Some(command), Err(error.to_string())),
+            Dialect::Letscode if acked && command == "prompt" => letscode::done(id),
+            Dialect::Letscode => letscode::error(id, error, false),
+            Dialect::Zi => zi::failed(id, command, "operation_failed", error),
+        }
+    }
+
+    /// The reply to a client frame that could not be read (not JSON, not
+    /// an object, binary).
+    pub fn malformed(self, error: &str) -> Bytes {
+        match self {
+            Dialect::Zut => zut::response(None, None, Err(error.to_string())),
+            Dialect::Letscode => letscode::error(None, error, false),
+            Dialect::Zi => zi::protocol_error(None, "invalid_request", error),
+        }
+    }
+
+    /// The refusal of a client that cannot be attached (authentication, or
+    /// the agent cannot start), sent just before the socket closes. Zi
+    /// refusals are complete frames (`sequence` 1): nothing else precedes
+    /// them.
+    pub fn refusal(self, id: Option<&Value>, code: &str, error: &str) -> Bytes {
+        match self {
+            Dialect::Zut => zut::response(id, Some("hello"), Err(error.to_string())),
+            Dialect::Letscode => letscode::error(id, error, true),
+            Dialect::Zi => zi::stamp(&zi::protocol_error(id, code, error), 1),
+        }
+    }
+
+    /// The health request sent to the child with id `id`: cheap, answered
+    /// even while a run is active.
+    pub fn ping_line(self, id: &str) -> String {
+        let frame = match self {
+            Dialect::Zut => serde_json::json!({"id": id, "type": "ping"}),
+            Dialect::Letscode => {
+                serde_json::json!({"cmd": "hello", "id": id, "protocol": letscode::PROTOCOL})
+            }
+            Dialect::Zi => return zi::get_state_line(id),
+        };
+        format!("{frame}\n")
+    }
+
+    /// The request that aborts the active run, with id `id`.
+    pub fn abort_line(self, id: &str) -> String {
+        let frame = match self {
+            Dialect::Zut => serde_json::json!({"id": id, "type": "abort"}),
+            Dialect::Letscode => serde_json::json!({"cmd": "abort", "id": id}),
+            Dialect::Zi => {
+                serde_json::json!({"version": 1, "id": id, "method": "session.interrupt"})
+            }
+        };
+        format!("{frame}\n")
+    }
+}
+
+/// Serialises a value as a line body (no LF), with U+2028/U+2029 escaped.
+pub fn to_bytes(value: &Value) -> Bytes {
+    let mut out = serde_json::to_vec(value).unwrap_or_default();
+    corral_protocol::ndjson::escape_line_separators(&mut out);
+    Bytes::from(out)
+}
+
+/// A line without surrounding whitespace.
+fn trim(line: &[u8]) -> &[u8] {
+    let start = line
+        .iter()
+        .position(|b| !b.is_ascii_whitespace())
+        .unwrap_or(line.len());
+    let end = line
+        .iter()
+        .rposition(|b| !b.is_ascii_whitespace())
+        .map_or(start, |e| e + 1);
+    &line[start..end]
+}
+
+/// Parses the fields a dialect reads of a child line, when it is an object.
+fn envelope<'a, T: Deserialize<'a>>(line: &'a [u8]) -> Option<T> {
+    let trimmed = trim(line);
+    if trimmed.first() != Some(&b'{') {
+        return None;
+    }
+    serde_json::from_slice(trimmed).ok()
+}
+
+/// `Some(value)` for a field that is present, `null` included (a letscode
+/// control message carries `"id": null`; a domain event has no `id`).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
+}
+
+/// A non-negative integer field, `None` when absent or `null`.
+fn resume_field(value: Option<&Value>, name: &str) -> Result<Option<u64>, String> {
+    match value {
+        None | Some(Value::Null) => Ok(None),
+        Some(value) => value
+            .as_u64()
+            .map(Some)
+            .ok_or_else(|| format!("`{name}` must be a non-negative integer")),
+    }
+}
+
+/// A token field: a string, or absent.
+fn token_field(value: Option<&Value>) -> Result<Option<String>, String> {
+    match value {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(token)) => Ok(Some(token.clone())),
+        Some(_) => Err("`token` must be a string".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests;

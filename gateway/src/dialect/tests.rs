@@ -1,0 +1,254 @@
+use serde_json::json;
+
+use super::*;
+
+fn object(value: Value) -> Map<String, Value> {
+    match value {
+        Value::Object(map) => map,
+        other => panic!("not an object: {other}"),
+    }
+}
+
+fn text(bytes: &Bytes) -> &str {
+    std::str::from_utf8(bytes).unwrap()
+}
+
+#[test]
+fn zut_stamps_seq_without_touching_other_bytes() {
+    let line = br#"{"type":"text_delta","delta":"a\u2028b","future":{"x":[1, 2]}}"#;
+    let stamped = zut::stamp_seq(line, 7).unwrap();
+    assert_eq!(
+        text(&stamped),
+        r#"{"type":"text_delta","delta":"a\u2028b","future":{"x":[1, 2]},"seq":7}"#
+    );
+    assert_eq!(text(&zut::stamp_seq(b" { } ", 1).unwrap()), r#"{ "seq":1}"#);
+    assert!(zut::stamp_seq(b"[1]", 1).is_none());
+}
+
+#[test]
+fn zut_lines_and_requests() {
+    let reply = Dialect::Zut.outbound(br#"{"type":"response","id":"corral-3","data":{}}"#);
+    assert_eq!(
+        reply,
+        Some(Outbound::Reply {
+            id: "corral-3".into(),
+            last: true
+        })
+    );
+    assert_eq!(
+        Dialect::Zut.outbound(br#"{"type":"done","seq":1}"#),
+        Some(Outbound::Event(EventKind::RunEnd))
+    );
+    assert_eq!(Dialect::Zut.outbound(b"not json"), None);
+    assert_eq!(Dialect::Zut.outbound(b"[]"), None);
+    let prompt = object(json!({"id": 5, "type": "prompt", "message": "hi"}));
+    assert_eq!(
+        Dialect::Zut.inbound(&prompt, false),
+        Inbound::Forward {
+            id: Some(json!(5)),
+            command: "prompt".into()
+        }
+    );
+    let Inbound::Reject(refused) = Dialect::Zut.inbound(&prompt, true) else {
+        panic!("observers may not prompt");
+    };
+    assert!(text(&refused).contains(r#""success":false"#));
+    let restored = Dialect::Zut
+        .restore_id(
+            br#"{"type":"response","id":"corral-9","success":true}"#,
+            None,
+        )
+        .unwrap();
+    assert_eq!(text(&restored), r#"{"type":"response","success":true}"#);
+}
+
+#[test]
+fn zut_made_up_frames() {
+    let r = zut::response(
+        Some(&json!("1")),
+        Some("prompt"),
+        Err("observers may not prompt".into()),
+    );
+    assert_eq!(
+        text(&r),
+        r#"{"type":"response","id":"1","command":"prompt","success":false,"error":"observers may not prompt"}"#
+    );
+    let e = zut::event("child_started", json!({"pid": 42, "restarts": 0}), 3);
+    assert_eq!(
+        text(&e),
+        r#"{"type":"child_started","pid":42,"restarts":0,"seq":3}"#
+    );
+}
+
+#[test]
+fn letscode_tells_control_messages_from_events() {
+    let d = Dialect::Letscode;
+    assert_eq!(
+        d.outbound(br#"{"type":"ack","id":"corral-1"}"#),
+        Some(Outbound::Reply {
+            id: "corral-1".into(),
+            last: false
+        })
+    );
+    assert_eq!(
+        d.outbound(br#"{"type":"error","id":"corral-2","error":"busy","recoverable":true}"#),
+        Some(Outbound::Reply {
+            id: "corral-2".into(),
+            last: true
+        })
+    );
+    // An agent error event has no `id`; a control error with a null id
+    // cannot be routed.
+    assert_eq!(
+        d.outbound(br#"{"type":"error","error":"overloaded"}"#),
+        Some(Outbound::Event(EventKind::Other))
+    );
+    assert!(matches!(
+        d.outbound(br#"{"type":"error","id":null,"error":"x","recoverable":true}"#),
+        Some(Outbound::Drop(_))
+    ));
+    assert_eq!(
+        d.outbound(br#"{"type":"agent_start","messages":[]}"#),
+        Some(Outbound::Event(EventKind::RunStart))
+    );
+    assert!(matches!(
+        d.outbound(br#"{"type":"bye"}"#),
+        Some(Outbound::Drop(_))
+    ));
+    let restored = d
+        .restore_id(br#"{"type":"done","id":"corral-4"}"#, None)
+        .unwrap();
+    assert_eq!(text(&restored), r#"{"type":"done","id":null}"#);
+}
+
+#[test]
+fn letscode_commands_hello_and_bye() {
+    let d = Dialect::Letscode;
+    let hello = object(json!({"cmd": "hello", "id": "h", "token": "t", "resume_after": 4}));
+    assert_eq!(
+        d.client_hello(&hello),
+        Some(Ok(ClientHello {
+            id: Some(json!("h")),
+            token: Some("t".into()),
+            resume_after: Some(4)
+        }))
+    );
+    let wrong = object(json!({"cmd": "hello", "protocol": "letscode-rpc/2"}));
+    assert!(matches!(d.client_hello(&wrong), Some(Err(_))));
+    let Inbound::Hello {
+        refusal: Some(refusal),
+        ..
+    } = d.inbound(&wrong, false)
+    else {
+        panic!("a major mismatch is refused");
+    };
+    assert!(text(&refusal).contains(r#""fatal":true"#));
+    assert_eq!(
+        d.inbound(&object(json!({"cmd": "bye"})), true),
+        Inbound::Bye { id: None }
+    );
+    assert!(matches!(
+        d.inbound(&object(json!({"cmd": "prompt", "text": "x"})), true),
+        Inbound::Reject(_)
+    ));
+    let Inbound::Reject(missing) = d.inbound(&object(json!({"id": 3})), false) else {
+        panic!("a command needs `cmd`");
+    };
+    assert_eq!(
+        text(&missing),
+        r#"{"type":"error","id":3,"error":"missing field `cmd`","recoverable":true}"#
+    );
+    assert_eq!(
+        text(&d.request_failed(Some(&json!("r1")), "prompt", true, "died")),
+        r#"{"type":"done","id":"r1"}"#
+    );
+}
+
+#[test]
+fn zi_frames_are_stamped_per_connection() {
+    let frame = zi::ok(&json!("s"), "session.get_state", json!({}));
+    assert_eq!(
+        text(&frame),
+        r#"{"version":1,"type":"response","id":"s","method":"session.get_state","ok":true,"result":{}}"#
+    );
+    assert_eq!(
+        text(&zi::stamp(&frame, 9)),
+        r#"{"version":1,"sequence":9,"type":"response","id":"s","method":"session.get_state","ok":true,"result":{}}"#
+    );
+    assert_eq!(text(&zi::stamp(b"{}", 1)), r#"{"sequence":1}"#);
+    assert_eq!(
+        text(&zi::stamp(br#"{"a":1}"#, 2)),
+        r#"{"sequence":2,"a":1}"#
+    );
+    let line =
+        br#"{"version":1,"sequence":41,"type":"session_event","event":{"type":"agent_end"}}"#;
+    assert_eq!(
+        Dialect::Zi.outbound(line),
+        Some(Outbound::Event(EventKind::RunEnd))
+    );
+    let event = Dialect::Zi.event_bytes(line, 7).unwrap();
+    assert_eq!(
+        text(&event),
+        r#"{"version":1,"type":"session_event","event":{"type":"agent_end"},"seq":7}"#
+    );
+    assert!(zi::is_session_event(&event));
+    // Another field order takes the slow path to the same form.
+    let other = br#"{"type":"session_event","sequence":3,"version":1,"event":{}}"#;
+    assert_eq!(
+        text(&Dialect::Zi.event_bytes(other, 8).unwrap()),
+        r#"{"version":1,"type":"session_event","event":{},"seq":8}"#
+    );
+    let restored = Dialect::Zi
+        .restore_id(
+            br#"{"version":1,"sequence":5,"type":"response","id":"corral-2","ok":true}"#,
+            Some(json!("mine")),
+        )
+        .unwrap();
+    assert_eq!(
+        text(&restored),
+        r#"{"version":1,"type":"response","id":"mine","ok":true}"#
+    );
+}
+
+#[test]
+fn zi_requests() {
+    let d = Dialect::Zi;
+    let hello = object(
+        json!({"version": 1, "id": "a", "method": "connection.hello",
+        "params": {"token": "t", "resumeAfter": 3}}),
+    );
+    assert_eq!(
+        d.client_hello(&hello),
+        Some(Ok(ClientHello {
+            id: Some(json!("a")),
+            token: Some("t".into()),
+            resume_after: Some(3)
+        }))
+    );
+    let set = object(
+        json!({"version": 1, "id": "e", "method": "connection.set_events",
+        "params": {"mode": "none"}}),
+    );
+    assert_eq!(
+        d.inbound(&set, true),
+        Inbound::SetEvents {
+            id: json!("e"),
+            all: false
+        }
+    );
+    let prompt = object(json!({"version": 1, "id": "p", "method": "session.prompt",
+        "params": {"text": "hi"}}));
+    assert!(matches!(d.inbound(&prompt, false), Inbound::Forward { .. }));
+    assert!(matches!(d.inbound(&prompt, true), Inbound::Reject(_)));
+    let Inbound::Reject(no_id) = d.inbound(&object(json!({"version": 1})), false) else {
+        panic!("an id is required");
+    };
+    assert!(text(&no_id).contains(r#""code":"invalid_request""#));
+    let v2 = object(json!({"version": 2, "id": "x", "method": "session.get_state"}));
+    let Inbound::Reject(v2) = d.inbound(&v2, false) else {
+        panic!("version 2 is refused");
+    };
+    assert!(text(&v2).contains(r#""id":"x""#));
+    let refusal = d.refusal(Some(&json!("a")), "unauthorized", "bad token");
+    assert!(text(&refusal).starts_with(r#"{"version":1,"sequence":1,"type":"protocol_error""#));
+}

@@ -1,0 +1,148 @@
+//! zut RPC v1: `{"id"?, "type": command, …}` requests, `type:"response"`
+//! answers, and every other `type` an event. The gateway reads only the
+//! envelope (`type`, `id`) and leaves every other byte of an event as the
+//! child wrote it, adding `"seq"` last.
+
+use bytes::Bytes;
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use super::{to_bytes, trim, ClientHello};
+use super::{EventKind, Inbound, Outbound};
+
+/// Commands an observer may send.
+pub const OBSERVER_COMMANDS: [&str; 5] =
+    ["hello", "get_state", "get_messages", "get_models", "ping"];
+
+pub fn client_hello(frame: &Map<String, Value>) -> Option<Result<ClientHello, String>> {
+    if frame.get("type").and_then(Value::as_str) != Some("hello") {
+        return None;
+    }
+    Some(hello_fields(frame.get("id").cloned(), frame))
+}
+
+/// The token and resume point of a hello-like object (`token`,
+/// `resume_after`).
+pub(super) fn hello_fields(
+    id: Option<Value>,
+    fields: &Map<String, Value>,
+) -> Result<ClientHello, String> {
+    Ok(ClientHello {
+        id,
+        token: super::token_field(fields.get("token"))?,
+        resume_after: super::resume_field(fields.get("resume_after"), "resume_after")?,
+    })
+}
+
+pub fn inbound(frame: &Map<String, Value>, observer: bool) -> Inbound {
+    let id = frame.get("id").cloned();
+    let Some(Value::String(command)) = frame.get("type") else {
+        return Inbound::Reject(response(
+            id.as_ref(),
+            None,
+            Err("missing field `type`".into()),
+        ));
+    };
+    if observer && !OBSERVER_COMMANDS.contains(&command.as_str()) {
+        let error = format!(
+            "the observer role may not send `{command}`; observers may send {}",
+            OBSERVER_COMMANDS[1..].join(", ")
+        );
+        return Inbound::Reject(response(id.as_ref(), Some(command), Err(error)));
+    }
+    if command == "hello" {
+        return Inbound::Hello { id, refusal: None };
+    }
+    Inbound::Forward {
+        id,
+        command: command.clone(),
+    }
+}
+
+#[derive(Deserialize)]
+struct Envelope {
+    #[serde(rename = "type", default)]
+    kind: Option<String>,
+    #[serde(default)]
+    id: Option<Value>,
+}
+
+pub fn outbound(line: &[u8]) -> Option<Outbound> {
+    let envelope: Envelope = super::envelope(line)?;
+    Some(match envelope.kind?.as_str() {
+        "response" => match envelope.id {
+            Some(Value::String(id)) => Outbound::Reply { id, last: true },
+            _ => Outbound::Drop("a response without a gateway id"),
+        },
+        "done" => Outbound::Event(EventKind::RunEnd),
+        "usage" => Outbound::Event(EventKind::Usage),
+        _ => Outbound::Event(EventKind::Other),
+    })
+}
+
+pub fn run_aborted(error: &str) -> Vec<(&'static str, Value)> {
+    vec![
+        ("turn_end", json!({"stop": "error", "error": error})),
+        ("done", json!({})),
+    ]
+}
+
+/// Adds `"seq":N` as the last field of a JSON object line, leaving every
+/// other byte as the child wrote it.
+pub fn stamp_seq(line: &[u8], seq: u64) -> Option<Bytes> {
+    let trimmed = trim(line);
+    if trimmed.len() < 2 || trimmed[0] != b'{' || trimmed[trimmed.len() - 1] != b'}' {
+        return None;
+    }
+    let body = &trimmed[..trimmed.len() - 1];
+    let empty = body[1..].iter().all(u8::is_ascii_whitespace);
+    let mut out = Vec::with_capacity(trimmed.len() + 24);
+    out.extend_from_slice(body);
+    if !empty {
+        out.push(b',');
+    }
+    out.extend_from_slice(b"\"seq\":");
+    out.extend_from_slice(seq.to_string().as_bytes());
+    out.push(b'}');
+    Some(Bytes::from(out))
+}
+
+/// A `response` frame the gateway answers itself.
+pub fn response(
+    id: Option<&Value>,
+    command: Option<&str>,
+    result: Result<Option<Value>, String>,
+) -> Bytes {
+    let mut map = Map::new();
+    map.insert("type".into(), json!("response"));
+    if let Some(id) = id {
+        map.insert("id".into(), id.clone());
+    }
+    if let Some(command) = command {
+        map.insert("command".into(), json!(command));
+    }
+    match result {
+        Ok(data) => {
+            map.insert("success".into(), json!(true));
+            if let Some(data) = data {
+                map.insert("data".into(), data);
+            }
+        }
+        Err(error) => {
+            map.insert("success".into(), json!(false));
+            map.insert("error".into(), json!(error));
+        }
+    }
+    to_bytes(&Value::Object(map))
+}
+
+/// A gateway event (`child_started`, `turn_end`, ...) with its `seq`.
+pub fn event(kind: &str, fields: Value, seq: u64) -> Bytes {
+    let mut map = Map::new();
+    map.insert("type".into(), json!(kind));
+    if let Value::Object(fields) = fields {
+        map.extend(fields);
+    }
+    map.insert("seq".into(), json!(seq));
+    to_bytes(&Value::Object(map))
+}
