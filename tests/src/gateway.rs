@@ -12,6 +12,10 @@ use tempfile::TempDir;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::process::{Child, Command};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::handshake::client::Request;
+use tokio_tungstenite::tungstenite::http::header::AUTHORIZATION;
+use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
@@ -221,14 +225,26 @@ impl Gateway {
 
     /// Opens a socket without saying hello.
     pub async fn connect(&self, project: &str) -> Ws {
-        let (stream, _) = tokio::time::timeout(
-            READ_TIMEOUT,
-            tokio_tungstenite::connect_async(self.url(project)),
-        )
-        .await
-        .expect("connect timed out")
-        .expect("connect");
-        Ws { stream }
+        let request = self
+            .url(project)
+            .into_client_request()
+            .expect("client request");
+        open(request).await
+    }
+
+    /// Opens a socket authenticated by an `Authorization: Bearer TOKEN`
+    /// header on the upgrade request, with `query` (e.g. `resume_after=5`)
+    /// appended to the URL; sends nothing.
+    pub async fn connect_with_bearer(&self, project: &str, token: &str, query: Option<&str>) -> Ws {
+        let mut url = self.url(project);
+        if let Some(query) = query {
+            url.push('?');
+            url.push_str(query);
+        }
+        let mut request = url.into_client_request().expect("client request");
+        let bearer = HeaderValue::from_str(&format!("Bearer {token}")).expect("header value");
+        request.headers_mut().insert(AUTHORIZATION, bearer);
+        open(request).await
     }
 
     /// Connects and says hello with `token`; returns the hello response too.
@@ -304,6 +320,15 @@ impl Gateway {
             .filter(|pid| parent_of(*pid) == Some(gateway))
             .collect()
     }
+}
+
+/// Completes a WebSocket handshake, within the read timeout.
+async fn open(request: Request) -> Ws {
+    let (stream, _) = tokio::time::timeout(READ_TIMEOUT, tokio_tungstenite::connect_async(request))
+        .await
+        .expect("connect timed out")
+        .expect("connect");
+    Ws { stream }
 }
 
 /// Pids of every running (non-zombie) `corral-agent` process.

@@ -438,6 +438,50 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn zi_clients_get_their_own_gap_free_sequence_and_event_mode() {
+        let feed = Arc::new(Feed::new(ReplayRing::new(100, 10_000, 0)));
+        let event = |seq: u64| Frame {
+            seq,
+            bytes: Bytes::from(format!(
+                r#"{{"version":1,"type":"session_event","event":{{}},"seq":{seq}}}"#
+            )),
+        };
+        let (tx, rx) = mpsc::channel(8);
+        let mut client = ClientFeed::new(feed.clone(), 0, rx, test_metrics(), 2).with_sequence();
+        feed.push(event(1));
+        tx.send(uni(1, r#"{"version":1,"type":"response"}"#))
+            .await
+            .unwrap();
+        tx.send(Unicast::Events {
+            after_seq: 1,
+            all: false,
+        })
+        .await
+        .unwrap();
+        feed.push(event(2));
+        tx.send(uni(2, r#"{"version":1,"type":"response","id":"b"}"#))
+            .await
+            .unwrap();
+        let frames = texts(&mut client).await;
+        assert_eq!(
+            frames,
+            [
+                r#"{"version":1,"sequence":1,"type":"session_event","event":{},"seq":1}"#,
+                r#"{"version":1,"sequence":2,"type":"response"}"#,
+                r#"{"version":1,"sequence":3,"type":"response","id":"b"}"#,
+            ],
+            "event 2 is suppressed and leaves no gap"
+        );
+        assert_eq!(client.cursor(), 2);
+        // Another client of the same feed counts from 1 and sees both.
+        let (_tx2, rx2) = mpsc::channel(8);
+        let mut other = ClientFeed::new(feed.clone(), 0, rx2, test_metrics(), 2).with_sequence();
+        let frames = texts(&mut other).await;
+        assert_eq!(frames.len(), 2);
+        assert!(frames[1].starts_with(r#"{"version":1,"sequence":2,"type":"session_event""#));
+    }
+
+    #[tokio::test]
     async fn hub_gone_closes_the_client() {
         let feed = Arc::new(Feed::new(ReplayRing::new(4, 10_000, 0)));
         let (tx, rx) = mpsc::channel(8);

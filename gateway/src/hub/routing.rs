@@ -189,6 +189,12 @@ impl Hub {
             }
             Some(Outbound::Reply { id, last }) => self.child_reply(line, id, last),
             Some(Outbound::Event(kind)) => {
+                let seq = self.next_seq();
+                if let Some(bytes) = dialect.event_bytes(line, seq) {
+                    self.feed.push(Frame { seq, bytes });
+                }
+                // After the push: what a run's end releases (a leaving
+                // letscode client's `done`) comes after its last event.
                 match kind {
                     EventKind::RunStart => self.run_started(),
                     EventKind::RunEnd => self.run_done(),
@@ -200,10 +206,6 @@ impl Hub {
                         }
                     }
                     EventKind::Other => {}
-                }
-                let seq = self.next_seq();
-                if let Some(bytes) = dialect.event_bytes(line, seq) {
-                    self.feed.push(Frame { seq, bytes });
                 }
             }
         }
