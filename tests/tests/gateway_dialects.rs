@@ -962,3 +962,89 @@ async fn zi_hello_with_a_wrong_token_is_refused() {
     // The right token is let in.
     zi_hello(&gw, "alpha", None).await;
 }
+
+// ---------------------------------------------------------------------------
+// Health checks and admin abort, in both dialects
+
+/// A gateway that pings its children every 100 ms and kills one that does
+/// not answer within 400 ms.
+async fn pinging_gateway(dialect: &str, mock: &MockLlm) -> Gateway {
+    GatewaySpawn::default()
+        .mock(&mock.anthropic_base_url())
+        .arg("--dialect")
+        .arg(dialect)
+        .arg("--ping-interval")
+        .arg("100ms")
+        .arg("--ping-timeout")
+        .arg("400ms")
+        .spawn()
+        .await
+}
+
+/// A run of about 3 s under frequent health pings: the child answers them
+/// (it is not killed as hung), and the admin API's abort ends the run.
+#[tokio::test]
+async fn letscode_health_pings_are_answered_and_admin_abort_ends_the_run() {
+    let mock = MockLlm::start().await;
+    let (turn, _) = slow(60, 50);
+    mock.push(turn);
+    let gw = pinging_gateway("letscode", &mock).await;
+    let (mut ws, _, _) = lc_hello(&gw, "alpha", None).await;
+    let pid = child_pid(&gw, "alpha").await;
+    ws.send(json!({"cmd":"prompt","id":"r1","text":"stream"}))
+        .await;
+    // Twenty chunks take about a second: several ping rounds.
+    let mut seen = ws.recv_until(|f| lc_delta(f) == Some("w20 ")).await;
+    let (status, body) = gw
+        .http_post("/v1/projects/alpha/abort", Some(ADMIN_TOKEN))
+        .await;
+    assert_eq!(status, 202, "{body}");
+    collect_onto(&mut ws, &mut seen, |fs| has(fs, is_lc("done", "r1"))).await;
+    let end = index_of(&seen, "agent_end", |f| f["type"] == "agent_end");
+    assert_eq!(end, seen.len() - 2, "agent_end, then done: {seen:#?}");
+    assert!(
+        !has(&seen, is_gateway_event),
+        "the child was not restarted: {seen:#?}"
+    );
+    assert!(
+        !has(&seen, |f| lc_delta(f) == Some("w59 ")),
+        "the run was cut short"
+    );
+    assert_eq!(child_pid(&gw, "alpha").await, pid);
+}
+
+#[tokio::test]
+async fn zi_health_pings_are_answered_and_admin_abort_ends_the_run() {
+    let mock = MockLlm::start().await;
+    let (turn, _) = slow(60, 50);
+    mock.push(turn);
+    let gw = pinging_gateway("zi", &mock).await;
+    let (mut zi, _) = zi_hello(&gw, "alpha", None).await;
+    let pid = child_pid(&gw, "alpha").await;
+    zi.send("p1", "session.prompt", prompt_params("stream"))
+        .await;
+    let mut seen = zi
+        .collect(|fs| has(fs, |f| zi_delta(f) == Some("w20 ")))
+        .await;
+    let (status, body) = gw
+        .http_post("/v1/projects/alpha/abort", Some(ADMIN_TOKEN))
+        .await;
+    assert_eq!(status, 202, "{body}");
+    zi.collect_onto(&mut seen, |fs| has(fs, is_zi_event("agent_end")))
+        .await;
+    assert!(
+        !has(&seen, is_zi_event("child_exited")),
+        "the child was not restarted: {seen:#?}"
+    );
+    assert!(
+        !has(&seen, |f| zi_delta(f) == Some("w59 ")),
+        "the run was cut short"
+    );
+    // Nothing the gateway sent for itself reaches the client.
+    assert!(
+        seen.iter()
+            .all(|f| f["type"] == "session_event" || f["id"] == "p1"),
+        "{seen:#?}"
+    );
+    assert_eq!(child_pid(&gw, "alpha").await, pid);
+}
