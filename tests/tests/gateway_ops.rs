@@ -217,3 +217,35 @@ async fn json_logs_carry_the_project_and_pid() {
     assert_eq!(started["fields"]["project"], "alpha");
     assert!(started["fields"]["pid"].as_u64().is_some());
 }
+
+/// A child line over `--max-frame-bytes` is not delivered, and clients are
+/// told so by an `error` event instead of silently missing it.
+#[tokio::test]
+async fn an_agent_line_over_the_frame_limit_becomes_an_error_event() {
+    let mock = corral_e2e::mock_llm::MockLlm::start().await;
+    mock.push(corral_e2e::mock_llm::Turn::text("x".repeat(100 * 1024)));
+    let gateway = GatewaySpawn::default()
+        .mock(&mock.anthropic_base_url())
+        .arg("--max-frame-bytes")
+        .arg("64KiB")
+        .spawn()
+        .await;
+    let mut ws = gateway.client("alpha").await;
+    ws.send(json!({"id":"1","type":"prompt","message":"big"}))
+        .await;
+    let frames = ws.recv_until(is_done).await;
+    let errors: Vec<&Value> = frames.iter().filter(|f| f["type"] == "error").collect();
+    assert!(!errors.is_empty(), "{frames:?}");
+    for error in errors {
+        let message = error["message"].as_str().unwrap();
+        assert!(message.contains("not delivered"), "{message}");
+        assert!(error["seq"].is_u64());
+    }
+    assert!(
+        frames.iter().all(|f| f.to_string().len() < 64 * 1024),
+        "nothing over the limit reaches the client"
+    );
+    // The child is fine and still answers.
+    let pong = ws.request(json!({"id":"p","type":"ping"})).await;
+    assert_eq!(pong["success"], true);
+}

@@ -160,6 +160,9 @@ impl Hub {
                     .with_label_values(&["child"])
                     .inc();
                 tracing::warn!(project = %self.project, "dropped a line from the agent: {what}");
+                // Clients learn that something is missing.
+                let message = format!("a line from the agent was not delivered: {what}");
+                self.emit("error", json!({ "message": message }));
             }
             Some(ChildOutput::Exited(exit)) => self.child_exited(exit).await,
             None => {

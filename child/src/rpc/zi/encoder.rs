@@ -18,6 +18,8 @@ pub const RUN_STARTED: &str = "zi.run_started";
 /// A field the frontend puts on the `connection.set_events` response: the
 /// encoder applies the mode there, in output order, and strips the field.
 pub const EVENTS_MODE: &str = "zi.events";
+/// Longest output record, in bytes (without its LF).
+pub const MAX_RECORD: usize = corral_protocol::ndjson::DEFAULT_MAX_LINE;
 
 /// Writes Zi frames.
 pub struct ZiEncoder {
@@ -53,6 +55,13 @@ impl ZiEncoder {
         stamped.insert("sequence".into(), json!(self.sequence));
         stamped.append(&mut frame);
         match line_of(&stamped) {
+            Some(line) if line.len() > MAX_RECORD + 1 => {
+                let stand_in = oversized(stamped, line.len() - 1);
+                match line_of(&stand_in) {
+                    Some(line) => lines.push(line),
+                    None => self.sequence -= 1,
+                }
+            }
             Some(line) => lines.push(line),
             // Keep the sequence gap-free when a frame cannot be encoded.
             None => self.sequence -= 1,
@@ -83,6 +92,42 @@ impl ZiEncoder {
             _ => {}
         }
     }
+}
+
+/// What goes out instead of a record over [`MAX_RECORD`] bytes: a failed
+/// response for a response, an `error` session event for anything else.
+fn oversized(mut frame: Map<String, Value>, bytes: usize) -> Map<String, Value> {
+    let bound = MAX_RECORD >> 20;
+    let kind = frame
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if kind == "response" {
+        let message = format!("the result is {bytes} bytes, over the {bound} MiB record bound");
+        frame.shift_remove("result");
+        frame.insert("ok".into(), json!(false));
+        frame.insert(
+            "error".into(),
+            json!({"code": "operation_failed", "message": message}),
+        );
+        return frame;
+    }
+    let what = match frame
+        .get("event")
+        .and_then(|e| e.get("type"))
+        .and_then(Value::as_str)
+    {
+        Some(event) => format!("a `{event}` event"),
+        None => format!("a `{kind}` frame"),
+    };
+    let message =
+        format!("{what} of {bytes} bytes exceeded the {bound} MiB record bound and was left out");
+    let mut stand_in = Map::new();
+    for key in ["version", "sequence"] {
+        stand_in.insert(key.into(), frame.shift_remove(key).unwrap_or(Value::Null));
+    }
+    stand_in.extend(session_event(json!({"type": "error", "message": message})));
+    stand_in
 }
 
 fn session_event(event: Value) -> Map<String, Value> {
@@ -151,5 +196,29 @@ mod tests {
         );
         assert!(frames.iter().all(|f| f["version"] == 1));
         assert_eq!(connection.completed(), 1);
+    }
+
+    #[test]
+    fn records_over_the_bound_are_replaced_in_place() {
+        let mut encoder = ZiEncoder::new(Connection::new());
+        let mut lines = Vec::new();
+        let huge = "x".repeat(MAX_RECORD);
+        let response = json!({"type": "response", "id": "m", "method": "session.get_messages",
+            "ok": true, "result": {"text": huge}});
+        encoder.encode(Output::Frame(response), &mut lines);
+        encoder.encode(Output::Event(AgentEvent::TextDelta(huge)), &mut lines);
+        encoder.encode(Output::Event(AgentEvent::TextDelta("a".into())), &mut lines);
+        assert!(lines.iter().all(|l| l.len() < 1024));
+        let frames = frames(&lines);
+        assert_eq!(frames[0]["sequence"], 1);
+        assert_eq!(frames[0]["id"], "m");
+        assert_eq!(frames[0]["ok"], false);
+        assert_eq!(frames[0]["error"]["code"], "operation_failed");
+        assert!(frames[0].get("result").is_none());
+        assert_eq!(frames[1]["sequence"], 2);
+        assert_eq!(frames[1]["event"]["type"], "error");
+        let message = frames[1]["event"]["message"].as_str().unwrap();
+        assert!(message.contains("`message_update` event"), "{message}");
+        assert_eq!(frames[2]["sequence"], 3);
     }
 }
