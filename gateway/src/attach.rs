@@ -36,6 +36,14 @@
 //!
 //! There is no reconnect: a lost connection ends the process, and the tool
 //! restarts it as it would restart a crashed local child.
+//!
+//! `--dialect letscode|zi` (the gateway's dialect) bridges a letscode-rpc/1
+//! or Zi RPC v1 tool the same way. The token goes in the header only; the
+//! gateway's `ready` (sent at once) is the first stdout line, as from a
+//! local child. See [`local`] for what is answered here. When stdin closes,
+//! a letscode session sends `bye` and ends when the gateway closes it,
+//! after the active run (its `agent_end`, then `bye` on stdout); a Zi
+//! session closes at once (the client left).
 
 mod bridge;
 mod connect;
@@ -78,7 +86,7 @@ pub async fn run(args: AttachArgs) -> anyhow::Result<i32> {
         Err(e) => return Ok(fail(&e)),
     };
     let session = tokio::select! {
-        session = connect::open(&args.url, &token) => session,
+        session = connect::open(&args.url, &token, args.dialect) => session,
         exit = signals.next() => return Ok(exit),
     };
     let mut session = match session {
@@ -93,7 +101,7 @@ pub async fn run(args: AttachArgs) -> anyhow::Result<i32> {
         "attached"
     );
     let early = std::mem::take(&mut session.early);
-    let bridge = bridge::Bridge::new(session);
+    let bridge = bridge::Bridge::new(session, args.dialect);
     Ok(bridge.run(early, bridge::read_stdin(), &mut signals).await)
 }
 

@@ -32,11 +32,16 @@ struct Attach {
 
 impl Attach {
     fn spawn(url: &str, token: Token) -> Attach {
+        Attach::spawn_with(url, token, &[])
+    }
+
+    fn spawn_with(url: &str, token: Token, args: &[&str]) -> Attach {
         let temp = tempfile::tempdir().unwrap();
         let mut command = Command::new(workspace_bin("corral"));
         command
             .arg("attach")
             .arg(url)
+            .args(args)
             .env_remove("CORRAL_TOKEN")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -291,4 +296,125 @@ async fn sigterm_closes_the_session() {
     let pid = nix::unistd::Pid::from_raw(attach.child.id().unwrap() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
     assert_eq!(attach.exit_code().await, 143);
+}
+
+/// A gateway in `dialect` on the mock LLM, and `corral attach --dialect`.
+async fn dialect_session(dialect: &str, mock: &MockLlm) -> (Gateway, Attach) {
+    let gateway = GatewaySpawn::default()
+        .mock(&mock.anthropic_base_url())
+        .arg("--dialect")
+        .arg(dialect)
+        .spawn()
+        .await;
+    let url = gateway.url("alpha");
+    let attach = Attach::spawn_with(&url, Token::Env(TOKEN), &["--dialect", dialect]);
+    (gateway, attach)
+}
+
+/// A letscode-rpc/1 host drives the remote agent through attach as it
+/// would a local child: `ready` first, a prompt's `ack` … `done`, a bad
+/// line answered with a recoverable error, and at EOF the run drains, then
+/// `bye`, exit 0.
+#[tokio::test]
+async fn a_letscode_host_works_through_attach_unchanged() {
+    let mock = MockLlm::start().await;
+    mock.push(Turn::text("first answer"));
+    mock.push(Turn::Slow {
+        chunks: (0..20).map(|i| format!("s{i} ")).collect(),
+        delay: Duration::from_millis(20),
+    });
+    let (_gateway, mut attach) = dialect_session("letscode", &mock).await;
+    let ready = attach.try_recv().await.unwrap();
+    assert_eq!(ready["type"], "ready", "{ready}");
+    assert_eq!(ready["protocol"], "letscode-rpc/1");
+
+    attach
+        .send(json!({"cmd":"prompt","id":"r1","text":"hi"}))
+        .await;
+    let frames = attach
+        .recv_until(|f| f["type"] == "done" && f["id"] == "r1")
+        .await;
+    assert_eq!(frames[0], json!({"type":"ack","id":"r1"}));
+    let kinds: Vec<&str> = frames.iter().map(|f| f["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds[1], "agent_start", "{kinds:?}");
+    assert_eq!(kinds[kinds.len() - 2], "agent_end", "{kinds:?}");
+
+    attach.send_raw(b"{not json\n").await;
+    let error = attach.try_recv().await.unwrap();
+    assert_eq!(error["type"], "error");
+    assert_eq!(error["id"], Value::Null);
+    assert_eq!(error["recoverable"], true);
+
+    // EOF right after a prompt: the run completes, its done, then bye.
+    attach
+        .send(json!({"cmd":"prompt","id":"r2","text":"more"}))
+        .await;
+    attach.close_stdin();
+    let rest = attach.rest().await;
+    let kinds: Vec<&str> = rest.iter().map(|f| f["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds.last(), Some(&"bye"), "{kinds:?}");
+    let n = kinds.len();
+    assert!(n >= 3, "the run was drained: {kinds:?}");
+    assert_eq!(kinds[n - 3..n - 1], ["agent_end", "done"], "{kinds:?}");
+    assert_eq!(rest[n - 2]["id"], "r2");
+    let text: String = rest
+        .iter()
+        .filter(|f| f["type"] == "message_update")
+        .filter_map(|f| f["stream_event"]["delta"].as_str())
+        .collect();
+    assert_eq!(text, (0..20).map(|i| format!("s{i} ")).collect::<String>());
+    assert!(
+        rest.iter().all(|f| f["id"] != "corral-attach-bye"),
+        "the bridge's own bye stays private: {rest:?}"
+    );
+    assert_eq!(attach.exit_code().await, 0);
+}
+
+/// A Zi host through attach: `ready` is sequence 1, every line after it
+/// continues the sequence (a line that is not JSON gets a sequenced
+/// protocol_error from the gateway), and invalid UTF-8 is fatal with one
+/// `invalid_framing` frame and exit 1.
+#[tokio::test]
+async fn a_zi_host_works_through_attach_unchanged() {
+    let mock = MockLlm::start().await;
+    mock.push(Turn::text("zi answer"));
+    let (_gateway, mut attach) = dialect_session("zi", &mock).await;
+    let ready = attach.try_recv().await.unwrap();
+    assert_eq!(ready["type"], "ready", "{ready}");
+    assert_eq!(ready["sequence"], 1);
+    assert!(ready["state"]["sessionId"].is_string(), "{ready}");
+
+    attach
+        .send(json!({"version":1,"id":"p","method":"session.prompt",
+            "params":{"delivery":"prompt","text":"hi"}}))
+        .await;
+    attach
+        .send(json!({"version":1,"id":"w","method":"session.await_idle"}))
+        .await;
+    let mut frames = attach
+        .recv_until(|f| f["type"] == "response" && f["id"] == "w")
+        .await;
+    attach.send_raw(b"{not json\n").await;
+    frames.push(attach.try_recv().await.unwrap());
+    let sequences: Vec<u64> = frames
+        .iter()
+        .map(|f| f["sequence"].as_u64().unwrap())
+        .collect();
+    let expected: Vec<u64> = (2..2 + sequences.len() as u64).collect();
+    assert_eq!(sequences, expected, "gap-free after ready");
+    let last = frames.last().unwrap();
+    assert_eq!(last["type"], "protocol_error", "{last}");
+    let deltas: String = frames
+        .iter()
+        .filter(|f| f["event"]["assistantMessageEvent"]["type"] == "text_delta")
+        .filter_map(|f| f["event"]["assistantMessageEvent"]["delta"].as_str())
+        .collect();
+    assert_eq!(deltas, "zi answer");
+
+    attach.send_raw(b"{\"bad\": \"\xff\"}\n").await;
+    let fatal = attach.try_recv().await.unwrap();
+    assert_eq!(fatal["type"], "invalid_framing", "{fatal}");
+    assert_eq!(fatal["sequence"], expected.last().unwrap() + 1);
+    assert_eq!(attach.rest().await, Vec::<Value>::new());
+    assert_eq!(attach.exit_code().await, 1);
 }

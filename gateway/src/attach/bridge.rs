@@ -20,9 +20,13 @@ use super::connect::{Session, Ws};
 use super::inflight::InFlight;
 use super::local::{self, StdinFrame};
 use super::{Signals, CLOSE_GRACE, DRAIN_GRACE, EXIT_FAILURE, EXIT_OK, MAX_LINE};
+use crate::dialect::Dialect;
 
 /// Stdin lines read ahead of the loop.
 const STDIN_QUEUE: usize = 64;
+/// The `id` of the letscode `bye` sent when stdin closes; its `ack` and
+/// `done` are not the tool's business.
+const BYE_ID: &str = "corral-attach-bye";
 
 /// What the loop does after one event.
 enum Step {
@@ -67,16 +71,21 @@ pub struct Bridge {
     inflight: InFlight,
     /// Set once stdin has closed: the drain ends at this instant at the latest.
     drain_until: Option<Instant>,
+    dialect: Dialect,
+    /// Zi: the last `sequence` written to stdout.
+    sequence: u64,
 }
 
 impl Bridge {
-    pub fn new(session: Session) -> Bridge {
+    pub fn new(session: Session, dialect: Dialect) -> Bridge {
         Bridge {
             ws: session.ws,
             hello: session.hello,
             stdout: tokio::io::stdout(),
             inflight: InFlight::default(),
             drain_until: None,
+            dialect,
+            sequence: 0,
         }
     }
 
@@ -100,7 +109,7 @@ impl Bridge {
             step = tokio::select! {
                 line = stdin.recv(), if !draining => match line {
                     Some(line) => self.on_stdin_line(line).await,
-                    None => self.stdin_closed(),
+                    None => self.stdin_closed().await,
                 },
                 message = self.ws.next() => self.on_gateway_message(message).await,
                 () = sleep_until(deadline), if draining => {
@@ -125,7 +134,27 @@ impl Bridge {
         }
     }
 
-    fn stdin_closed(&mut self) -> Step {
+    /// End of input. zut: let this client's requests and runs finish. letscode:
+    /// a `bye`, which the gateway answers by closing once no run is active
+    /// (the tool sees the run end, then `bye`). Zi: the client left; close.
+    async fn stdin_closed(&mut self) -> Step {
+        match self.dialect {
+            Dialect::Zut => {}
+            Dialect::Letscode => {
+                let bye = serde_json::json!({"cmd": "bye", "id": BYE_ID}).to_string();
+                if let Err(e) = self.ws.send(Message::text(bye)).await {
+                    return lost(&e);
+                }
+                self.drain_until = Some(Instant::now() + DRAIN_GRACE);
+                return Step::Continue;
+            }
+            Dialect::Zi => {
+                return Step::Close {
+                    exit: EXIT_OK,
+                    reason: "stdin closed",
+                }
+            }
+        }
         if self.inflight.is_idle() {
             return Step::Close {
                 exit: EXIT_OK,
@@ -142,10 +171,19 @@ impl Bridge {
     }
 
     async fn on_stdin_line(&mut self, line: Result<Vec<u8>, FrameError>) -> Step {
-        match local::classify(line, &self.hello) {
+        match local::classify_in(self.dialect, line, &self.hello, self.sequence) {
             StdinFrame::Answer(line) => self.write(&line).await,
+            StdinFrame::Fatal(line) => match self.write(&line).await {
+                Step::Continue => Step::Close {
+                    exit: EXIT_FAILURE,
+                    reason: "invalid framing",
+                },
+                step => step,
+            },
             StdinFrame::Forward { text, frame } => {
-                self.inflight.sent(&frame);
+                if self.dialect == Dialect::Zut {
+                    self.inflight.sent(&frame);
+                }
                 match self.ws.send(Message::text(text)).await {
                     Ok(()) => Step::Continue,
                     Err(e) => lost(&e),
@@ -173,7 +211,14 @@ impl Bridge {
         };
         let parsed: Option<Value> = serde_json::from_str(text.as_str()).ok();
         if let Some(frame) = &parsed {
-            self.inflight.received(frame);
+            match self.dialect {
+                Dialect::Zut => self.inflight.received(frame),
+                Dialect::Letscode if frame["id"] == BYE_ID => return Step::Continue,
+                Dialect::Letscode => {}
+                Dialect::Zi => {
+                    self.sequence = frame["sequence"].as_u64().unwrap_or(self.sequence);
+                }
+            }
         }
         if let Some(line) = local::frame_line(text.as_str(), parsed.as_ref()) {
             let step = self.write(&line).await;
@@ -181,7 +226,7 @@ impl Bridge {
                 return step;
             }
         }
-        if self.drain_until.is_some() && self.inflight.is_idle() {
+        if self.dialect == Dialect::Zut && self.drain_until.is_some() && self.inflight.is_idle() {
             return Step::Close {
                 exit: EXIT_OK,
                 reason: "stdin closed",

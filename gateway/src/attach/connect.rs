@@ -1,7 +1,9 @@
 //! Opening a session: the token (`--token-file`, else `--token` or
 //! `CORRAL_TOKEN`), the WebSocket upgrade (ws:// or wss://) carrying
-//! `Authorization: Bearer`, and the hello. Every failure is an
-//! [`AttachError`] that knows its exit code.
+//! `Authorization: Bearer`, and the greeting: zut's hello and its answer,
+//! or the `ready` a letscode or Zi gateway sends at once (it is the first
+//! line the tool reads). Every failure is an [`AttachError`] that knows
+//! its exit code.
 
 use std::time::Duration;
 
@@ -20,6 +22,7 @@ use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 use super::{EXIT_FAILURE, EXIT_USAGE};
 use crate::auth::Secret;
 use crate::config::{read_token_file, AttachArgs, ConfigError};
+use crate::dialect::Dialect;
 
 /// The socket of one session.
 pub type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
@@ -103,8 +106,8 @@ pub fn token(args: &AttachArgs) -> Result<Secret, AttachError> {
         .ok_or(AttachError::NoToken)
 }
 
-/// Connects, says hello and waits for the answer.
-pub async fn open(url: &str, token: &Secret) -> Result<Session, AttachError> {
+/// Connects and waits for the greeting (after a hello, for zut).
+pub async fn open(url: &str, token: &Secret, dialect: Dialect) -> Result<Session, AttachError> {
     let request = upgrade_request(url, token)?;
     let config = WebSocketConfig::default()
         .max_message_size(Some(MAX_FRAME_IN))
@@ -118,6 +121,21 @@ pub async fn open(url: &str, token: &Secret) -> Result<Session, AttachError> {
             limit: CONNECT_TIMEOUT,
         })?
         .map_err(|e| connect_error(url, e))?;
+    if dialect != Dialect::Zut {
+        let ready =
+            timeout(HELLO_TIMEOUT, ready(&mut ws))
+                .await
+                .map_err(|_| AttachError::Timeout {
+                    url: url.to_string(),
+                    what: "ready",
+                    limit: HELLO_TIMEOUT,
+                })??;
+        return Ok(Session {
+            ws,
+            hello: ready.0,
+            early: vec![ready.1],
+        });
+    }
     let hello = json!({"id": HELLO_ID, "type": "hello", "token": token.expose()});
     ws.send(Message::text(hello.to_string()))
         .await
@@ -164,13 +182,7 @@ async fn hello_answer(ws: &mut Ws, early: &mut Vec<String>) -> Result<Value, Att
         };
         let text = match message {
             Message::Text(text) => text,
-            Message::Close(frame) => {
-                let why = frame.map_or_else(
-                    || "no status code".to_string(),
-                    |f| format!("code {}: {}", u16::from(f.code), f.reason),
-                );
-                return Err(AttachError::Closed(why));
-            }
+            Message::Close(frame) => return Err(closed(frame)),
             _ => continue,
         };
         let frame: Value = serde_json::from_str(text.as_str()).unwrap_or(Value::Null);
@@ -186,6 +198,40 @@ async fn hello_answer(ws: &mut Ws, early: &mut Vec<String>) -> Result<Value, Att
         let error = frame["error"].as_str().unwrap_or("no reason given");
         return Err(AttachError::HelloRefused(error.to_string()));
     }
+}
+
+/// Reads the letscode or Zi gateway's first frame: its `ready` (parsed,
+/// and as sent), or its refusal.
+async fn ready(ws: &mut Ws) -> Result<(Value, String), AttachError> {
+    loop {
+        let text = match ws.next().await {
+            None => return Err(AttachError::Closed("no close frame".into())),
+            Some(Err(e)) => return Err(AttachError::Closed(e.to_string())),
+            Some(Ok(Message::Text(text))) => text,
+            Some(Ok(Message::Close(frame))) => {
+                return Err(closed(frame));
+            }
+            Some(Ok(_)) => continue,
+        };
+        let frame: Value = serde_json::from_str(text.as_str()).unwrap_or(Value::Null);
+        if frame["type"] == "ready" {
+            return Ok((frame, text.as_str().to_string()));
+        }
+        // letscode `error{error}`, Zi `protocol_error{error:{message}}`.
+        let error = frame["error"]["message"]
+            .as_str()
+            .or_else(|| frame["error"].as_str())
+            .unwrap_or("the gateway did not send ready");
+        return Err(AttachError::HelloRefused(error.to_string()));
+    }
+}
+
+/// The gateway closed before the session opened.
+fn closed(frame: Option<tokio_tungstenite::tungstenite::protocol::CloseFrame>) -> AttachError {
+    AttachError::Closed(frame.map_or_else(
+        || "no status code".to_string(),
+        |f| format!("code {}: {}", u16::from(f.code), f.reason),
+    ))
 }
 
 /// A failed connect or upgrade, with the gateway's HTTP answer if it sent one.
@@ -229,6 +275,7 @@ mod tests {
             url: "ws://h/v1/projects/p/rpc".into(),
             token_file,
             token: token.map(Secret::new),
+            dialect: Dialect::Zut,
         }
     }
 

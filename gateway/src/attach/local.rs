@@ -1,11 +1,21 @@
 //! What `corral attach` answers itself instead of forwarding, and how a
-//! frame becomes a stdout line. A `hello` from the tool is answered with the
-//! gateway's hello data (the session is already authenticated); a line that
-//! is not a JSON object gets an error response, as the agent would send.
-//! Pure logic, no I/O.
+//! frame becomes a stdout line. Pure logic, no I/O.
+//!
+//! - zut: a `hello` from the tool is answered with the gateway's hello data
+//!   (the session is already authenticated); a line that is not a JSON
+//!   object gets an error response, as the agent would send.
+//! - letscode: a line that is not a JSON object gets a recoverable
+//!   `error{id:null}`; everything else (`hello` included: the gateway
+//!   answers it) is forwarded.
+//! - Zi: every UTF-8 line is forwarded, even one that is not JSON: the
+//!   gateway answers it with a `protocol_error` in the connection's
+//!   `sequence`. Invalid UTF-8 or an over-long line is fatal, as for the
+//!   agent: one `invalid_framing` frame (the next `sequence`), then exit.
 
 use corral_protocol::ndjson::{encode_line, escape_line_separators, parse_object, FrameError};
 use serde_json::{json, Map, Value};
+
+use crate::dialect::Dialect;
 
 /// One stdin line, sorted.
 #[derive(Debug, PartialEq)]
@@ -18,6 +28,56 @@ pub enum StdinFrame {
     },
     /// Write this line to stdout; nothing goes to the gateway.
     Answer(Vec<u8>),
+    /// Write this line to stdout, then end the session (Zi framing).
+    Fatal(Vec<u8>),
+}
+
+/// Sorts one stdin line for `dialect`. `hello` is the zut gateway's hello
+/// data; `sequence` the last Zi `sequence` written to stdout.
+pub fn classify_in(
+    dialect: Dialect,
+    line: Result<Vec<u8>, FrameError>,
+    hello: &Value,
+    sequence: u64,
+) -> StdinFrame {
+    match dialect {
+        Dialect::Zut => classify(line, hello),
+        Dialect::Letscode => match line.and_then(|line| {
+            let frame = parse_object(&line)?;
+            Ok((line, frame))
+        }) {
+            Ok((line, frame)) => forward(line, frame),
+            Err(error) => StdinFrame::Answer(line_of(&json!({"type": "error", "id": null,
+                "error": error.to_string(), "recoverable": true}))),
+        },
+        Dialect::Zi => {
+            let framing = |code: &str, message: String| {
+                StdinFrame::Fatal(line_of(&json!({"version": 1, "sequence": sequence + 1,
+                    "type": "invalid_framing", "error": {"code": code, "message": message}})))
+            };
+            match line.map(String::from_utf8) {
+                Ok(Ok(text)) => StdinFrame::Forward {
+                    text,
+                    frame: Map::new(),
+                },
+                Ok(Err(_)) | Err(FrameError::InvalidUtf8) => {
+                    framing("invalid_utf8", "record is not valid UTF-8".into())
+                }
+                Err(error) => framing("record_too_large", error.to_string()),
+            }
+        }
+    }
+}
+
+fn forward(line: Vec<u8>, frame: Map<String, Value>) -> StdinFrame {
+    // `parse_object` accepted the line, so it is UTF-8; re-encoding is only
+    // a fallback that keeps this free of panics.
+    let text = String::from_utf8(line).unwrap_or_else(|_| Value::Object(frame.clone()).to_string());
+    StdinFrame::Forward { text, frame }
+}
+
+fn line_of(value: &Value) -> Vec<u8> {
+    encode_line(value).unwrap_or_else(|_| b"{}\n".to_vec())
 }
 
 /// Sorts one line read from stdin (or the framing error it produced).
@@ -35,10 +95,7 @@ pub fn classify(line: Result<Vec<u8>, FrameError>, hello: &Value) -> StdinFrame 
         let answer = response(frame.get("id"), Some("hello"), Ok(hello));
         return StdinFrame::Answer(answer);
     }
-    // `parse_object` accepted the line, so it is UTF-8; re-encoding is only
-    // a fallback that keeps this free of panics.
-    let text = String::from_utf8(line).unwrap_or_else(|_| Value::Object(frame.clone()).to_string());
-    StdinFrame::Forward { text, frame }
+    forward(line, frame)
 }
 
 /// A `response` line made up locally, with the tool's `id` echoed as given.
@@ -140,6 +197,37 @@ mod tests {
         let too_long = Err(FrameError::TooLong { limit: 10 });
         let reply = answer(classify(too_long, &json!({})));
         assert!(reply["error"].as_str().unwrap().contains("maximum length"));
+    }
+
+    #[test]
+    fn letscode_and_zi_lines() {
+        let hello = br#"{"cmd":"hello","id":"h"}"#.to_vec();
+        assert!(matches!(
+            classify_in(Dialect::Letscode, Ok(hello), &json!({}), 0),
+            StdinFrame::Forward { .. }
+        ));
+        let bad = answer(classify_in(
+            Dialect::Letscode,
+            Ok(b"{no".to_vec()),
+            &json!({}),
+            0,
+        ));
+        assert_eq!(bad["type"], "error");
+        assert_eq!(bad["id"], Value::Null);
+        assert_eq!(bad["recoverable"], true);
+        // Zi: not JSON, but UTF-8: the gateway answers it in sequence.
+        assert!(matches!(
+            classify_in(Dialect::Zi, Ok(b"{no".to_vec()), &json!({}), 4),
+            StdinFrame::Forward { .. }
+        ));
+        for line in [Ok(vec![0xff, b'{']), Err(FrameError::TooLong { limit: 10 })] {
+            let StdinFrame::Fatal(fatal) = classify_in(Dialect::Zi, line, &json!({}), 4) else {
+                panic!("framing errors are fatal");
+            };
+            let frame: Value = serde_json::from_slice(&fatal).unwrap();
+            assert_eq!(frame["sequence"], 5);
+            assert_eq!(frame["type"], "invalid_framing");
+        }
     }
 
     #[test]

@@ -199,6 +199,10 @@ pub struct AttachArgs {
     /// The client token (prefer CORRAL_TOKEN: command lines are visible to other users).
     #[arg(long, value_name = "T", env = "CORRAL_TOKEN", hide_env_values = true)]
     pub token: Option<Secret>,
+
+    /// The gateway's dialect, spoken on stdio too.
+    #[arg(long, value_enum, default_value_t = crate::dialect::Dialect::Zut)]
+    pub dialect: crate::dialect::Dialect,
 }
 
 #[cfg(test)]

@@ -58,6 +58,11 @@ impl IdMap {
             .any(|p| p.client == client && p.original.as_ref() == Some(original))
     }
 
+    /// Whether `client` has any request waiting.
+    pub fn has_client(&self, client: u64) -> bool {
+        self.pending.values().any(|p| p.client == client)
+    }
+
     /// Forgets a client's requests (it left); their responses are dropped.
     pub fn forget_client(&mut self, client: u64) {
         self.pending.retain(|_, p| p.client != client);

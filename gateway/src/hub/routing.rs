@@ -44,9 +44,7 @@ impl Hub {
             Inbound::Bye { id } => {
                 self.unicast(client, letscode::ack(id.as_ref()));
                 self.leaving.push((client, id));
-                if self.busy == 0 {
-                    self.dismiss_leaving();
-                }
+                self.dismiss_leaving();
             }
             Inbound::SetEvents { id, all } => {
                 if let Some(entry) = self.clients.get(&client) {
@@ -244,10 +242,18 @@ impl Hub {
         self.publish();
     }
 
-    /// letscode clients that said `bye` get `done`, `bye` and a close, now
-    /// that no run is active.
-    fn dismiss_leaving(&mut self) {
-        for (client, id) in std::mem::take(&mut self.leaving) {
+    /// letscode clients that said `bye` get `done`, `bye` and a close once
+    /// no run is active and their own commands are answered (a prompt's
+    /// `done` comes just after its run's `agent_end`).
+    pub(super) fn dismiss_leaving(&mut self) {
+        if self.leaving.is_empty() || self.busy > 0 {
+            return;
+        }
+        let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.leaving)
+            .into_iter()
+            .partition(|(client, _)| !self.ids.has_client(*client));
+        self.leaving = waiting;
+        for (client, id) in ready {
             self.unicast(client, letscode::done(id.as_ref()));
             self.unicast(client, letscode::bye());
             self.close_client(client, CLOSE_NORMAL, "bye");
@@ -291,6 +297,9 @@ impl Hub {
         }
         if let Some(bytes) = dialect.restore_id(line, pending.original) {
             self.unicast(pending.client, bytes);
+        }
+        if last {
+            self.dismiss_leaving();
         }
     }
 
@@ -370,6 +379,7 @@ impl Hub {
             );
             self.unicast(pending.client, reply);
         }
+        self.dismiss_leaving();
     }
 
     /// Ends the run in flight for clients: the child cannot any more.
