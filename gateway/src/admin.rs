@@ -261,6 +261,7 @@ async fn stats(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Respon
     }
     Json(json!({
         "uptime_secs": state.started.elapsed().as_secs(),
+        "dialect": state.dialect.as_str(),
         "children": children,
         "clients": metrics.clients.get(),
         "frames_total": frames,

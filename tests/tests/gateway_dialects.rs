@@ -1047,4 +1047,7 @@ async fn zi_health_pings_are_answered_and_admin_abort_ends_the_run() {
         "{seen:#?}"
     );
     assert_eq!(child_pid(&gw, "alpha").await, pid);
+    let (_, stats) = gw.http_get("/v1/stats", Some(ADMIN_TOKEN)).await;
+    let stats: Value = serde_json::from_str(&stats).unwrap();
+    assert_eq!(stats["dialect"], "zi", "{stats}");
 }
