@@ -32,6 +32,11 @@ pub enum Mode {
         /// After stdin closes, seconds queued prompts may run before they are aborted.
         #[arg(long, default_value_t = 120, value_name = "SECS")]
         eof_grace: u64,
+        /// Zi: ordinary operations that may be in flight at once (a gateway
+        /// that bounds each of its clients raises it).
+        #[arg(long, default_value_t = crate::rpc::zi::MAX_IN_FLIGHT, value_name = "N",
+            value_parser = clap::value_parser!(usize))]
+        max_in_flight: usize,
     },
     /// Run one prompt and print the reply text to stdout.
     Run {

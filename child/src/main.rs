@@ -38,10 +38,12 @@ fn main() -> ExitCode {
                 dialect,
                 max_line_bytes,
                 eof_grace,
+                max_in_flight,
             } => {
                 let transport = TransportOptions {
                     max_line: max_line_bytes,
                     eof_grace: Duration::from_secs(eof_grace),
+                    max_in_flight: max_in_flight.max(1),
                 };
                 rpc_mode(&agent, dialect, token, transport).await
             }

@@ -1051,3 +1051,40 @@ async fn zi_health_pings_are_answered_and_admin_abort_ends_the_run() {
     let stats: Value = serde_json::from_str(&stats).unwrap();
     assert_eq!(stats["dialect"], "zi", "{stats}");
 }
+
+/// The Zi bound of 32 operations in flight holds per connection: a 33rd
+/// gets `capacity` and is not launched, while another client of the same
+/// child still gets its operations admitted.
+#[tokio::test]
+async fn zi_in_flight_bound_is_per_client() {
+    let mock = MockLlm::start().await;
+    let (turn, _) = slow(40, 25);
+    mock.push(turn);
+    let gw = gateway("zi", &mock).await;
+    let (mut a, _) = zi_hello(&gw, "alpha", None).await;
+    let (mut b, _) = zi_hello(&gw, "alpha", None).await;
+    a.send("p", "session.prompt", prompt_params("stream")).await;
+    a.until("p").await;
+    for n in 0..32 {
+        a.send(&format!("w{n}"), "session.await_idle", json!({}))
+            .await;
+    }
+    let refused = a.call("w32", "session.await_idle", json!({})).await;
+    assert_eq!(refused["ok"], false, "{refused}");
+    assert_eq!(refused["error"]["code"], "capacity", "{refused}");
+    // Another connection is not held to A's operations.
+    b.send("b", "session.await_idle", json!({})).await;
+    let fb = b.until("b").await;
+    assert_eq!(fb.last().unwrap()["ok"], true, "{fb:#?}");
+    // A's 32 waits all settle when the run does.
+    let fa = a
+        .collect(|fs| (0..32).all(|n| has(fs, |f| is_zi_answer(f, &format!("w{n}")))))
+        .await;
+    for n in 0..32 {
+        let w = fa
+            .iter()
+            .find(|f| is_zi_answer(f, &format!("w{n}")))
+            .unwrap();
+        assert_eq!(w["ok"], true, "{w}");
+    }
+}

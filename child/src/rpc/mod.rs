@@ -35,6 +35,8 @@ pub struct TransportOptions {
     /// After stdin closes, how long queued runs may take before they are
     /// aborted.
     pub eof_grace: Duration,
+    /// Zi: ordinary operations in flight at once.
+    pub max_in_flight: usize,
 }
 
 /// What the reader loop should do after a line.

@@ -102,7 +102,14 @@ impl Dialect {
     pub fn child_args(self) -> Vec<OsString> {
         match self {
             Dialect::Zut => Vec::new(),
-            other => vec!["--dialect".into(), other.as_str().into()],
+            Dialect::Letscode => vec!["--dialect".into(), "letscode".into()],
+            // The gateway bounds each client; the child serves them all.
+            Dialect::Zi => vec![
+                "--dialect".into(),
+                "zi".into(),
+                "--max-in-flight".into(),
+                zi::CHILD_IN_FLIGHT.to_string().into(),
+            ],
         }
     }
 

@@ -14,7 +14,9 @@
 //!   `ready` comes at once; each `ready` holds a fresh state snapshot;
 //! - `connection.set_events` and `connection.hello` are answered by the
 //!   gateway and apply to that client only; a request id may be in flight
-//!   once per client (`protocol_error` `invalid_request` otherwise);
+//!   once per client (`protocol_error` `invalid_request` otherwise), and a
+//!   client may have [`CLIENT_IN_FLIGHT`] operations in flight besides one
+//!   `session.interrupt` (`capacity` beyond);
 //! - gateway events are `session_event`s (`child_started`,
 //!   `child_exited`, `error`).
 
@@ -26,6 +28,12 @@ use super::{to_bytes, ClientHello, EventKind, Inbound, Outbound};
 
 /// Longest request id, in bytes.
 pub const MAX_ID_BYTES: usize = 256;
+/// Ordinary operations one client may have in flight (the document's
+/// bound, per connection).
+pub const CLIENT_IN_FLIGHT: usize = 32;
+/// Ordinary operations a child serving all of a project's clients may
+/// have in flight.
+pub const CHILD_IN_FLIGHT: usize = 1024;
 /// Methods an observer may call.
 pub const OBSERVER_METHODS: [&str; 9] = [
     "connection.hello",

@@ -58,6 +58,15 @@ impl IdMap {
             .any(|p| p.client == client && p.original.as_ref() == Some(original))
     }
 
+    /// How many of `client`'s requests are waiting, not counting those
+    /// named `except`.
+    pub fn count_client(&self, client: u64, except: &str) -> usize {
+        self.pending
+            .values()
+            .filter(|p| p.client == client && p.command != except)
+            .count()
+    }
+
     /// Whether `client` has any request waiting.
     pub fn has_client(&self, client: u64) -> bool {
         self.pending.values().any(|p| p.client == client)

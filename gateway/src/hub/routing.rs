@@ -64,6 +64,18 @@ impl Hub {
                     self.unicast(client, reply);
                     return;
                 }
+                if dialect == Dialect::Zi
+                    && command != "session.interrupt"
+                    && self.ids.count_client(client, "session.interrupt") >= zi::CLIENT_IN_FLIGHT
+                {
+                    let message = format!(
+                        "at most {} operations may be in flight per connection",
+                        zi::CLIENT_IN_FLIGHT
+                    );
+                    let reply = zi::failed(id.as_ref(), &command, "capacity", &message);
+                    self.unicast(client, reply);
+                    return;
+                }
                 self.forward(client, frame, id, command).await;
             }
         }

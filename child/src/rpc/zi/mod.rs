@@ -46,7 +46,8 @@ use state::Connection;
 pub const FRAMING_EXIT: u8 = 1;
 /// How long interrupted work may take to settle after stdin closes.
 pub const SETTLEMENT: std::time::Duration = std::time::Duration::from_secs(5);
-/// Ordinary operations that may be in flight at once.
+/// Ordinary operations that may be in flight at once, by default (the
+/// document's bound; `--max-in-flight` changes it).
 pub const MAX_IN_FLIGHT: usize = 32;
 
 /// Serves Zi requests for one agent.
@@ -66,6 +67,8 @@ pub struct ZiServer {
     allow_unknown_models: bool,
     /// Identifies this session in state snapshots.
     session_id: String,
+    /// Ordinary operations that may be in flight at once.
+    max_in_flight: usize,
 }
 
 /// Which admission slot an operation holds.
@@ -97,6 +100,7 @@ impl ZiServer {
             cancel: CancellationToken::new(),
             allow_unknown_models,
             session_id,
+            max_in_flight: MAX_IN_FLIGHT,
         }
     }
 
@@ -195,8 +199,8 @@ impl ZiServer {
                 inner.interrupt_reserved = true;
                 Slot::Interrupt
             }
-            _ if inner.ordinary >= MAX_IN_FLIGHT => {
-                let message = format!("at most {MAX_IN_FLIGHT} operations may be in flight");
+            _ if inner.ordinary >= self.max_in_flight => {
+                let message = format!("at most {} operations may be in flight", self.max_in_flight);
                 return Err(frame::fail(
                     &request.id,
                     request.method,
@@ -312,7 +316,8 @@ pub async fn serve_stdio(setup: crate::setup::Setup, transport: super::Transport
         setup.session,
         out.clone(),
     );
-    let server = ZiServer::new(agent, out, connection, setup.allow_unknown_models);
+    let mut server = ZiServer::new(agent, out, connection, setup.allow_unknown_models);
+    server.max_in_flight = transport.max_in_flight;
     let ready = serde_json::json!({"type": "ready", "state": server.snapshot()});
     server.send(ready).await;
     super::serve(server, worker, writer, transport).await
