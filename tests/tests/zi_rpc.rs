@@ -452,3 +452,47 @@ async fn eof_interrupts_active_work_and_exits_zero() {
     assert_eq!(zi.proc.wait().await, Some(0));
     assert!(started.elapsed() < Duration::from_secs(8));
 }
+
+/// The snapshot follows the session: `contextUsage` after a model call,
+/// `compaction` while a `compact` command runs, and back to idle (with the
+/// context unmeasured) once the transcript was replaced by its summary.
+#[tokio::test]
+async fn the_snapshot_reports_context_usage_and_compaction() {
+    let mock = MockLlm::start().await;
+    mock.push(Turn::text("an answer"));
+    mock.push(Turn::Slow {
+        chunks: (0..20).map(|i| format!("summary{i} ")).collect(),
+        delay: Duration::from_millis(25),
+    });
+    let mut zi = Zi::mock(&mock).await;
+    let state = zi.call("s0", "session.get_state", json!({})).await;
+    assert_eq!(
+        state["result"]["contextUsage"],
+        json!({"type": "unavailable", "reason": "not_measured"})
+    );
+    zi.call(
+        "p",
+        "session.prompt",
+        json!({"delivery": "prompt", "text": "go"}),
+    )
+    .await;
+    zi.call("w", "session.await_idle", json!({})).await;
+    let state = zi.call("s1", "session.get_state", json!({})).await;
+    let usage = &state["result"]["contextUsage"];
+    assert_eq!(usage["type"], "available", "{usage}");
+    assert!(usage["tokens"].as_u64().unwrap() > 0, "{usage}");
+    assert_eq!(usage["contextWindow"], 200_000, "{usage}");
+    assert!(usage["percent"].as_f64().unwrap() > 0.0, "{usage}");
+
+    zi.send(json!({"version": 1, "id": "c", "method": "command.invoke",
+        "params": {"name": "compact", "arguments": ""}}))
+        .await;
+    let state = zi.call("s2", "session.get_state", json!({})).await;
+    assert_eq!(state["result"]["compaction"], json!({"type": "running"}));
+    let done = zi.until("c").await.pop().unwrap();
+    assert_eq!(done["ok"], true, "{done}");
+    let state = zi.call("s3", "session.get_state", json!({})).await;
+    assert_eq!(state["result"]["compaction"], json!({"type": "idle"}));
+    assert_eq!(state["result"]["retry"], json!({"type": "idle"}));
+    assert_eq!(state["result"]["contextUsage"]["type"], "unavailable");
+}

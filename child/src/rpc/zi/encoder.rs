@@ -88,7 +88,29 @@ impl ZiEncoder {
                 inner.plan.0 += 1;
                 inner.plan.1 = plan_steps(update);
             }
-            AgentEvent::CompactDone { summary } => inner.last_summary = Some(summary.clone()),
+            AgentEvent::CompactDone { summary } => {
+                inner.last_summary = Some(summary.clone());
+                inner.compacting = false;
+                inner.context_tokens = None;
+            }
+            AgentEvent::RetryScheduled {
+                attempt,
+                max_attempts,
+                delay,
+            } => {
+                let delay = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+                inner.retry = Some(json!({"type": "waiting", "attempt": attempt,
+                    "maxAttempts": max_attempts, "delayMs": delay}));
+            }
+            AgentEvent::RequestStarted { .. } => inner.retry = None,
+            AgentEvent::Usage { turn, .. } => {
+                let tokens = turn.input + turn.cache_read + turn.cache_write + turn.output;
+                inner.context_tokens = Some(tokens);
+            }
+            AgentEvent::Done => {
+                inner.retry = None;
+                inner.compacting = false;
+            }
             _ => {}
         }
     }
@@ -196,6 +218,31 @@ mod tests {
         );
         assert!(frames.iter().all(|f| f["version"] == 1));
         assert_eq!(connection.completed(), 1);
+    }
+
+    #[test]
+    fn a_scheduled_retry_shows_until_the_next_request() {
+        let connection = Connection::new();
+        let mut encoder = ZiEncoder::new(connection.clone());
+        let mut lines = Vec::new();
+        let retry = AgentEvent::RetryScheduled {
+            attempt: 2,
+            max_attempts: 4,
+            delay: std::time::Duration::from_millis(1500),
+        };
+        encoder.encode(Output::Event(retry), &mut lines);
+        assert_eq!(
+            connection.lock().retry,
+            Some(json!({"type": "waiting", "attempt": 2, "maxAttempts": 4, "delayMs": 1500}))
+        );
+        let request = AgentEvent::RequestStarted {
+            provider: "anthropic",
+            model: "m".into(),
+            attempt: 2,
+            max_attempts: 4,
+        };
+        encoder.encode(Output::Event(request), &mut lines);
+        assert_eq!(connection.lock().retry, None);
     }
 
     #[test]

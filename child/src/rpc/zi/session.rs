@@ -44,6 +44,18 @@ pub fn outcomes_page(request: &Request) -> Result<Value, Reply> {
     Ok(json!({"start": start, "total": 0, "nextStart": null, "outcomes": []}))
 }
 
+/// The snapshot's `contextUsage`: the tokens of the context at the latest
+/// model call, against the model's window when the catalogue knows it.
+fn context_usage(tokens: Option<u64>, window: Option<u64>) -> Value {
+    let Some(tokens) = tokens else {
+        return json!({"type": "unavailable", "reason": "not_measured"});
+    };
+    let percent = window
+        .filter(|w| *w > 0)
+        .map(|w| (tokens as f64 * 1000.0 / w as f64).round() / 10.0);
+    json!({"type": "available", "tokens": tokens, "contextWindow": window, "percent": percent})
+}
+
 impl ZiServer {
     /// The session snapshot of `ready` and `session.get_state`.
     pub(crate) fn snapshot(&self) -> Value {
@@ -64,9 +76,9 @@ impl ZiServer {
             "queuedInputs": {"steering": inner.steering, "followUp": inner.follow_up},
             "workPlan": {"revision": inner.plan.0, "steps": inner.plan.1},
             "messageCount": session.messages().len(),
-            "compaction": {"type": "idle"},
-            "retry": {"type": "idle"},
-            "contextUsage": {"type": "unavailable", "reason": "not_measured"},
+            "compaction": {"type": if inner.compacting { "running" } else { "idle" }},
+            "retry": inner.retry.clone().unwrap_or_else(|| json!({"type": "idle"})),
+            "contextUsage": context_usage(inner.context_tokens, model["contextWindow"].as_u64()),
         })
     }
 

@@ -123,11 +123,14 @@ impl ZiServer {
         }
         if name == "clear" {
             return Some(match self.agent.session().clear() {
-                Ok(()) => frame::ok(
-                    &request.id,
-                    request.method,
-                    json!({"message": "transcript cleared"}),
-                ),
+                Ok(()) => {
+                    self.connection.lock().context_tokens = None;
+                    frame::ok(
+                        &request.id,
+                        request.method,
+                        json!({"message": "transcript cleared"}),
+                    )
+                }
                 Err(e) => frame::fail(
                     &request.id,
                     request.method,
@@ -140,9 +143,14 @@ impl ZiServer {
             Ok(slot) => slot,
             Err(frame) => return Some(frame),
         };
-        self.connection.lock().last_summary = None;
+        {
+            let mut inner = self.connection.lock();
+            inner.last_summary = None;
+            inner.compacting = true;
+        }
         if !self.submit(RunKind::Compact) {
             let mut inner = self.connection.lock();
+            inner.compacting = false;
             inner.in_flight.remove(&request.id);
             inner.ordinary = inner.ordinary.saturating_sub(1);
             return fail(FailCode::Capacity, "the run queue is full");

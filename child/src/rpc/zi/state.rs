@@ -46,6 +46,14 @@ pub struct Inner {
     pub steering: Vec<String>,
     /// Follow-up input admitted while idle, likewise.
     pub follow_up: Vec<String>,
+    /// A scheduled retry of a failed model call (the snapshot's `retry`).
+    pub retry: Option<Value>,
+    /// A `compact` command's run is under way.
+    pub compacting: bool,
+    /// Tokens of the context at the latest model call (its input, cache
+    /// and output), for the snapshot's `contextUsage`; `None` before the
+    /// first call and after the transcript was compacted or cleared.
+    pub context_tokens: Option<u64>,
 }
 
 /// Terminal evidence collected for one `completionId`.
