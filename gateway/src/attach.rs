@@ -40,7 +40,7 @@
 //! `--dialect letscode|zi` (the gateway's dialect) bridges a letscode-rpc/1
 //! or Zi RPC v1 tool the same way. The token goes in the header only; the
 //! gateway's `ready` (sent at once) is the first stdout line, as from a
-//! local child. See [`local`] for what is answered here. When stdin closes,
+//! local child. The `local` module says what is answered here. When stdin closes,
 //! a letscode session sends `bye` and ends when the gateway closes it,
 //! after the active run (its `agent_end`, then `bye` on stdout); a Zi
 //! session closes at once (the client left).

@@ -4,6 +4,7 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 
 use super::*;
+use crate::dialect::Dialect;
 
 const TOKEN: &str = "client-token-0123456789";
 
@@ -162,6 +163,7 @@ fn command_line_beats_env_beats_file_beats_default() {
         replay_bytes = "1MiB"
         allowed_origins = ["https://from-file.example"]
         child_args = ["--from-file"]
+        dialect = "letscode"
         "#
     ));
     let env = |var: &str| (var == "CORRAL_TOKENS").then(|| env_token.to_string());
@@ -188,6 +190,11 @@ fn command_line_beats_env_beats_file_beats_default() {
     assert_eq!(config.limits.outbox_frames, defaults::OUTBOX_FRAMES);
     assert_eq!(config.allowed_origins, ["https://from-cli.example"]);
     assert_eq!(config.supervisor.child_args, ["--from-file"]);
+    assert_eq!(
+        config.supervisor.dialect,
+        Dialect::Letscode,
+        "from the file"
+    );
     assert_eq!(
         config.tokens.role_of(env_token),
         Some(Role::Client),
