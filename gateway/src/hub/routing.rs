@@ -47,38 +47,40 @@ impl Hub {
                 self.dismiss_leaving();
             }
             Inbound::SetEvents { id, all } => {
-                if let Some(entry) = self.clients.get(&client) {
-                    let after_seq = self.feed.last_seq();
-                    let _ = entry.unicast.try_send(Unicast::Events { after_seq, all });
-                }
+                let after_seq = self.feed.last_seq();
+                self.unicast_item(client, Unicast::Events { after_seq, all });
                 let mode = if all { "all" } else { "none" };
                 let reply = zi::ok(&id, "connection.set_events", json!({ "mode": mode }));
                 self.unicast(client, reply);
             }
             Inbound::Forward { id, command } => {
-                if dialect == Dialect::Zi
-                    && id.as_ref().is_some_and(|id| self.ids.in_flight(client, id))
-                {
-                    let message = "the request id is in flight; reuse it after its response";
-                    let reply = zi::protocol_error(id.as_ref(), "invalid_request", message);
-                    self.unicast(client, reply);
-                    return;
-                }
-                if dialect == Dialect::Zi
-                    && command != "session.interrupt"
-                    && self.ids.count_client(client, "session.interrupt") >= zi::CLIENT_IN_FLIGHT
-                {
-                    let message = format!(
-                        "at most {} operations may be in flight per connection",
-                        zi::CLIENT_IN_FLIGHT
-                    );
-                    let reply = zi::failed(id.as_ref(), &command, "capacity", &message);
-                    self.unicast(client, reply);
-                    return;
+                if dialect == Dialect::Zi {
+                    if let Some(refusal) = self.zi_refusal(client, id.as_ref(), &command) {
+                        self.unicast(client, refusal);
+                        return;
+                    }
                 }
                 self.forward(client, frame, id, command).await;
             }
         }
+    }
+
+    /// Zi's per-connection rules, checked per client: an id may be in
+    /// flight once, and at most [`zi::CLIENT_IN_FLIGHT`] operations besides
+    /// an interruption.
+    fn zi_refusal(&self, client: u64, id: Option<&Value>, command: &str) -> Option<Bytes> {
+        if id.is_some_and(|id| self.ids.in_flight(client, id)) {
+            let message = "the request id is in flight; reuse it after its response";
+            return Some(zi::protocol_error(id, "invalid_request", message));
+        }
+        let interrupt = "session.interrupt";
+        if command != interrupt && self.ids.count_client(client, interrupt) >= zi::CLIENT_IN_FLIGHT
+        {
+            let limit = zi::CLIENT_IN_FLIGHT;
+            let message = format!("at most {limit} operations may be in flight per connection");
+            return Some(zi::failed(id, command, "capacity", &message));
+        }
+        None
     }
 
     /// A hello after attach, answered by the gateway.
@@ -353,16 +355,19 @@ impl Hub {
     /// Sends a frame to one client. A client whose response queue is full
     /// (it sends requests but does not read) is disconnected.
     pub(super) fn unicast(&mut self, client: u64, bytes: Bytes) {
+        let after_seq = self.feed.last_seq();
+        self.unicast_item(client, Unicast::Frame { after_seq, bytes });
+    }
+
+    /// Queues `item` for one client, or disconnects a client whose queue
+    /// is full.
+    fn unicast_item(&mut self, client: u64, item: Unicast) {
         let Some(entry) = self.clients.get(&client) else {
             return;
         };
         let after_seq = self.feed.last_seq();
         if entry.unicast.capacity() > 1 {
-            if entry
-                .unicast
-                .try_send(Unicast::Frame { after_seq, bytes })
-                .is_ok()
-            {
+            if entry.unicast.try_send(item).is_ok() {
                 return;
             }
         } else {
