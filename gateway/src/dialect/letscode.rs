@@ -88,6 +88,10 @@ struct Envelope {
 }
 
 pub fn outbound(line: &[u8]) -> Option<Outbound> {
+    match super::leading_type(line) {
+        Some("ack" | "done" | "error" | "ready" | "bye") | None => {}
+        Some(kind) => return Some(Outbound::Event(event_kind(kind))),
+    }
     let envelope: Envelope = super::envelope(line)?;
     let kind = envelope.kind?;
     let has_id = envelope.id.is_some();
@@ -103,10 +107,16 @@ pub fn outbound(line: &[u8]) -> Option<Outbound> {
         "error" if has_id => reply(true),
         "ready" => Outbound::Drop("the child's ready"),
         "bye" => Outbound::Drop("the child's bye"),
-        "agent_start" => Outbound::Event(EventKind::RunStart),
-        "agent_end" => Outbound::Event(EventKind::RunEnd),
-        _ => Outbound::Event(EventKind::Other),
+        kind => Outbound::Event(event_kind(kind)),
     })
+}
+
+fn event_kind(kind: &str) -> EventKind {
+    match kind {
+        "agent_start" => EventKind::RunStart,
+        "agent_end" => EventKind::RunEnd,
+        _ => EventKind::Other,
+    }
 }
 
 pub fn run_aborted(error: &str) -> Vec<(&'static str, Value)> {

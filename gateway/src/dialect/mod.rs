@@ -293,6 +293,26 @@ fn trim(line: &[u8]) -> &[u8] {
     &line[start..end]
 }
 
+/// The `type` of a line that starts with it (`{"type":"name",`), as the
+/// children write events; `None` for any other shape, which then takes the
+/// full parse. Lets the hub route a large event (a letscode
+/// `message_update` repeats the whole partial message) without scanning
+/// it: the bytes pass through untouched either way.
+fn leading_type(line: &[u8]) -> Option<&str> {
+    let rest = trim(line).strip_prefix(br#"{"type":""#)?;
+    type_name(rest)
+}
+
+/// A JSON string's contents up to its closing quote, when it has no
+/// escapes and is followed by more fields (`",`).
+fn type_name(rest: &[u8]) -> Option<&str> {
+    let end = rest.iter().position(|b| *b == b'"' || *b == b'\\')?;
+    if rest[end] != b'"' || rest.get(end + 1) != Some(&b',') {
+        return None;
+    }
+    std::str::from_utf8(&rest[..end]).ok()
+}
+
 /// Parses the fields a dialect reads of a child line, when it is an object.
 fn envelope<'a, T: Deserialize<'a>>(line: &'a [u8]) -> Option<T> {
     let trimmed = trim(line);

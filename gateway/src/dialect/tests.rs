@@ -252,3 +252,38 @@ fn zi_requests() {
     let refusal = d.refusal(Some(&json!("a")), "unauthorized", "bad token");
     assert!(text(&refusal).starts_with(r#"{"version":1,"sequence":1,"type":"protocol_error""#));
 }
+
+#[test]
+fn events_are_routed_by_their_leading_type_without_a_full_parse() {
+    assert_eq!(
+        leading_type(br#"{"type":"text_delta","delta":"x"}"#),
+        Some("text_delta")
+    );
+    assert_eq!(leading_type(br#" {"type":"done","x":1} "#), Some("done"));
+    // Other shapes take the full parse.
+    assert_eq!(leading_type(br#"{"type":"done"}"#), None);
+    assert_eq!(leading_type(br#"{"type":"a\"b","x":1}"#), None);
+    assert_eq!(leading_type(br#"{"id":"1","type":"response"}"#), None);
+    // A letscode control message still gets its id read.
+    assert_eq!(
+        Dialect::Letscode.outbound(br#"{"type":"done","id":"corral-7"}"#),
+        Some(Outbound::Reply {
+            id: "corral-7".into(),
+            last: true
+        })
+    );
+    // A big update is an event either way.
+    let update = format!(
+        r#"{{"type":"message_update","message":{{"text":"{}"}},"stream_event":{{}}}}"#,
+        "x".repeat(100_000)
+    );
+    assert_eq!(
+        Dialect::Letscode.outbound(update.as_bytes()),
+        Some(Outbound::Event(EventKind::Other))
+    );
+    let start = br#"{"version":1,"sequence":12,"type":"session_event","event":{"type":"agent_start","x":1}}"#;
+    assert_eq!(
+        Dialect::Zi.outbound(start),
+        Some(Outbound::Event(EventKind::RunStart))
+    );
+}

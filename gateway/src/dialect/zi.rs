@@ -151,6 +151,9 @@ struct Inner {
 }
 
 pub fn outbound(line: &[u8]) -> Option<Outbound> {
+    if let Some(kind) = leading_event_type(line) {
+        return Some(Outbound::Event(event_kind(Some(kind))));
+    }
     let envelope: Envelope = super::envelope(line)?;
     let kind = envelope.kind?;
     Some(match kind.as_str() {
@@ -160,13 +163,31 @@ pub fn outbound(line: &[u8]) -> Option<Outbound> {
         },
         "ready" => Outbound::Drop("the child's ready"),
         "invalid_framing" => Outbound::Drop("the child refused a record's framing"),
-        "session_event" => match envelope.event.and_then(|e| e.kind).as_deref() {
-            Some("agent_start") => Outbound::Event(EventKind::RunStart),
-            Some("agent_end") => Outbound::Event(EventKind::RunEnd),
-            _ => Outbound::Event(EventKind::Other),
-        },
+        "session_event" => {
+            let kind = envelope.event.and_then(|e| e.kind);
+            Outbound::Event(event_kind(kind.as_deref()))
+        }
         _ => Outbound::Event(EventKind::Other),
     })
+}
+
+fn event_kind(kind: Option<&str>) -> EventKind {
+    match kind {
+        Some("agent_start") => EventKind::RunStart,
+        Some("agent_end") => EventKind::RunEnd,
+        _ => EventKind::Other,
+    }
+}
+
+/// The inner `type` of a session event as the child writes it,
+/// `{"version":1,"sequence":N,"type":"session_event","event":{"type":"name",`,
+/// without parsing the rest (see `leading_type` in the parent module).
+fn leading_event_type(line: &[u8]) -> Option<&str> {
+    let rest = super::trim(line).strip_prefix(VERSION_PREFIX)?;
+    let rest = rest.strip_prefix(br#""sequence":"#)?;
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    let rest = rest[digits..].strip_prefix(br#","type":"session_event","event":{"type":""#)?;
+    super::type_name(rest)
 }
 
 pub fn run_aborted(error: &str) -> Vec<(&'static str, Value)> {

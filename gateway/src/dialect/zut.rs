@@ -68,16 +68,26 @@ struct Envelope {
 }
 
 pub fn outbound(line: &[u8]) -> Option<Outbound> {
+    match super::leading_type(line) {
+        Some("response") | None => {}
+        Some(kind) => return Some(Outbound::Event(event_kind(kind))),
+    }
     let envelope: Envelope = super::envelope(line)?;
     Some(match envelope.kind?.as_str() {
         "response" => match envelope.id {
             Some(Value::String(id)) => Outbound::Reply { id, last: true },
             _ => Outbound::Drop("a response without a gateway id"),
         },
-        "done" => Outbound::Event(EventKind::RunEnd),
-        "usage" => Outbound::Event(EventKind::Usage),
-        _ => Outbound::Event(EventKind::Other),
+        kind => Outbound::Event(event_kind(kind)),
     })
+}
+
+fn event_kind(kind: &str) -> EventKind {
+    match kind {
+        "done" => EventKind::RunEnd,
+        "usage" => EventKind::Usage,
+        _ => EventKind::Other,
+    }
 }
 
 pub fn run_aborted(error: &str) -> Vec<(&'static str, Value)> {

@@ -10,7 +10,8 @@ use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
-use super::procs::{check_pong, TOKEN};
+use super::procs::check_pong;
+use super::wire::{Seen, Wire};
 use super::READ_TIMEOUT;
 
 /// What one read saw.
@@ -24,12 +25,15 @@ pub enum Incoming {
 /// A connected, authenticated client.
 pub struct Client {
     stream: WebSocketStream<MaybeTlsStream<TcpStream>>,
+    wire: Wire,
 }
 
 /// The `text_delta` events one client saw during a run.
 #[derive(Debug, Clone, Copy)]
 pub struct DeltaCount {
     pub deltas: usize,
+    /// Bytes of every frame received during the run.
+    pub bytes: usize,
     first: Option<Instant>,
     last: Option<Instant>,
 }
@@ -48,8 +52,14 @@ impl DeltaCount {
 }
 
 impl Client {
-    /// Connects to `url` and says hello with the benchmark token.
+    /// Connects to a zut gateway's `url` and says hello with the benchmark
+    /// token.
     pub async fn connect(url: &str) -> anyhow::Result<Client> {
+        Client::connect_in(url, Wire::Zut).await
+    }
+
+    /// Connects to `url` and says `wire`'s hello with the benchmark token.
+    pub async fn connect_in(url: &str, wire: Wire) -> anyhow::Result<Client> {
         let (stream, _) = tokio::time::timeout(
             READ_TIMEOUT,
             tokio_tungstenite::connect_async_with_config(url, None, true),
@@ -57,18 +67,25 @@ impl Client {
         .await
         .with_context(|| format!("connecting to {url} timed out"))?
         .with_context(|| format!("connect to {url}"))?;
-        let mut client = Client { stream };
-        client
-            .send(&json!({"id": "h", "type": "hello", "token": TOKEN}))
-            .await?;
-        let reply = client
-            .frame()
-            .await
-            .context("waiting for the hello response")?;
-        if reply["success"] != true {
-            bail!("hello refused: {reply}");
+        let mut client = Client { stream, wire };
+        client.send(&wire.hello()).await?;
+        loop {
+            let reply = client
+                .frame()
+                .await
+                .context("waiting for the hello's answer")?;
+            match wire.hello_answered(&reply) {
+                Ok(true) => return Ok(client),
+                Ok(false) => {}
+                Err(refused) => bail!("{refused}"),
+            }
         }
-        Ok(client)
+    }
+
+    /// Sends a prompt with id `id` in the client's dialect.
+    pub async fn prompt(&mut self, id: &str, text: &str) -> anyhow::Result<()> {
+        let frame = self.wire.prompt(id, text);
+        self.send(&frame).await
     }
 
     pub async fn send(&mut self, frame: &Value) -> anyhow::Result<()> {
@@ -94,6 +111,20 @@ impl Client {
                 }
                 Some(Ok(_)) => continue,
                 Some(Err(_)) | None => Incoming::Closed(None),
+            });
+        }
+    }
+
+    /// The next text frame as sent; `None` when the socket closed.
+    async fn next_text(&mut self) -> anyhow::Result<Option<String>> {
+        loop {
+            let next = tokio::time::timeout(READ_TIMEOUT, self.stream.next())
+                .await
+                .with_context(|| format!("no frame within {} s", READ_TIMEOUT.as_secs()))?;
+            return Ok(match next {
+                Some(Ok(Message::Text(text))) => Some(text.as_str().to_string()),
+                Some(Ok(Message::Close(_))) | Some(Err(_)) | None => None,
+                Some(Ok(_)) => continue,
             });
         }
     }
@@ -133,29 +164,39 @@ impl Client {
         }
     }
 
-    /// Reads until the run's `done`, counting `text_delta` events; a close
-    /// first is an error.
+    /// Reads until the run's end (zut `done`, letscode and Zi `agent_end`),
+    /// counting its text deltas; a close or a failed request first is an
+    /// error.
     pub async fn count_deltas(&mut self) -> anyhow::Result<DeltaCount> {
         let mut count = DeltaCount {
             deltas: 0,
+            bytes: 0,
             first: None,
             last: None,
         };
         loop {
-            let frame = self
-                .frame()
+            let text = match self
+                .next_text()
                 .await
-                .with_context(|| format!("after {} deltas", count.deltas))?;
-            match frame["type"].as_str() {
-                Some("text_delta") => {
+                .with_context(|| format!("after {} deltas", count.deltas))?
+            {
+                Some(text) => text,
+                None => bail!(
+                    "the gateway closed the socket after {} deltas",
+                    count.deltas
+                ),
+            };
+            count.bytes += text.len();
+            match self.wire.seen(&text) {
+                Seen::Delta => {
                     let now = Instant::now();
                     count.first.get_or_insert(now);
                     count.last = Some(now);
                     count.deltas += 1;
                 }
-                Some("done") => return Ok(count),
-                Some("response") if frame["success"] != true => bail!("request failed: {frame}"),
-                _ => {}
+                Seen::End => return Ok(count),
+                Seen::Failed => bail!("request failed: {text}"),
+                Seen::Other => {}
             }
         }
     }

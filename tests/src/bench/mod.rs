@@ -1,8 +1,8 @@
 //! The measurements of the `bench-gateway` program, one module each
 //! ([`pings`], [`fanout`], [`memory`]), on top of the real `corral` and
 //! `corral-agent` processes ([`procs`]), a WebSocket client whose every read
-//! is bounded ([`client`]) and the quantiles and units of the tables
-//! ([`stats`]). Everything returns `anyhow` errors instead of panicking.
+//! is bounded ([`client`]) in any of the three dialects ([`wire`]), and
+//! the quantiles and units of the tables ([`stats`]). Everything returns `anyhow` errors instead of panicking.
 
 pub mod client;
 pub mod fanout;
@@ -10,6 +10,7 @@ pub mod memory;
 pub mod pings;
 pub mod procs;
 pub mod stats;
+pub mod wire;
 
 use std::time::Duration;
 

@@ -1,9 +1,11 @@
-//! `bench-gateway [--pings N] [--events N] [--clients N] [--bin-dir DIR]`:
+//! `bench-gateway [--pings N] [--events N] [--clients N] [--dialects a,b]
+//! [--bin-dir DIR]`:
 //! what the `corral` gateway costs on top of a `corral-agent` child, as
 //! markdown tables. Measures (1) ping round trips over stdio straight to
 //! `corral-agent rpc --provider echo` versus over WebSocket through
-//! `corral serve`; (2) `text_delta` fan-out throughput from a mock-LLM
-//! child to 1 and to `--clients` clients of one project (median of 3 runs);
+//! `corral serve`; (2) text-delta fan-out throughput from a mock-LLM
+//! child to 1 and to `--clients` clients of one project (median of 3 runs),
+//! for each of `--dialects` (default `zut,letscode,zi`);
 //! (3) the gateway's resident memory while a client that never reads stays
 //! attached during a stream of `--events` deltas of 1 KiB.
 //!
@@ -17,14 +19,17 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use corral_e2e::bench::procs::Bins;
+use corral_e2e::bench::wire::Wire;
 use corral_e2e::bench::{fanout, memory, pings};
 
-const USAGE: &str = "usage: bench-gateway [--pings N] [--events N] [--clients N] [--bin-dir DIR]";
+const USAGE: &str = "usage: bench-gateway [--pings N] [--events N] [--clients N] \
+                     [--dialects zut,letscode,zi] [--bin-dir DIR]";
 
 struct Args {
     pings: u64,
     events: usize,
     clients: usize,
+    dialects: Vec<Wire>,
     bin_dir: Option<PathBuf>,
 }
 
@@ -33,6 +38,7 @@ fn parse_args() -> anyhow::Result<Args> {
         pings: 2000,
         events: 20000,
         clients: 10,
+        dialects: Wire::ALL.to_vec(),
         bin_dir: None,
     };
     let mut it = std::env::args().skip(1);
@@ -42,12 +48,18 @@ fn parse_args() -> anyhow::Result<Args> {
             "--pings" => args.pings = value()?.parse().context("--pings")?,
             "--events" => args.events = value()?.parse().context("--events")?,
             "--clients" => args.clients = value()?.parse().context("--clients")?,
+            "--dialects" => {
+                args.dialects = value()?
+                    .split(',')
+                    .map(|name| Wire::parse(name).with_context(|| format!("no dialect {name:?}")))
+                    .collect::<anyhow::Result<_>>()?;
+            }
             "--bin-dir" => args.bin_dir = Some(value()?.into()),
             other => bail!("unknown argument {other:?}; {USAGE}"),
         }
     }
-    if args.pings == 0 || args.events == 0 || args.clients == 0 {
-        bail!("--pings, --events and --clients must be at least 1");
+    if args.pings == 0 || args.events == 0 || args.clients == 0 || args.dialects.is_empty() {
+        bail!("--pings, --events, --clients and --dialects must be at least 1");
     }
     Ok(args)
 }
@@ -85,8 +97,14 @@ async fn run(args: &Args) -> anyhow::Result<()> {
     ))?;
     let report = pings::measure(&bins, args.pings).await;
     print(&report.context("ping round trip")?.table())?;
-    let report = fanout::measure(&bins, args.events, args.clients).await;
-    print(&report.context("event fan-out")?.table())?;
+    for &wire in &args.dialects {
+        let report = fanout::measure(&bins, wire, args.events, args.clients).await;
+        print(
+            &report
+                .with_context(|| format!("event fan-out, {}", wire.name()))?
+                .table(),
+        )?;
+    }
     let report = memory::measure(&bins, args.events).await;
     print(&report.context("memory with a stalled client")?.table())?;
     Ok(())
