@@ -124,6 +124,7 @@ async fn run_mode(args: &AgentArgs, prompt: String) -> u8 {
         out,
     );
     let run = RunRequest {
+        discarded: None,
         kind: RunKind::Prompt {
             text: prompt,
             images: Vec::new(),

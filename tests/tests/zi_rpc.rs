@@ -496,3 +496,47 @@ async fn the_snapshot_reports_context_usage_and_compaction() {
     assert_eq!(state["result"]["retry"], json!({"type": "idle"}));
     assert_eq!(state["result"]["contextUsage"]["type"], "unavailable");
 }
+
+/// `session.interrupt` aborts the active run and discards the work queued
+/// behind it: the queued prompt never starts (no second `agent_start`, no
+/// second model request), and the session is idle when it answers.
+#[tokio::test]
+async fn interrupt_discards_queued_work() {
+    let mock = MockLlm::start().await;
+    mock.push(Turn::Slow {
+        chunks: (0..100).map(|i| format!("c{i} ")).collect(),
+        delay: Duration::from_millis(20),
+    });
+    mock.push(Turn::text("never asked for"));
+    let mut zi = Zi::mock(&mock).await;
+    let mut frames = Vec::new();
+    let prompt = |id: &str, delivery: &str| {
+        json!({"version": 1, "id": id, "method": "session.prompt",
+            "params": {"delivery": delivery, "text": "some text"}})
+    };
+    zi.send(prompt("p1", "prompt")).await;
+    frames.extend(zi.until("p1").await);
+    zi.send(prompt("p2", "follow_up")).await;
+    frames.extend(zi.until("p2").await);
+    let queued = frames.last().unwrap().clone();
+    assert_eq!(queued["result"]["admitted"], "queued", "{queued}");
+    while !frames
+        .iter()
+        .any(|f| f["event"]["type"] == "message_update")
+    {
+        frames.push(zi.recv().await);
+    }
+    zi.send(json!({"version": 1, "id": "int", "method": "session.interrupt"}))
+        .await;
+    frames.extend(zi.until("int").await);
+    let idle = zi.call("w", "session.await_idle", json!({})).await;
+    assert_eq!(idle["ok"], true, "{idle}");
+    let state = zi.call("s", "session.get_state", json!({})).await;
+    assert_eq!(state["result"]["activity"]["type"], "idle");
+    let events = session_events(&frames);
+    let starts = events.iter().filter(|e| *e == "agent_start").count();
+    let ends = events.iter().filter(|e| *e == "agent_end").count();
+    assert_eq!((starts, ends), (1, 1), "{events:?}");
+    assert_eq!(mock.requests().len(), 1, "the queued prompt never ran");
+    assert_eq!(mock.remaining(), 1);
+}

@@ -17,7 +17,7 @@ mod turn;
 pub mod usage;
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::mpsc;
@@ -61,6 +61,9 @@ pub struct RunRequest {
     /// Sent to the output just before the run's first event (the
     /// `{"started":true}` response).
     pub started: Option<serde_json::Value>,
+    /// Sent to the output instead of the run when it is discarded before
+    /// it starts ([`Agent::discard_queued`]); such a run emits nothing else.
+    pub discarded: Option<serde_json::Value>,
 }
 
 #[derive(Debug)]
@@ -84,6 +87,10 @@ pub(crate) struct Shared {
     pub busy: AtomicBool,
     /// Runs submitted but not yet picked up by the worker.
     pub queued: AtomicUsize,
+    /// Runs ever submitted; each run's number is its count.
+    pub submitted: AtomicU64,
+    /// Runs numbered up to this one are discarded when dequeued.
+    pub discard_upto: AtomicU64,
     /// Steering messages for the active prompt run (see [`Agent::steer`]).
     pub steering: Mutex<Steering>,
     /// Cancels the active run.
@@ -129,7 +136,8 @@ pub(crate) struct Steering {
 /// Handle to a running agent.
 pub struct Agent {
     shared: Arc<Shared>,
-    runs: Option<mpsc::Sender<RunRequest>>,
+    /// Runs with their numbers.
+    runs: Option<mpsc::Sender<(u64, RunRequest)>>,
 }
 
 impl Agent {
@@ -148,6 +156,8 @@ impl Agent {
             session: Mutex::new(session),
             busy: AtomicBool::new(false),
             queued: AtomicUsize::new(0),
+            submitted: AtomicU64::new(0),
+            discard_upto: AtomicU64::new(0),
             steering: Mutex::new(Steering::default()),
             current: Mutex::new(None),
             stop: CancellationToken::new(),
@@ -167,7 +177,8 @@ impl Agent {
     pub fn submit(&self, run: RunRequest) -> Result<(), QueueFull> {
         let runs = self.runs.as_ref().ok_or(QueueFull)?;
         self.shared.queued.fetch_add(1, Ordering::SeqCst);
-        runs.try_send(run).map_err(|_| {
+        let number = self.shared.submitted.fetch_add(1, Ordering::SeqCst) + 1;
+        runs.try_send((number, run)).map_err(|_| {
             self.shared.queued.fetch_sub(1, Ordering::SeqCst);
             QueueFull
         })
@@ -198,6 +209,15 @@ impl Agent {
     /// Cancels the active run, if any. Queued runs are unaffected.
     pub fn abort(&self) -> bool {
         self.shared.abort_current()
+    }
+
+    /// Discards every run submitted so far that has not started (each
+    /// sends its `discarded` frame instead); the active run is unaffected.
+    pub fn discard_queued(&self) {
+        let submitted = self.shared.submitted.load(Ordering::SeqCst);
+        self.shared
+            .discard_upto
+            .fetch_max(submitted, Ordering::SeqCst);
     }
 
     /// Aborts the active run and drops every queued one.
@@ -231,12 +251,19 @@ impl Agent {
 /// Executes runs one after another.
 async fn worker(
     shared: Arc<Shared>,
-    mut runs: mpsc::Receiver<RunRequest>,
+    mut runs: mpsc::Receiver<(u64, RunRequest)>,
     out: mpsc::Sender<Output>,
 ) {
-    while let Some(run) = runs.recv().await {
+    while let Some((number, run)) = runs.recv().await {
         if shared.stop.is_cancelled() {
             shared.queued.fetch_sub(1, Ordering::SeqCst);
+            continue;
+        }
+        if number <= shared.discard_upto.load(Ordering::SeqCst) {
+            shared.queued.fetch_sub(1, Ordering::SeqCst);
+            if let Some(frame) = run.discarded {
+                let _ = out.send(Output::Frame(frame)).await;
+            }
             continue;
         }
         let cancel = shared.stop.child_token();

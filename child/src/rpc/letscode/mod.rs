@@ -158,6 +158,7 @@ fn prompt_run(text: String, started: Private) -> RunRequest {
             images: Vec::new(),
         },
         started: Some(started.to_frame()),
+        discarded: None,
     }
 }
 

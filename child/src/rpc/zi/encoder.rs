@@ -15,6 +15,9 @@ use crate::rpc::{line_of, Encoder};
 /// The `started` marker the frontend attaches to each run; the encoder
 /// turns it into an `agent_start` session event.
 pub const RUN_STARTED: &str = "zi.run_started";
+/// The marker a run discarded before it started sends instead (an
+/// interruption drops queued runs): it counts as finished, silently.
+pub const RUN_DISCARDED: &str = "zi.run_discarded";
 /// A field the frontend puts on the `connection.set_events` response: the
 /// encoder applies the mode there, in output order, and strips the field.
 pub const EVENTS_MODE: &str = "zi.events";
@@ -174,6 +177,9 @@ impl Encoder for ZiEncoder {
             }
             Output::Frame(Value::String(marker)) if marker == RUN_STARTED => {
                 self.push(session_event(json!({"type": "agent_start"})), lines);
+            }
+            Output::Frame(Value::String(marker)) if marker == RUN_DISCARDED => {
+                self.connection.completed.send_modify(|n| *n += 1);
             }
             Output::Frame(Value::Object(frame)) => self.push(frame, lines),
             Output::Frame(other) => {

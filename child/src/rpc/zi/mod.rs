@@ -37,7 +37,7 @@ use tokio_util::sync::CancellationToken;
 use super::{EofPolicy, Flow, Frontend};
 use crate::agent::remote::AgentRemote;
 use crate::agent::{Agent, Output, RunKind, RunRequest};
-use encoder::{ZiEncoder, RUN_STARTED};
+use encoder::{ZiEncoder, RUN_DISCARDED, RUN_STARTED};
 use frame::FailCode;
 use request::Request;
 use state::Connection;
@@ -118,6 +118,7 @@ impl ZiServer {
         let run = RunRequest {
             kind,
             started: Some(Value::String(RUN_STARTED.into())),
+            discarded: Some(Value::String(RUN_DISCARDED.into())),
         };
         let admitted = self.agent.submit(run).is_ok();
         if admitted {

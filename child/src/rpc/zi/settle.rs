@@ -48,6 +48,8 @@ impl ZiServer {
             inner.steering.clear();
             inner.follow_up.clear();
         }
+        // Queued runs never start; the active one is aborted below.
+        self.agent.discard_queued();
         let connection = self.connection.clone();
         let remote = self.remote.clone();
         let (id, method) = (request.id.clone(), request.method);

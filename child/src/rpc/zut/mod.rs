@@ -204,7 +204,12 @@ impl ZutServer {
     fn queue(&mut self, id: Option<RequestId>, name: &str, kind: RunKind) -> Option<Response> {
         let started = Response::ok(id.clone(), name, Some(json!({"started": true})));
         let started = serde_json::to_value(&started).ok();
-        match self.agent.submit(RunRequest { kind, started }) {
+        let run = RunRequest {
+            kind,
+            started,
+            discarded: None,
+        };
+        match self.agent.submit(run) {
             Ok(()) => None,
             Err(e) => Some(Response::error(id, Some(name), e.to_string())),
         }
