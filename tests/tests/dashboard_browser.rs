@@ -343,3 +343,93 @@ async fn two_hundred_projects_render_fast_and_the_page_stays_responsive() {
     assert_eq!(page.errors(), Vec::<String>::new(), "errors in the page");
     drop(clients);
 }
+
+/// The console speaks the gateway's dialect: against a letscode and a Zi
+/// gateway it says that dialect's hello, sends the prompt in its shape and
+/// renders the reply stream (prompt, tool call, result, answer), then stops
+/// running when the run ends.
+#[tokio::test]
+async fn the_console_speaks_letscode_and_zi() {
+    let _one = ONE_BROWSER.lock().await;
+    let browser = launch().await;
+    for dialect in ["letscode", "zi"] {
+        let mock = MockLlm::start().await;
+        mock.push_all([
+            Turn::TextAndToolCalls {
+                text: "Looking.".into(),
+                calls: vec![("ls".into(), json!({}))],
+            },
+            Turn::text(REPLY),
+        ]);
+        let gw = GatewaySpawn::default()
+            .mock(&mock.anthropic_base_url())
+            .arg("--dialect")
+            .arg(dialect)
+            .spawn()
+            .await;
+        std::fs::write(gw.root.join("alpha/README.md"), "# alpha\n").unwrap();
+        let page = browser.new_page(1280, 800).await.unwrap();
+        sign_in(&page, &gw).await;
+        page.wait_for(
+            "document.getElementById('signin').hidden",
+            "the dashboard after sign-in",
+        )
+        .await
+        .unwrap();
+        page.click("#tab-console").await.unwrap();
+        page.click("#console-project").await.unwrap();
+        page.type_text("alpha").await.unwrap();
+        page.click("#console-token").await.unwrap();
+        page.type_text(TOKEN).await.unwrap();
+        page.click("#console-connect").await.unwrap();
+        page.wait_for(
+            &format!("{}.startsWith('connected')", text_of("#console-status")),
+            &format!("the console to say the {dialect} hello"),
+        )
+        .await
+        .unwrap();
+        page.click("#console-prompt").await.unwrap();
+        page.type_text("What is in this project?").await.unwrap();
+        page.press_enter().await.unwrap();
+        let output = text_of("#console-output");
+        page.wait_for(
+            &format!("{output}.includes({})", json!(REPLY)),
+            &format!("the reply rendered over {dialect}"),
+        )
+        .await
+        .unwrap();
+        page.wait_for(
+            &format!("{}.startsWith('connected')", text_of("#console-status")),
+            "the console to leave the running state at the run's end",
+        )
+        .await
+        .unwrap();
+        let blocks = page
+            .eval(
+                "[...document.querySelectorAll('#console-output .block')]\
+                 .map(b => b.className + ': ' + b.textContent)",
+            )
+            .await
+            .unwrap();
+        let blocks: Vec<String> = serde_json::from_value(blocks).unwrap();
+        let has = |kind: &str, text: &str| {
+            blocks
+                .iter()
+                .any(|b| b.starts_with(&format!("block {kind}:")) && b.contains(text))
+        };
+        assert!(
+            has("user", "What is in this project?"),
+            "{dialect}: {blocks:#?}"
+        );
+        assert!(has("tool", "ls"), "{dialect}: no tool call: {blocks:#?}");
+        assert!(
+            has("result", "README.md"),
+            "{dialect}: no result: {blocks:#?}"
+        );
+        assert!(has("assistant", REPLY), "{dialect}: {blocks:#?}");
+        assert!(
+            !blocks.iter().any(|b| b.starts_with("block error")),
+            "{dialect}: {blocks:#?}"
+        );
+    }
+}

@@ -6,7 +6,8 @@
 //   table.js       the projects table, updated in place
 //   stats.js       summary chips and charts from /v1/stats
 //   detail.js      one project's detail and actions
-//   console.js     the project WebSocket; transcript.js renders its stream
+//   console.js     the project WebSocket; transcript.js renders its stream,
+//                  wire.js speaks the gateway's dialect
 
 import { ADMIN_KEY, CLIENT_KEY, api, signedIn, Unauthorized } from "./api.js";
 import { forgetClientToken, initConsole, openConsole } from "./console.js";

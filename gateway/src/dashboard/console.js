@@ -1,9 +1,11 @@
 // The console: one WebSocket to ws(s)://HOST/v1/projects/{p}/rpc, opened
 // with a client token (kept in sessionStorage), a prompt box (Enter sends,
-// Shift+Enter adds a line) and Abort. The transcript module renders what
-// arrives; this one owns the connection and its state.
+// Shift+Enter adds a line) and Abort. It speaks the gateway's dialect (the
+// wire module); the transcript module renders what arrives; this one owns
+// the connection and its state.
 
-import { CLIENT_KEY, PROJECT_KEY } from "./api.js";
+import { api, CLIENT_KEY, PROJECT_KEY } from "./api.js";
+import { createWire } from "./wire.js";
 import { addBlock, newSession, notice, renderEvent } from "./transcript.js";
 import { $, setText, fmtCount, fmtCost, projectPath, PROJECT_NAME, switchTab } from "./util.js";
 
@@ -13,7 +15,18 @@ const con = {
   state: "disconnected",
   project: null,
   nextId: 1,
+  wire: createWire("zut"),
 };
+
+// The gateway's dialect; zut when /v1/stats cannot say.
+async function gatewayDialect() {
+  try {
+    const stats = await api("GET", "/v1/stats");
+    return (stats.ok && stats.body && stats.body.dialect) || "zut";
+  } catch (_) {
+    return "zut";
+  }
+}
 
 function setState(state, text) {
   con.state = state;
@@ -36,7 +49,7 @@ function send(frame) {
   if (con.ws && con.ws.readyState === WebSocket.OPEN) con.ws.send(JSON.stringify(frame));
 }
 
-function connect() {
+async function connect() {
   const project = $("console-project").value.trim();
   const token = $("console-token").value;
   if (!PROJECT_NAME.test(project)) {
@@ -51,16 +64,20 @@ function connect() {
   sessionStorage.setItem(CLIENT_KEY, token);
   sessionStorage.setItem(PROJECT_KEY, project);
   $("sign-out").hidden = false;
+  setState("connecting", "connecting to " + project + "…");
+  const wire = createWire(await gatewayDialect());
+  if (con.state !== "connecting" || con.ws) return; // cancelled meanwhile
   const scheme = location.protocol === "https:" ? "wss://" : "ws://";
   const ws = new WebSocket(scheme + location.host + projectPath(project, "/rpc"));
   con.ws = ws;
+  con.wire = wire;
   con.project = project;
   newSession();
   setState("connecting", "connecting to " + project + "…");
   ws.onopen = () => {
     if (con.ws !== ws) return;
     setState("authenticating", "saying hello…");
-    ws.send(JSON.stringify({ id: "hello", type: "hello", token }));
+    ws.send(JSON.stringify(wire.hello(token)));
   };
   ws.onmessage = (event) => {
     if (con.ws !== ws) return;
@@ -71,8 +88,11 @@ function connect() {
       addBlock("error", "Unreadable frame", String(event.data).slice(0, 2000));
       return;
     }
-    if (frame && frame.type === "response") onResponse(frame);
-    else if (frame && typeof frame.type === "string") onEvent(frame);
+    if (!frame || typeof frame !== "object") return;
+    for (const f of wire.inbound(frame)) {
+      if (f && f.type === "response") onResponse(f);
+      else if (f && typeof f.type === "string") onEvent(f);
+    }
   };
   ws.onclose = (event) => {
     if (con.ws !== ws) return;
@@ -85,7 +105,10 @@ function connect() {
 
 export function disconnect() {
   const ws = con.ws;
-  if (!ws) return;
+  if (!ws) {
+    if (con.state !== "disconnected") setState("disconnected", "disconnected");
+    return;
+  }
   con.ws = null;
   ws.close(1000, "bye");
   notice("disconnected");
@@ -127,7 +150,7 @@ function sendPrompt() {
   const prompt = $("console-prompt");
   const message = prompt.value;
   if (!message.trim() || (con.state !== "connected" && con.state !== "running")) return;
-  send({ id: "p" + con.nextId++, type: "prompt", message });
+  send(con.wire.prompt("p" + con.nextId++, message));
   prompt.value = "";
   if (con.state === "connected") setState("connected", "sending…");
 }
@@ -159,7 +182,7 @@ export function initConsole() {
   });
   $("console-send").addEventListener("click", sendPrompt);
   $("console-abort").addEventListener("click", () => {
-    send({ id: "a" + con.nextId++, type: "abort" });
+    send(con.wire.abort("a" + con.nextId++));
     notice("abort requested");
   });
   $("console-prompt").addEventListener("keydown", (event) => {

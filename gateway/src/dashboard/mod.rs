@@ -32,6 +32,7 @@ const ASSETS: &[(&str, &str, &str)] = &[
     ("table.js", JS, include_str!("table.js")),
     ("transcript.js", JS, include_str!("transcript.js")),
     ("util.js", JS, include_str!("util.js")),
+    ("wire.js", JS, include_str!("wire.js")),
     ("style.css", CSS, include_str!("style.css")),
 ];
 

@@ -1,0 +1,188 @@
+// The console's side of the gateway's dialect (zut, letscode or zi, from
+// /v1/stats): the frames it sends (hello, prompt, abort), and what it
+// receives turned into the zut-shaped frames the console and transcript
+// handle: `response {id, command, success, error, data}` and zut events
+// (`text_delta`, `tool_call`, `turn_end`, `done`, ...).
+
+// A wire for `dialect`; unknown names speak zut.
+export function createWire(dialect) {
+  const make = WIRES[dialect] || WIRES.zut;
+  return make();
+}
+
+const WIRES = { zut: zutWire, letscode: letscodeWire, zi: ziWire };
+
+// Request ids this console sent, with their command, for the answers.
+function pendingRequests() {
+  const pending = new Map();
+  return {
+    note(id, command) {
+      pending.set(id, command);
+      return id;
+    },
+    // The command of an answer to `id` (`last`: no more answers follow).
+    command(id, last) {
+      const command = pending.get(id);
+      if (last) pending.delete(id);
+      return command;
+    },
+  };
+}
+
+function response(id, command, success, extra) {
+  return Object.assign({ type: "response", id, command, success }, extra);
+}
+
+function zutWire() {
+  return {
+    hello: (token) => ({ id: "hello", type: "hello", token }),
+    prompt: (id, text) => ({ id, type: "prompt", message: text }),
+    abort: (id) => ({ id, type: "abort" }),
+    inbound: (frame) => [frame],
+  };
+}
+
+function letscodeWire() {
+  const pending = pendingRequests();
+  return {
+    hello: (token) => ({ cmd: "hello", id: pending.note("hello", "hello"), token }),
+    prompt: (id, text) => ({ cmd: "prompt", id: pending.note(id, "prompt"), text }),
+    abort: (id) => ({ cmd: "abort", id: pending.note(id, "abort") }),
+    inbound(frame) {
+      switch (frame.type) {
+        case "ready":
+          return [];
+        case "ack": {
+          // `hello` is answered by its `done`; a prompt runs from its ack.
+          const command = pending.command(frame.id, false);
+          return command === "hello" ? [] : [response(frame.id, command, true)];
+        }
+        case "done": {
+          const command = pending.command(frame.id, true);
+          return command === "hello" ? [response("hello", "hello", true, { data: {} })] : [];
+        }
+        case "error":
+          if (!("id" in frame)) return [{ type: "error", message: frame.error }];
+          return [response(frame.id, pending.command(frame.id, true), false, { error: frame.error })];
+        case "agent_start":
+          return userMessages(frame.messages);
+        case "message_end":
+          return frame.message && frame.message.role === "user" ? userMessages([frame.message]) : [];
+        case "message_update": {
+          const event = frame.stream_event || {};
+          if (event.type === "text_delta" || event.type === "thinking_delta") {
+            return [{ type: event.type, delta: event.delta }];
+          }
+          return [];
+        }
+        case "tool_execution_start":
+          return [{ type: "tool_call", id: frame.tool_call_id, name: frame.tool_name, args: frame.arguments }];
+        case "tool_execution_update":
+          return frame.plan
+            ? [Object.assign({ type: "plan_update" }, frame.plan)]
+            : [{ type: "tool_progress", id: frame.tool_call_id, text: frame.text }];
+        case "tool_execution_end": {
+          const result = frame.result || {};
+          return [{ type: "tool_result", id: frame.tool_call_id, is_error: frame.is_error, content: result.content }];
+        }
+        case "turn_end":
+          // A failed turn's error comes with `agent_end`; show it once.
+          return frame.stop === "error" ? [] : [{ type: "turn_end", stop: frame.stop }];
+        case "retry":
+          return [{ type: "retry_scheduled", delay_ms: frame.delay_ms }];
+        case "agent_end":
+          return frame.error && frame.error !== "aborted"
+            ? [{ type: "error", message: frame.error }, { type: "done" }]
+            : [{ type: "done" }];
+        default:
+          return [frame];
+      }
+    },
+  };
+}
+
+function userMessages(messages) {
+  return (Array.isArray(messages) ? messages : [])
+    .filter((m) => m && m.role === "user")
+    .map((m) => ({ type: "user_message", content: m.content }));
+}
+
+function ziWire() {
+  const pending = pendingRequests();
+  let model = null;
+  const request = (id, method, params) => ({ version: 1, id: pending.note(id, method), method, params });
+  const commandName = (method) => (method === "session.prompt" ? "prompt" : method === "session.interrupt" ? "abort" : method);
+  return {
+    hello: (token) => request("hello", "connection.hello", { token }),
+    prompt: (id, text) => request(id, "session.prompt", { delivery: "prompt", text }),
+    abort: (id) => request(id, "session.interrupt", {}),
+    inbound(frame) {
+      switch (frame.type) {
+        case "ready": {
+          const selected = frame.state && frame.state.model && frame.state.model.model;
+          model = selected ? selected.id : null;
+          return [];
+        }
+        case "response": {
+          const method = pending.command(frame.id, true);
+          if (method === "connection.hello") {
+            return [response("hello", "hello", frame.ok === true, { data: { model }, error: errorText(frame) })];
+          }
+          return [response(frame.id, commandName(method), frame.ok === true, { error: errorText(frame) })];
+        }
+        case "protocol_error": {
+          const method = frame.id === undefined ? undefined : pending.command(frame.id, true);
+          if (method === undefined) return [{ type: "error", message: errorText(frame) }];
+          return [response(frame.id, commandName(method), false, { error: errorText(frame) })];
+        }
+        case "session_event":
+          return ziEvent(frame.event || {});
+        default:
+          return [frame];
+      }
+    },
+  };
+}
+
+function errorText(frame) {
+  return frame.error ? String(frame.error.message || frame.error.code || "failed") : undefined;
+}
+
+function ziEvent(event) {
+  switch (event.type) {
+    case "message_update": {
+      const inner = event.assistantMessageEvent || {};
+      if (inner.type === "text_delta" || inner.type === "thinking_delta") {
+        return [{ type: inner.type, delta: inner.delta }];
+      }
+      return [];
+    }
+    case "message_end":
+      return event.message && event.message.role === "user" ? userMessages([event.message]) : [];
+    case "tool_execution_start":
+      return [{ type: "tool_call", id: event.toolCallId, name: event.toolName, args: event.args }];
+    case "tool_execution_update":
+      return [{ type: "tool_progress", id: event.toolCallId, text: (event.partialResult || {}).text }];
+    case "tool_execution_end":
+      return [{ type: "tool_result", id: event.toolCallId, is_error: event.isError, content: (event.result || {}).content }];
+    case "work_plan_changed":
+      return [{ type: "plan_update", explanation: event.explanation, plan: event.plan }];
+    case "turn_end":
+      return [{ type: "turn_end", stop: event.stopReason, error: event.errorMessage }];
+    case "auto_retry_start":
+      return [{ type: "retry_scheduled", delay_ms: event.delayMs }];
+    case "compaction_end":
+      return [{ type: "compact_done" }];
+    case "agent_end":
+      return event.errorMessage ? [{ type: "error", message: event.errorMessage }, { type: "done" }] : [{ type: "done" }];
+    case "usage":
+      return [{ type: "usage", cumulative: event.cumulative }];
+    case "agent_start":
+    case "message_start":
+    case "turn_start":
+    case "request_start":
+      return [];
+    default:
+      return [event];
+  }
+}
