@@ -319,17 +319,17 @@ mod tests {
 
     #[test]
     fn paths_resolve_against_cwd_unless_absolute() {
-        let cwd = Path::new("/work/proj");
+        let cwd = Path::new("/srv/proj");
         assert_eq!(
             resolve_path(cwd, "src/a.rs"),
-            PathBuf::from("/work/proj/src/a.rs")
+            PathBuf::from("/srv/proj/src/a.rs")
         );
         assert_eq!(resolve_path(cwd, "/etc/hosts"), PathBuf::from("/etc/hosts"));
         assert_eq!(
-            display_path(cwd, Path::new("/work/proj/src/a.rs")),
+            display_path(cwd, Path::new("/srv/proj/src/a.rs")),
             "src/a.rs"
         );
-        assert_eq!(display_path(cwd, Path::new("/work/proj")), ".");
+        assert_eq!(display_path(cwd, Path::new("/srv/proj")), ".");
         assert_eq!(display_path(cwd, Path::new("/etc/hosts")), "/etc/hosts");
     }
 }
