@@ -64,6 +64,37 @@ fn text_of(selector: &str) -> String {
     )
 }
 
+/// Types the test's question in the console, sends it with Enter, waits
+/// for the mock's reply to render and returns the transcript's blocks as
+/// `"block KIND: text"`.
+async fn prompt_in_console(page: &Page<'_>) -> Vec<String> {
+    page.click("#console-prompt").await.unwrap();
+    page.type_text("What is in this project?").await.unwrap();
+    page.press_enter().await.unwrap();
+    let output = text_of("#console-output");
+    page.wait_for(
+        &format!("{output}.includes({})", json!(REPLY)),
+        "the mock's reply text in the console",
+    )
+    .await
+    .unwrap();
+    let blocks = page
+        .eval(
+            "[...document.querySelectorAll('#console-output .block')]\
+             .map(b => b.className + ': ' + b.textContent)",
+        )
+        .await
+        .unwrap();
+    serde_json::from_value(blocks).unwrap()
+}
+
+/// Whether a transcript block of `kind` contains `text`.
+fn has_block(blocks: &[String], kind: &str, text: &str) -> bool {
+    blocks
+        .iter()
+        .any(|b| b.starts_with(&format!("block {kind}:")) && b.contains(text))
+}
+
 /// (width, height) from a PNG's IHDR chunk.
 fn png_size(png: &[u8]) -> (u32, u32) {
     assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
@@ -183,29 +214,8 @@ async fn dashboard_lists_projects_and_console_streams_a_reply() {
     .unwrap();
 
     // Enter sends the prompt; the reply streams in.
-    page.click("#console-prompt").await.unwrap();
-    page.type_text("What is in this project?").await.unwrap();
-    page.press_enter().await.unwrap();
-    let output = text_of("#console-output");
-    page.wait_for(
-        &format!("{output}.includes({})", json!(REPLY)),
-        "the mock's reply text in the console",
-    )
-    .await
-    .unwrap();
-    let blocks = page
-        .eval(
-            "[...document.querySelectorAll('#console-output .block')]\
-             .map(b => b.className + ': ' + b.textContent)",
-        )
-        .await
-        .unwrap();
-    let blocks: Vec<String> = serde_json::from_value(blocks).unwrap();
-    let has = |kind: &str, text: &str| {
-        blocks
-            .iter()
-            .any(|b| b.starts_with(&format!("block {kind}:")) && b.contains(text))
-    };
+    let blocks = prompt_in_console(&page).await;
+    let has = |kind: &str, text: &str| has_block(&blocks, kind, text);
     assert!(has("user", "What is in this project?"), "{blocks:#?}");
     assert!(has("tool", "ls"), "no tool-call block: {blocks:#?}");
     assert!(
@@ -388,35 +398,14 @@ async fn the_console_speaks_letscode_and_zi() {
         )
         .await
         .unwrap();
-        page.click("#console-prompt").await.unwrap();
-        page.type_text("What is in this project?").await.unwrap();
-        page.press_enter().await.unwrap();
-        let output = text_of("#console-output");
-        page.wait_for(
-            &format!("{output}.includes({})", json!(REPLY)),
-            &format!("the reply rendered over {dialect}"),
-        )
-        .await
-        .unwrap();
+        let blocks = prompt_in_console(&page).await;
         page.wait_for(
             &format!("{}.startsWith('connected')", text_of("#console-status")),
             "the console to leave the running state at the run's end",
         )
         .await
         .unwrap();
-        let blocks = page
-            .eval(
-                "[...document.querySelectorAll('#console-output .block')]\
-                 .map(b => b.className + ': ' + b.textContent)",
-            )
-            .await
-            .unwrap();
-        let blocks: Vec<String> = serde_json::from_value(blocks).unwrap();
-        let has = |kind: &str, text: &str| {
-            blocks
-                .iter()
-                .any(|b| b.starts_with(&format!("block {kind}:")) && b.contains(text))
-        };
+        let has = |kind: &str, text: &str| has_block(&blocks, kind, text);
         assert!(
             has("user", "What is in this project?"),
             "{dialect}: {blocks:#?}"

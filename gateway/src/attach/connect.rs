@@ -113,27 +113,15 @@ pub async fn open(url: &str, token: &Secret, dialect: Dialect) -> Result<Session
         .max_message_size(Some(MAX_FRAME_IN))
         .max_frame_size(Some(MAX_FRAME_IN));
     let connect = tokio_tungstenite::connect_async_with_config(request, Some(config), false);
-    let (mut ws, _) = timeout(CONNECT_TIMEOUT, connect)
-        .await
-        .map_err(|_| AttachError::Timeout {
-            url: url.to_string(),
-            what: "connection",
-            limit: CONNECT_TIMEOUT,
-        })?
+    let (mut ws, _) = within(url, "connection", CONNECT_TIMEOUT, connect)
+        .await?
         .map_err(|e| connect_error(url, e))?;
     if dialect != Dialect::Zut {
-        let ready =
-            timeout(HELLO_TIMEOUT, ready(&mut ws))
-                .await
-                .map_err(|_| AttachError::Timeout {
-                    url: url.to_string(),
-                    what: "ready",
-                    limit: HELLO_TIMEOUT,
-                })??;
+        let (hello, text) = within(url, "ready", HELLO_TIMEOUT, ready(&mut ws)).await??;
         return Ok(Session {
             ws,
-            hello: ready.0,
-            early: vec![ready.1],
+            hello,
+            early: vec![text],
         });
     }
     let hello = json!({"id": HELLO_ID, "type": "hello", "token": token.expose()});
@@ -141,14 +129,25 @@ pub async fn open(url: &str, token: &Secret, dialect: Dialect) -> Result<Session
         .await
         .map_err(|e| connect_error(url, e))?;
     let mut early = Vec::new();
-    let hello = timeout(HELLO_TIMEOUT, hello_answer(&mut ws, &mut early))
+    let answer = hello_answer(&mut ws, &mut early);
+    let hello = within(url, "hello response", HELLO_TIMEOUT, answer).await??;
+    Ok(Session { ws, hello, early })
+}
+
+/// `future`'s output, or a timeout naming `what` did not come from `url`.
+async fn within<T>(
+    url: &str,
+    what: &'static str,
+    limit: Duration,
+    future: impl std::future::Future<Output = T>,
+) -> Result<T, AttachError> {
+    timeout(limit, future)
         .await
         .map_err(|_| AttachError::Timeout {
             url: url.to_string(),
-            what: "hello response",
-            limit: HELLO_TIMEOUT,
-        })??;
-    Ok(Session { ws, hello, early })
+            what,
+            limit,
+        })
 }
 
 /// The upgrade request for a ws:// or wss:// URL, with the bearer header.

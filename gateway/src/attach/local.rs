@@ -15,7 +15,7 @@
 use corral_protocol::ndjson::{encode_line, escape_line_separators, parse_object, FrameError};
 use serde_json::{json, Map, Value};
 
-use crate::dialect::Dialect;
+use crate::dialect::{zut, Dialect};
 
 /// One stdin line, sorted.
 #[derive(Debug, PartialEq)]
@@ -104,31 +104,10 @@ pub fn response(
     command: Option<&str>,
     result: Result<&Value, String>,
 ) -> Vec<u8> {
-    let mut map = Map::new();
-    map.insert("type".into(), json!("response"));
-    if let Some(id) = id.filter(|id| !id.is_null()) {
-        map.insert("id".into(), id.clone());
-    }
-    if let Some(command) = command {
-        map.insert("command".into(), json!(command));
-    }
-    match result {
-        Ok(data) => {
-            map.insert("success".into(), json!(true));
-            map.insert("data".into(), data.clone());
-        }
-        Err(error) => {
-            map.insert("success".into(), json!(false));
-            map.insert("error".into(), json!(error));
-        }
-    }
-    encode_line(&Value::Object(map)).unwrap_or_else(|_| {
-        br#"{"type":"response","success":false,"error":"cannot encode a response"}"#
-            .iter()
-            .chain(b"\n")
-            .copied()
-            .collect()
-    })
+    let id = id.filter(|id| !id.is_null());
+    let mut line = zut::response(id, command, result.map(|data| Some(data.clone()))).to_vec();
+    line.push(b'\n');
+    line
 }
 
 /// One frame from the gateway as one stdout line (with its LF), U+2028 and

@@ -67,14 +67,9 @@ function letscodeWire() {
         case "agent_start":
           return userMessages(frame.messages);
         case "message_end":
-          return frame.message && frame.message.role === "user" ? userMessages([frame.message]) : [];
-        case "message_update": {
-          const event = frame.stream_event || {};
-          if (event.type === "text_delta" || event.type === "thinking_delta") {
-            return [{ type: event.type, delta: event.delta }];
-          }
-          return [];
-        }
+          return userMessages([frame.message]);
+        case "message_update":
+          return delta(frame.stream_event);
         case "tool_execution_start":
           return [{ type: "tool_call", id: frame.tool_call_id, name: frame.tool_name, args: frame.arguments }];
         case "tool_execution_update":
@@ -101,6 +96,13 @@ function letscodeWire() {
   };
 }
 
+// A streamed text or thinking delta as the zut event; nothing for others.
+function delta(event) {
+  const e = event || {};
+  return e.type === "text_delta" || e.type === "thinking_delta" ? [{ type: e.type, delta: e.delta }] : [];
+}
+
+// The user messages among `messages` as `user_message` events.
 function userMessages(messages) {
   return (Array.isArray(messages) ? messages : [])
     .filter((m) => m && m.role === "user")
@@ -150,15 +152,10 @@ function errorText(frame) {
 
 function ziEvent(event) {
   switch (event.type) {
-    case "message_update": {
-      const inner = event.assistantMessageEvent || {};
-      if (inner.type === "text_delta" || inner.type === "thinking_delta") {
-        return [{ type: inner.type, delta: inner.delta }];
-      }
-      return [];
-    }
+    case "message_update":
+      return delta(event.assistantMessageEvent);
     case "message_end":
-      return event.message && event.message.role === "user" ? userMessages([event.message]) : [];
+      return userMessages([event.message]);
     case "tool_execution_start":
       return [{ type: "tool_call", id: event.toolCallId, name: event.toolName, args: event.args }];
     case "tool_execution_update":

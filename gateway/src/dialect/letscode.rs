@@ -15,7 +15,6 @@
 //! - observers may send `hello` and `bye` only.
 
 use bytes::Bytes;
-use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::{to_bytes, ClientHello, EventKind, Inbound, Outbound};
@@ -79,20 +78,12 @@ pub fn inbound(frame: &Map<String, Value>, observer: bool) -> Inbound {
     }
 }
 
-#[derive(Deserialize)]
-struct Envelope {
-    #[serde(rename = "type", default)]
-    kind: Option<String>,
-    #[serde(default, deserialize_with = "super::present")]
-    id: Option<Value>,
-}
-
 pub fn outbound(line: &[u8]) -> Option<Outbound> {
     match super::leading_type(line) {
         Some("ack" | "done" | "error" | "ready" | "bye") | None => {}
         Some(kind) => return Some(Outbound::Event(event_kind(kind))),
     }
-    let envelope: Envelope = super::envelope(line)?;
+    let envelope = super::envelope(line)?;
     let kind = envelope.kind?;
     let has_id = envelope.id.is_some();
     let reply = |last| match envelope.id {

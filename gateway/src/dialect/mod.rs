@@ -313,8 +313,21 @@ fn type_name(rest: &[u8]) -> Option<&str> {
     std::str::from_utf8(&rest[..end]).ok()
 }
 
-/// Parses the fields a dialect reads of a child line, when it is an object.
-fn envelope<'a, T: Deserialize<'a>>(line: &'a [u8]) -> Option<T> {
+/// The fields any dialect reads of a child line that takes the full parse.
+#[derive(Deserialize)]
+struct Envelope {
+    #[serde(rename = "type", default)]
+    kind: Option<String>,
+    /// `Some(Value::Null)` for `"id": null`, `None` when there is no `id`.
+    #[serde(default, deserialize_with = "present")]
+    id: Option<Value>,
+    /// Zi's `session_event` payload.
+    #[serde(default)]
+    event: Option<Value>,
+}
+
+/// Parses a child line's envelope, when the line is a JSON object.
+fn envelope(line: &[u8]) -> Option<Envelope> {
     let trimmed = trim(line);
     if trimmed.first() != Some(&b'{') {
         return None;

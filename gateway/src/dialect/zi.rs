@@ -21,7 +21,6 @@
 //!   `child_exited`, `error`).
 
 use bytes::Bytes;
-use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::{to_bytes, ClientHello, EventKind, Inbound, Outbound};
@@ -134,27 +133,11 @@ fn reject(id: Option<&str>, message: impl Into<String>) -> Inbound {
     ))
 }
 
-#[derive(Deserialize)]
-struct Envelope {
-    #[serde(rename = "type", default)]
-    kind: Option<String>,
-    #[serde(default)]
-    id: Option<Value>,
-    #[serde(default)]
-    event: Option<Inner>,
-}
-
-#[derive(Deserialize)]
-struct Inner {
-    #[serde(rename = "type", default)]
-    kind: Option<String>,
-}
-
 pub fn outbound(line: &[u8]) -> Option<Outbound> {
     if let Some(kind) = leading_event_type(line) {
         return Some(Outbound::Event(event_kind(Some(kind))));
     }
-    let envelope: Envelope = super::envelope(line)?;
+    let envelope = super::envelope(line)?;
     let kind = envelope.kind?;
     Some(match kind.as_str() {
         "response" | "protocol_error" => match envelope.id {
@@ -164,8 +147,8 @@ pub fn outbound(line: &[u8]) -> Option<Outbound> {
         "ready" => Outbound::Drop("the child's ready"),
         "invalid_framing" => Outbound::Drop("the child refused a record's framing"),
         "session_event" => {
-            let kind = envelope.event.and_then(|e| e.kind);
-            Outbound::Event(event_kind(kind.as_deref()))
+            let event = envelope.event.unwrap_or_default();
+            Outbound::Event(event_kind(event.get("type").and_then(Value::as_str)))
         }
         _ => Outbound::Event(EventKind::Other),
     })
@@ -183,10 +166,8 @@ fn event_kind(kind: Option<&str>) -> EventKind {
 /// `{"version":1,"sequence":N,"type":"session_event","event":{"type":"name",`,
 /// without parsing the rest (see `leading_type` in the parent module).
 fn leading_event_type(line: &[u8]) -> Option<&str> {
-    let rest = super::trim(line).strip_prefix(VERSION_PREFIX)?;
-    let rest = rest.strip_prefix(br#""sequence":"#)?;
-    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
-    let rest = rest[digits..].strip_prefix(br#","type":"session_event","event":{"type":""#)?;
+    let rest = after_sequence(super::trim(line))?;
+    let rest = rest.strip_prefix(br#""type":"session_event","event":{"type":""#)?;
     super::type_name(rest)
 }
 
@@ -234,33 +215,35 @@ pub fn stamp(frame: &[u8], sequence: u64) -> Bytes {
 }
 
 /// A child's event line for the ring: its `sequence` removed (each client
-/// gets its own) and the project's `seq` added.
+/// gets its own) and the project's `seq` added, in one copy when the child
+/// wrote `{"version":1,"sequence":N,…}` as it does.
 pub fn event_bytes(line: &[u8], seq: u64) -> Option<Bytes> {
     let line = super::trim(line);
-    let unstamped = match strip_sequence(line) {
-        Some(bytes) => bytes,
-        None => match serde_json::from_slice::<Value>(line) {
-            Ok(Value::Object(frame)) => unstamped(frame).to_vec(),
-            _ => return None,
-        },
+    let Some(body) = after_sequence(line).and_then(|rest| rest.strip_suffix(b"}")) else {
+        return match serde_json::from_slice::<Value>(line) {
+            Ok(Value::Object(frame)) => super::zut::stamp_seq(&unstamped(frame), seq),
+            _ => None,
+        };
     };
-    super::zut::stamp_seq(&unstamped, seq)
+    let seq = seq.to_string();
+    let mut out = Vec::with_capacity(line.len() + seq.len() + 8);
+    out.extend_from_slice(VERSION_PREFIX);
+    out.extend_from_slice(body);
+    out.extend_from_slice(b",\"seq\":");
+    out.extend_from_slice(seq.as_bytes());
+    out.push(b'}');
+    Some(Bytes::from(out))
 }
 
-/// The fast path of [`event_bytes`]: the child writes
-/// `{"version":1,"sequence":N,…`; cut `"sequence":N,` out.
-fn strip_sequence(line: &[u8]) -> Option<Vec<u8>> {
+/// What follows `{"version":1,"sequence":N,` in a line the child wrote.
+fn after_sequence(line: &[u8]) -> Option<&[u8]> {
     let rest = line.strip_prefix(VERSION_PREFIX)?;
     let rest = rest.strip_prefix(b"\"sequence\":")?;
     let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
-    let rest = rest[digits..].strip_prefix(b",")?;
     if digits == 0 {
         return None;
     }
-    let mut out = Vec::with_capacity(line.len());
-    out.extend_from_slice(VERSION_PREFIX);
-    out.extend_from_slice(rest);
-    Some(out)
+    rest[digits..].strip_prefix(b",")
 }
 
 fn build(fields: Value) -> Bytes {

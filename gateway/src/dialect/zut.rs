@@ -4,7 +4,6 @@
 //! child wrote it, adding `"seq"` last.
 
 use bytes::Bytes;
-use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::{to_bytes, trim, ClientHello};
@@ -59,20 +58,12 @@ pub fn inbound(frame: &Map<String, Value>, observer: bool) -> Inbound {
     }
 }
 
-#[derive(Deserialize)]
-struct Envelope {
-    #[serde(rename = "type", default)]
-    kind: Option<String>,
-    #[serde(default)]
-    id: Option<Value>,
-}
-
 pub fn outbound(line: &[u8]) -> Option<Outbound> {
     match super::leading_type(line) {
         Some("response") | None => {}
         Some(kind) => return Some(Outbound::Event(event_kind(kind))),
     }
-    let envelope: Envelope = super::envelope(line)?;
+    let envelope = super::envelope(line)?;
     Some(match envelope.kind?.as_str() {
         "response" => match envelope.id {
             Some(Value::String(id)) => Outbound::Reply { id, last: true },

@@ -392,31 +392,39 @@ impl Hub {
         state: Value,
     ) -> Vec<Bytes> {
         let gateway = self.gateway_info(client, waiting.role, gap);
-        let hello = waiting.hello.as_ref();
+        let mut frames = match self.settings.dialect {
+            Dialect::Zut => Vec::new(),
+            Dialect::Letscode => vec![letscode::ready(&self.hello, gateway)],
+            Dialect::Zi => vec![zi::ready(state, gateway)],
+        };
+        if let Some(id) = &waiting.hello {
+            frames.extend(self.hello_answer(client, waiting.role, id.as_ref(), gap));
+        }
+        frames
+    }
+
+    /// The answer to a client's hello (`id` is its id), in its dialect.
+    pub(super) fn hello_answer(
+        &self,
+        client: u64,
+        role: Role,
+        id: Option<&Value>,
+        gap: bool,
+    ) -> Vec<Bytes> {
         match self.settings.dialect {
-            Dialect::Zut => hello
-                .map(|id| {
-                    let data = self.hello_data(client, waiting.role, gap);
-                    zut::response(id.as_ref(), Some("hello"), Ok(Some(data)))
-                })
-                .into_iter()
-                .collect(),
-            Dialect::Letscode => {
-                let mut frames = vec![letscode::ready(&self.hello, gateway)];
-                if let Some(id) = hello {
-                    frames.push(letscode::ack(id.as_ref()));
-                    frames.push(letscode::done(id.as_ref()));
-                }
-                frames
+            Dialect::Zut => {
+                let data = self.hello_data(client, role, gap);
+                vec![zut::response(id, Some("hello"), Ok(Some(data)))]
             }
+            Dialect::Letscode => vec![letscode::ack(id), letscode::done(id)],
             Dialect::Zi => {
-                let mut frames = vec![zi::ready(state, gateway.clone())];
-                if let Some(id) = hello {
-                    let id = id.clone().unwrap_or(Value::Null);
-                    let result = json!({ "gateway": gateway });
-                    frames.push(zi::ok(&id, "connection.hello", result));
-                }
-                frames
+                let gateway = self.gateway_info(client, role, gap);
+                let id = id.cloned().unwrap_or(Value::Null);
+                vec![zi::ok(
+                    &id,
+                    "connection.hello",
+                    json!({ "gateway": gateway }),
+                )]
             }
         }
     }

@@ -240,6 +240,7 @@ impl ClientFeed {
                 }
             };
             let mut out = Vec::new();
+            let before = self.cursor;
             for event in events {
                 if let Some(close) = self.release(event.seq - 1, &mut out) {
                     return close_after(&mut self.held, out, close);
@@ -252,7 +253,9 @@ impl ClientFeed {
             if let Some(close) = self.release(self.cursor, &mut out) {
                 return close_after(&mut self.held, out, close);
             }
-            self.track_lag();
+            if self.cursor != before || !out.is_empty() {
+                self.track_lag();
+            }
             if !out.is_empty() {
                 return Delivery::Frames(out);
             }

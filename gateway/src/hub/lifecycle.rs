@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use super::actor::Hub;
 use super::{AttachError, ChildState, LastExit, StopReason};
-use crate::dialect::Dialect;
+use crate::dialect::{Dialect, Inbound};
 use crate::supervisor::backoff::{self, Decision};
 use crate::supervisor::handshake;
 use crate::supervisor::{ChildOutput, ChildProcess, ExitInfo, SpawnSpec};
@@ -81,12 +81,13 @@ impl Hub {
                 let pending: Vec<_> = self.waiting_requests.drain(..).collect();
                 let dialect = self.settings.dialect;
                 for (client, frame) in pending {
-                    let command = ["type", "cmd", "method"]
-                        .iter()
-                        .find_map(|key| frame.get(*key).and_then(Value::as_str))
-                        .unwrap_or_default();
+                    // Only requests for the child wait for it.
+                    let command = match dialect.inbound(&frame, false) {
+                        Inbound::Forward { command, .. } => command,
+                        _ => String::new(),
+                    };
                     let error = format!("the agent failed to start: {error}");
-                    let reply = dialect.request_failed(frame.get("id"), command, false, &error);
+                    let reply = dialect.request_failed(frame.get("id"), &command, false, &error);
                     self.unicast(client, reply);
                 }
                 if elsewhere {

@@ -17,7 +17,7 @@ use super::ids::Pending;
 use super::ring::Frame;
 use super::ChildState;
 use crate::auth::Role;
-use crate::dialect::{letscode, to_bytes, zi, zut, Dialect, EventKind, Inbound, Outbound};
+use crate::dialect::{letscode, to_bytes, zi, Dialect, EventKind, Inbound, Outbound};
 use crate::metrics::Direction;
 use crate::supervisor::ChildOutput;
 
@@ -90,22 +90,9 @@ impl Hub {
             self.close_client(client, CLOSE_PROTOCOL, "protocol version mismatch");
             return;
         }
-        let reply = match self.settings.dialect {
-            Dialect::Zut => {
-                let data = self.hello_data(client, role, false);
-                zut::response(id.as_ref(), Some("hello"), Ok(Some(data)))
-            }
-            Dialect::Letscode => {
-                self.unicast(client, letscode::ack(id.as_ref()));
-                letscode::done(id.as_ref())
-            }
-            Dialect::Zi => {
-                let gateway = self.gateway_info(client, role, false);
-                let id = id.unwrap_or(Value::Null);
-                zi::ok(&id, "connection.hello", json!({ "gateway": gateway }))
-            }
-        };
-        self.unicast(client, reply);
+        for reply in self.hello_answer(client, role, id.as_ref(), false) {
+            self.unicast(client, reply);
+        }
     }
 
     /// Sends a request to the child under a gateway id (or holds it until
