@@ -1,4 +1,5 @@
-//! Command-line interface: `corral-agent rpc` and `corral-agent run`.
+//! Command-line interface: `corral-agent rpc`, `corral-agent run` and
+//! `corral-agent sandbox-probe`.
 
 use std::path::PathBuf;
 
@@ -10,7 +11,9 @@ use corral_protocol::zut::ReasoningLevel;
 #[command(
     name = "corral-agent",
     version,
-    about = "A coding agent that speaks zut RPC v1 on stdio"
+    about = "A coding agent on stdio: zut RPC v1 (default), letscode-rpc/1 or Zi RPC v1 (--dialect)",
+    after_help = "Exit codes: 75 = the session journal is in use by another agent process; \
+                  78 = the sandbox is unavailable on this host (the reason is on stderr)."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -45,6 +48,35 @@ pub enum Mode {
         /// The prompt.
         prompt: String,
     },
+    /// Enter the sandbox in a throwaway process tree rooted at the current
+    /// directory, check it holds, and print
+    /// {"sandbox":"ok","landlock_abi":N,"scoped":BOOL}; exit 78 with the
+    /// reason on stderr when it is unavailable.
+    SandboxProbe {
+        /// A path made empty inside (repeatable).
+        #[arg(long = "sandbox-hide", value_name = "PATH")]
+        sandbox_hide: Vec<PathBuf>,
+        /// Also check that tool commands can be cut off the network.
+        #[arg(long, value_enum, default_value_t = ToolNetwork::On)]
+        tool_network: ToolNetwork,
+    },
+}
+
+impl Mode {
+    /// The agent flags of `rpc` and `run`.
+    pub fn agent_args(&self) -> Option<&AgentArgs> {
+        match self {
+            Mode::Rpc { agent, .. } | Mode::Run { agent, .. } => Some(agent),
+            Mode::SandboxProbe { .. } => None,
+        }
+    }
+}
+
+/// Whether tool commands may use the network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ToolNetwork {
+    On,
+    Off,
 }
 
 /// The RPC dialects the child speaks.
@@ -98,4 +130,79 @@ pub struct AgentArgs {
     /// Session journal (JSONL): loaded at start, appended on every change.
     #[arg(long, value_name = "FILE")]
     pub session: Option<PathBuf>,
+    /// Confine the agent and its tools to the project (Landlock + user,
+    /// mount, pid and ipc namespaces): writes only in the project and a
+    /// private /tmp, no view of other processes. Off unless given.
+    #[arg(long)]
+    pub sandbox: bool,
+    /// With --sandbox: a path made empty and unreadable inside (repeatable).
+    /// The directory of --session is hidden too.
+    #[arg(long = "sandbox-hide", value_name = "PATH", requires = "sandbox")]
+    pub sandbox_hide: Vec<PathBuf>,
+    /// Network for tool commands; off (needs --sandbox) runs each command
+    /// in an empty network namespace. The agent's model calls keep the network.
+    #[arg(long, value_enum, default_value_t = ToolNetwork::On, requires_if("off", "sandbox"))]
+    pub tool_network: ToolNetwork,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("corral-agent").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn sandbox_flags_parse_and_default_off() {
+        let cli = parse(&["rpc"]).unwrap();
+        let args = cli.mode.agent_args().unwrap();
+        assert!(!args.sandbox);
+        assert_eq!(args.tool_network, ToolNetwork::On);
+        let cli = parse(&[
+            "run",
+            "--sandbox",
+            "--sandbox-hide",
+            "/a",
+            "--sandbox-hide",
+            "b",
+            "--tool-network",
+            "off",
+            "hi",
+        ])
+        .unwrap();
+        let args = cli.mode.agent_args().unwrap();
+        assert!(args.sandbox);
+        assert_eq!(args.sandbox_hide, [PathBuf::from("/a"), PathBuf::from("b")]);
+        assert_eq!(args.tool_network, ToolNetwork::Off);
+    }
+
+    #[test]
+    fn tool_network_off_and_hides_need_the_sandbox() {
+        let err = parse(&["rpc", "--tool-network", "off"]).unwrap_err();
+        assert!(err.to_string().contains("--sandbox"), "{err}");
+        assert!(parse(&["rpc", "--tool-network", "on"]).is_ok());
+        assert!(parse(&["rpc", "--sandbox-hide", "/x"]).is_err());
+    }
+
+    #[test]
+    fn the_probe_takes_hides_and_tool_network() {
+        let cli = parse(&[
+            "sandbox-probe",
+            "--sandbox-hide",
+            "/s",
+            "--tool-network",
+            "off",
+        ])
+        .unwrap();
+        let Mode::SandboxProbe {
+            sandbox_hide,
+            tool_network,
+        } = cli.mode
+        else {
+            panic!("not the probe");
+        };
+        assert_eq!(sandbox_hide, [PathBuf::from("/s")]);
+        assert_eq!(tool_network, ToolNetwork::Off);
+    }
 }

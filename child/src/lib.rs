@@ -1,11 +1,13 @@
 //! corral-agent: a coding agent (providers, tools, agent loop, compaction,
-//! session journal) behind stdio RPC front-ends.
+//! session journal) behind stdio RPC front-ends, optionally inside its own
+//! sandbox.
 
 pub mod agent;
 pub mod cli;
 pub mod prompt;
 pub mod provider;
 pub mod rpc;
+pub mod sandbox;
 pub mod setup;
 pub mod tools;
 pub mod transcript;

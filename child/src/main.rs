@@ -1,7 +1,11 @@
-//! `corral-agent`: `rpc` serves zut RPC v1 on stdio; `run` answers one prompt.
+//! `corral-agent`: `rpc` serves an RPC dialect on stdio; `run` answers one
+//! prompt; `sandbox-probe` checks the sandbox works on this host.
 //!
 //! stdout belongs to the protocol (or, in `run`, to the reply text); logs go
-//! to stderr, filtered by `CORRAL_LOG` (default `warn`).
+//! to stderr, filtered by `CORRAL_LOG` (default `warn`). Start order: the
+//! process becomes undumpable, the session journal is opened and locked,
+//! the sandbox is entered (with `--sandbox`), and only then does the async
+//! runtime, and so any thread, start.
 
 use std::io::Write as _;
 use std::process::ExitCode;
@@ -9,18 +13,39 @@ use std::time::Duration;
 
 use clap::Parser;
 use corral_agent::agent::{Agent, AgentEvent, Output, RunKind, RunRequest};
-use corral_agent::cli::{AgentArgs, Cli, Dialect, Mode};
+use corral_agent::cli::{AgentArgs, Cli, Dialect, Mode, ToolNetwork};
 use corral_agent::rpc::{self, TransportOptions};
-use corral_agent::setup;
+use corral_agent::sandbox::{self, SandboxConfig, ToolConfinement};
+use corral_agent::setup::{self, Prepared, SetupError};
 use tokio::sync::mpsc;
 
 fn main() -> ExitCode {
+    // First of all: no process of this uid, tools included, may ptrace this
+    // one or read its memory or /proc/<pid>/environ (which keeps the token
+    // and API keys even after remove_var).
+    if let Err(e) = sandbox::make_undumpable() {
+        eprintln!("corral-agent: cannot make the process undumpable: {e}");
+    }
     // Read the RPC token and remove it from the environment before any
     // thread or tool process exists, so nothing the agent runs inherits it.
     let token = std::env::var("ZUTCORE_RPC_TOKEN").ok();
     std::env::remove_var("ZUTCORE_RPC_TOKEN");
-    let cli = Cli::parse_from(mode_flag_as_subcommand(std::env::args_os().collect()));
+    let mut cli = Cli::parse_from(mode_flag_as_subcommand(std::env::args_os().collect()));
     init_logging();
+    let prepared = match &mut cli.mode {
+        Mode::SandboxProbe {
+            sandbox_hide,
+            tool_network,
+        } => {
+            let code = sandbox::probe(sandbox_hide, *tool_network == ToolNetwork::On);
+            let _ = std::io::stdout().flush();
+            std::process::exit(i32::from(code));
+        }
+        Mode::Rpc { agent, .. } | Mode::Run { agent, .. } => match prepare(agent) {
+            Ok(prepared) => prepared,
+            Err(code) => return ExitCode::from(code),
+        },
+    };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -45,15 +70,54 @@ fn main() -> ExitCode {
                     eof_grace: Duration::from_secs(eof_grace),
                     max_in_flight: max_in_flight.max(1),
                 };
-                rpc_mode(&agent, dialect, token, transport).await
+                rpc_mode(&agent, prepared, dialect, token, transport).await
             }
-            Mode::Run { agent, prompt } => run_mode(&agent, prompt).await,
+            Mode::Run { agent, prompt } => run_mode(&agent, prepared, prompt).await,
+            Mode::SandboxProbe { .. } => unreachable!("the probe exits before the runtime starts"),
         }
     });
     // Exit directly: the runtime would otherwise wait for the blocking
     // stdin reader, which only returns when the peer writes or closes.
     let _ = std::io::stdout().flush();
     std::process::exit(i32::from(code));
+}
+
+/// Opens the session journal and, with `--sandbox`, enters the sandbox:
+/// both before any thread exists. With the sandbox, `args.cwd` becomes the
+/// resolved project directory. On failure the reason is printed and the
+/// exit code returned.
+fn prepare(args: &mut AgentArgs) -> Result<Prepared, u8> {
+    let setup_failed = |e: SetupError| {
+        eprintln!("corral-agent: {e}");
+        e.exit_code()
+    };
+    let sandbox_failed = |e: sandbox::SandboxError| {
+        eprintln!("corral-agent: {e}");
+        sandbox::EXIT_SANDBOX_UNAVAILABLE
+    };
+    let journal = setup::open_journal(args).map_err(setup_failed)?;
+    if !args.sandbox {
+        return Ok(Prepared {
+            journal,
+            tool_confinement: ToolConfinement::none(),
+        });
+    }
+    let project = setup::resolve_cwd(args.cwd.as_deref()).map_err(setup_failed)?;
+    let mut hide = args.sandbox_hide.clone();
+    if let Some(path) = journal
+        .as_ref()
+        .and_then(|(j, _)| j.path().canonicalize().ok())
+    {
+        hide.push(sandbox::session_hide(&path, &project));
+    }
+    let config = SandboxConfig::new(&project, &hide, args.tool_network == ToolNetwork::On)
+        .map_err(sandbox_failed)?;
+    let confined = sandbox::enter(&config).map_err(sandbox_failed)?;
+    args.cwd = Some(config.project().to_path_buf());
+    Ok(Prepared {
+        journal,
+        tool_confinement: confined.tools,
+    })
 }
 
 /// letscode compatibility: `corral-agent --mode rpc …` (letscode's own
@@ -89,11 +153,12 @@ fn init_logging() {
 
 async fn rpc_mode(
     args: &AgentArgs,
+    prepared: Prepared,
     dialect: Dialect,
     token: Option<String>,
     transport: TransportOptions,
 ) -> u8 {
-    let setup = match setup::build(args) {
+    let setup = match setup::build(args, prepared) {
         Ok(setup) => setup,
         Err(e) => {
             eprintln!("corral-agent: {e}");
@@ -107,8 +172,8 @@ async fn rpc_mode(
     }
 }
 
-async fn run_mode(args: &AgentArgs, prompt: String) -> u8 {
-    let setup = match setup::build(args) {
+async fn run_mode(args: &AgentArgs, prepared: Prepared, prompt: String) -> u8 {
+    let setup = match setup::build(args, prepared) {
         Ok(setup) => setup,
         Err(e) => {
             eprintln!("corral-agent: {e}");

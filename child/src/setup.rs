@@ -14,7 +14,9 @@ use crate::agent::{Session, Settings};
 use crate::cli::AgentArgs;
 use crate::prompt::{system_prompt, PromptOptions};
 use crate::provider::{self, catalogue, Provider};
+use crate::sandbox::ToolConfinement;
 use crate::tools::ToolSet;
+use crate::transcript::Message;
 
 /// Everything needed to start an agent.
 pub struct Setup {
@@ -24,6 +26,24 @@ pub struct Setup {
     pub session: Session,
     /// A custom base URL serves models the catalogue does not know.
     pub allow_unknown_models: bool,
+}
+
+/// What `main` opens before the sandbox closes, handed to [`build`].
+#[derive(Debug, Default)]
+pub struct Prepared {
+    /// The session journal, opened and locked, with the transcript it holds.
+    pub journal: Option<(Journal, Vec<Message>)>,
+    /// What tool commands give up (nothing when the sandbox is off).
+    pub tool_confinement: ToolConfinement,
+}
+
+/// Opens (and locks) the `--session` journal, if any. Runs before the
+/// sandbox, which hides the journal's directory.
+pub fn open_journal(args: &AgentArgs) -> Result<Option<(Journal, Vec<Message>)>, SetupError> {
+    match &args.session {
+        Some(path) => Ok(Some(Journal::open(path)?)),
+        None => Ok(None),
+    }
 }
 
 /// Why the agent cannot start.
@@ -68,7 +88,7 @@ impl SetupError {
     }
 }
 
-pub fn build(args: &AgentArgs) -> Result<Setup, SetupError> {
+pub fn build(args: &AgentArgs, prepared: Prepared) -> Result<Setup, SetupError> {
     let cwd = resolve_cwd(args.cwd.as_deref())?;
     let env_prefix = match args.provider.as_str() {
         "openai" => Some("OPENAI"),
@@ -117,8 +137,7 @@ pub fn build(args: &AgentArgs) -> Result<Setup, SetupError> {
     let system_prompt = system_prompt(&cwd, &tools.names(), &prompt_options);
 
     let mut session = Session::new(model, args.reasoning);
-    if let Some(path) = &args.session {
-        let (journal, messages) = Journal::open(path)?;
+    if let Some((journal, messages)) = prepared.journal {
         session = session.with_journal(journal, messages);
     }
     Ok(Setup {
@@ -128,13 +147,15 @@ pub fn build(args: &AgentArgs) -> Result<Setup, SetupError> {
             cwd,
             system_prompt,
             max_steps: args.max_steps.max(1),
+            tool_confinement: prepared.tool_confinement,
         },
         session,
         allow_unknown_models,
     })
 }
 
-fn resolve_cwd(flag: Option<&Path>) -> Result<PathBuf, SetupError> {
+/// The working directory: `--cwd` or the current directory, canonical.
+pub fn resolve_cwd(flag: Option<&Path>) -> Result<PathBuf, SetupError> {
     let path = match flag {
         Some(path) => path.to_path_buf(),
         None => std::env::current_dir().map_err(|source| SetupError::Cwd {

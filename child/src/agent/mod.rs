@@ -28,6 +28,7 @@ pub use event::AgentEvent;
 pub use session::Session;
 
 use crate::provider::Provider;
+use crate::sandbox::ToolConfinement;
 use crate::tools::ToolSet;
 use crate::transcript::Block;
 
@@ -43,6 +44,8 @@ pub struct Settings {
     pub system_prompt: String,
     /// Model calls one prompt may make before it is stopped.
     pub max_steps: u32,
+    /// What tool commands give up when the agent is sandboxed.
+    pub tool_confinement: ToolConfinement,
 }
 
 /// What goes to the front-end's writer, in order.

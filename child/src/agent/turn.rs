@@ -198,6 +198,7 @@ async fn execute_tool(ctx: &RunCtx<'_>, id: &str, name: &str, args: Value) -> To
     let (progress, mut lines) = mpsc::unbounded_channel();
     let tool_ctx = ToolContext {
         cwd: ctx.shared.settings.cwd.clone(),
+        confinement: ctx.shared.settings.tool_confinement,
         cancel: ctx.cancel.child_token(),
         progress,
     };

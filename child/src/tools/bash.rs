@@ -7,7 +7,6 @@
 
 use std::io;
 use std::os::unix::process::ExitStatusExt;
-use std::path::Path;
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
@@ -181,10 +180,8 @@ struct Running {
 
 impl Running {
     fn start(command: &str, ctx: &ToolContext) -> io::Result<Running> {
-        let mut child = match shell("bash", command, &ctx.cwd).spawn() {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                shell("sh", command, &ctx.cwd).spawn()?
-            }
+        let mut child = match shell("bash", command, ctx).spawn() {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => shell("sh", command, ctx).spawn()?,
             spawned => spawned?,
         };
         // `process_group(0)` makes the shell the leader of a group whose id
@@ -239,16 +236,19 @@ impl Running {
     }
 }
 
-fn shell(program: &str, command: &str, cwd: &Path) -> Command {
+/// `program -c command` in the tool's working directory, confined as the
+/// context says.
+fn shell(program: &str, command: &str, ctx: &ToolContext) -> Command {
     let mut cmd = Command::new(program);
     cmd.arg("-c")
         .arg(command)
-        .current_dir(cwd)
+        .current_dir(&ctx.cwd)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
+    ctx.confinement.apply(&mut cmd);
     cmd
 }
 

@@ -25,6 +25,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::provider::ToolSpec;
+use crate::sandbox::ToolConfinement;
 use crate::transcript::Block;
 
 pub use args::{ArgError, Args};
@@ -48,6 +49,8 @@ pub const ALL_TOOL_NAMES: [&str; 8] = [
 pub struct ToolContext {
     /// The agent's working directory; relative paths resolve against it.
     pub cwd: PathBuf,
+    /// What commands started by the tool give up (network, capabilities).
+    pub confinement: ToolConfinement,
     /// Cancelled on abort: the tool must stop promptly (and kill any
     /// process group it started).
     pub cancel: CancellationToken,
@@ -242,6 +245,7 @@ pub(crate) mod test_support {
         let (progress, rx) = mpsc::unbounded_channel();
         let ctx = ToolContext {
             cwd: cwd.to_path_buf(),
+            confinement: ToolConfinement::none(),
             cancel: CancellationToken::new(),
             progress,
         };

@@ -1,0 +1,244 @@
+//! The agent's sandbox, entered by the agent itself before any thread
+//! exists: user, mount, pid and ipc namespaces; a private `/proc`, `/tmp`
+//! and `/dev/shm`; hidden paths; Landlock over the whole file system (writes
+//! only in the project and the scratch directories); no new privileges.
+//! [`enter`] returns in the confined agent process only.
+
+mod error;
+mod mounts;
+mod namespaces;
+mod plan;
+mod probe;
+mod ruleset;
+mod sys;
+mod tool;
+mod tree;
+
+use std::path::{Path, PathBuf};
+
+pub use error::SandboxError;
+pub use probe::probe;
+pub use tool::ToolConfinement;
+
+use plan::{Hide, HideKind, MountPlan, RulePlan, DEVICES};
+
+/// Exit code when the sandbox cannot be entered (`EX_CONFIG`).
+pub const EXIT_SANDBOX_UNAVAILABLE: u8 = 78;
+
+/// Test hook: `landlock` or `userns` makes the sandbox fail as if that
+/// feature were missing. It can only ever make things fail.
+pub const SIMULATE_MISSING_VAR: &str = "CORRAL_SANDBOX_SIMULATE_MISSING";
+
+/// A kernel feature the test hook pretends is missing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Missing {
+    Landlock,
+    UserNamespace,
+}
+
+impl Missing {
+    /// The value of [`SIMULATE_MISSING_VAR`], if it names a feature.
+    pub fn parse(value: &str) -> Option<Missing> {
+        match value.trim() {
+            "landlock" => Some(Missing::Landlock),
+            "userns" => Some(Missing::UserNamespace),
+            _ => None,
+        }
+    }
+
+    fn from_env() -> Option<Missing> {
+        std::env::var(SIMULATE_MISSING_VAR)
+            .ok()
+            .and_then(|v| Missing::parse(&v))
+    }
+}
+
+/// What the sandbox is entered with.
+#[derive(Clone, Debug)]
+pub struct SandboxConfig {
+    /// The canonical project directory: readable and writable inside.
+    project: PathBuf,
+    /// Existing paths to hide, canonical.
+    hides: Vec<Hide>,
+    /// Whether tool commands keep the network.
+    tool_network: bool,
+    /// The feature the test hook pretends is missing.
+    simulate: Option<Missing>,
+}
+
+impl SandboxConfig {
+    /// Resolves `project` and the `hide` paths (relative ones against the
+    /// current directory; those that do not exist need no hiding).
+    pub fn new(
+        project: &Path,
+        hide: &[PathBuf],
+        tool_network: bool,
+    ) -> Result<SandboxConfig, SandboxError> {
+        let project = project
+            .canonicalize()
+            .map_err(|source| SandboxError::Project {
+                path: project.to_path_buf(),
+                source,
+            })?;
+        if project == Path::new("/") {
+            return Err(SandboxError::RootProject);
+        }
+        let hides = hide
+            .iter()
+            .filter_map(|path| {
+                let path = path.canonicalize().ok()?;
+                let kind = match path.is_dir() {
+                    true => HideKind::Directory,
+                    false => HideKind::File,
+                };
+                Some(Hide { path, kind })
+            })
+            .collect();
+        Ok(SandboxConfig {
+            project,
+            hides,
+            tool_network,
+            simulate: Missing::from_env(),
+        })
+    }
+
+    pub fn project(&self) -> &Path {
+        &self.project
+    }
+}
+
+/// What the agent got from [`enter`].
+#[derive(Clone, Copy, Debug)]
+pub struct Confined {
+    /// The Landlock ABI in force.
+    pub landlock_abi: u32,
+    /// Whether signals and abstract unix sockets are scoped to the sandbox.
+    pub scoped: bool,
+    /// What each tool command gives up on top.
+    pub tools: ToolConfinement,
+}
+
+/// Enters the sandbox. Must run before any thread exists. Returns in the
+/// agent (pid 2 of the new pid namespace); the calling process becomes
+/// outer and init's failures end it with [`EXIT_SANDBOX_UNAVAILABLE`].
+pub fn enter(config: &SandboxConfig) -> Result<Confined, SandboxError> {
+    std::env::set_current_dir(&config.project).map_err(|source| SandboxError::Project {
+        path: config.project.clone(),
+        source,
+    })?;
+    let scratch: Vec<PathBuf> = ["/tmp", "/dev/shm"]
+        .iter()
+        .filter_map(|dir| Path::new(dir).canonicalize().ok())
+        .filter(|dir| dir.is_dir())
+        .collect();
+    let mounts = MountPlan::new(&config.project, &scratch, &config.hides);
+    namespaces::enter(config.simulate == Some(Missing::UserNamespace))?;
+    tree::start(|| {
+        mounts::apply(&mounts)?;
+        // From now on the working directory is the exposed project.
+        std::env::set_current_dir(&config.project).map_err(|source| SandboxError::Project {
+            path: config.project.clone(),
+            source,
+        })?;
+        let mut writable = vec![config.project.clone()];
+        writable.extend(scratch.iter().cloned());
+        let rules = RulePlan::new(&top_level_entries(), &existing_devices(), &writable);
+        let _ = nix::sys::prctl::set_no_new_privs();
+        let enforced = ruleset::restrict(&rules, config.simulate == Some(Missing::Landlock))?;
+        Ok(Confined {
+            landlock_abi: enforced.abi,
+            scoped: enforced.scoped,
+            tools: ToolConfinement::sandboxed(config.tool_network),
+        })
+    })
+}
+
+/// Names in `/`.
+fn top_level_entries() -> Vec<String> {
+    std::fs::read_dir("/")
+        .map(|dir| {
+            dir.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The [`DEVICES`] that exist.
+fn existing_devices() -> Vec<&'static str> {
+    DEVICES
+        .into_iter()
+        .filter(|d| Path::new(d).exists())
+        .collect()
+}
+
+/// What to hide for a session journal at `journal`: its directory, unless
+/// that directory is the project or holds it (then only the file). Both
+/// paths canonical.
+pub fn session_hide(journal: &Path, project: &Path) -> PathBuf {
+    match journal.parent() {
+        Some(dir) if !project.starts_with(dir) => dir.to_path_buf(),
+        _ => journal.to_path_buf(),
+    }
+}
+
+/// Forbids core dumps, ptrace attach and reading `/proc/<pid>/{environ,mem}`
+/// of this process by its own uid (and so by its tools).
+pub fn make_undumpable() -> Result<(), nix::errno::Errno> {
+    nix::sys::prctl::set_dumpable(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_simulation_hook_names_two_features() {
+        assert_eq!(Missing::parse("landlock"), Some(Missing::Landlock));
+        assert_eq!(Missing::parse("userns\n"), Some(Missing::UserNamespace));
+        assert_eq!(Missing::parse(""), None);
+        assert_eq!(Missing::parse("seccomp"), None);
+    }
+
+    #[test]
+    fn the_journal_directory_is_hidden_unless_it_holds_the_project() {
+        let p = Path::new("/srv/p");
+        assert_eq!(
+            session_hide(Path::new("/var/lib/corral/sessions/p.jsonl"), p),
+            PathBuf::from("/var/lib/corral/sessions")
+        );
+        assert_eq!(
+            session_hide(Path::new("/srv/p/session.jsonl"), p),
+            PathBuf::from("/srv/p/session.jsonl")
+        );
+        assert_eq!(
+            session_hide(Path::new("/srv/s.jsonl"), p),
+            PathBuf::from("/srv/s.jsonl")
+        );
+        assert_eq!(
+            session_hide(Path::new("/srv/p/.corral/s.jsonl"), p),
+            PathBuf::from("/srv/p/.corral")
+        );
+    }
+
+    #[test]
+    fn the_root_directory_is_refused_as_a_project() {
+        let err = SandboxConfig::new(Path::new("/"), &[], true).unwrap_err();
+        assert!(matches!(err, SandboxError::RootProject), "{err}");
+    }
+
+    #[test]
+    fn missing_hides_are_dropped_and_kinds_recorded() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("f");
+        std::fs::write(&file, "x").unwrap();
+        let hides = [
+            dir.path().join("gone"),
+            file.clone(),
+            dir.path().to_path_buf(),
+        ];
+        let config = SandboxConfig::new(dir.path(), &hides, false).unwrap();
+        let kinds: Vec<HideKind> = config.hides.iter().map(|h| h.kind).collect();
+        assert_eq!(kinds, [HideKind::File, HideKind::Directory]);
+        assert!(!config.tool_network);
+    }
+}

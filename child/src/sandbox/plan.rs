@@ -1,0 +1,291 @@
+//! Pure planning of the sandbox's file-system view: which mounts init makes,
+//! in which order ([`MountPlan`]), and which paths get which Landlock rights
+//! ([`RulePlan`]). No I/O: the caller gathers the facts (canonical paths,
+//! what exists) and carries the plan out.
+
+use std::path::{Path, PathBuf};
+
+/// What a `--sandbox-hide` path is, as found on the host before any mount.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HideKind {
+    /// Covered by an empty tmpfs.
+    Directory,
+    /// Covered by a bind mount of `/dev/null`.
+    File,
+}
+
+/// A path to hide: canonical, and existing when the plan was made.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hide {
+    pub path: PathBuf,
+    pub kind: HideKind,
+}
+
+/// One mount init makes, in plan order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MountStep {
+    /// `/` becomes recursively private: nothing propagates to the host.
+    PrivateRoot,
+    /// A fresh `proc` on `/proc`: only this sandbox's processes.
+    Proc,
+    /// A fresh world-writable tmpfs (the private `/tmp`, `/dev/shm`).
+    Scratch(PathBuf),
+    /// An empty tmpfs over a hidden directory.
+    HideDirectory(PathBuf),
+    /// `/dev/null` bound over a hidden file.
+    HideFile(PathBuf),
+    /// The project directory bound back where a covering tmpfs hid it.
+    ExposeProject(PathBuf),
+}
+
+/// The mounts init makes, in order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MountPlan {
+    pub steps: Vec<MountStep>,
+}
+
+impl MountPlan {
+    /// Plans the view for `project` with the scratch directories that exist
+    /// (`/tmp`, `/dev/shm`) and the paths to hide. Paths must be canonical.
+    ///
+    /// A hide inside a directory already covered is skipped (it no longer
+    /// exists in that view), except inside the project: those are applied
+    /// after the project is exposed again, so the project's own hidden
+    /// parts stay hidden. A hide that covers the project (or is the
+    /// project) hides everything around it; the project is bound back.
+    pub fn new(project: &Path, scratch: &[PathBuf], hides: &[Hide]) -> MountPlan {
+        let mut steps = vec![MountStep::PrivateRoot, MountStep::Proc];
+        let mut covered: Vec<&Path> = Vec::new();
+        for dir in scratch {
+            steps.push(MountStep::Scratch(dir.clone()));
+            covered.push(dir);
+        }
+        let inside_project = |h: &&Hide| h.path != project && h.path.starts_with(project);
+        let (mut inner, mut outer): (Vec<&Hide>, Vec<&Hide>) =
+            hides.iter().partition(inside_project);
+        outer.sort_by_key(|h| h.path.components().count());
+        inner.sort_by_key(|h| h.path.components().count());
+        push_hides(&mut steps, &mut covered, &outer);
+        if covered.iter().any(|c| project.starts_with(c)) {
+            steps.push(MountStep::ExposeProject(project.to_path_buf()));
+        }
+        let mut covered_inside = Vec::new();
+        push_hides(&mut steps, &mut covered_inside, &inner);
+        MountPlan { steps }
+    }
+}
+
+/// Appends a step per hide not already under a covered directory.
+fn push_hides<'a>(steps: &mut Vec<MountStep>, covered: &mut Vec<&'a Path>, hides: &[&'a Hide]) {
+    for hide in hides {
+        if covered.iter().any(|c| hide.path.starts_with(c)) {
+            continue;
+        }
+        match hide.kind {
+            HideKind::Directory => {
+                steps.push(MountStep::HideDirectory(hide.path.clone()));
+                covered.push(&hide.path);
+            }
+            HideKind::File => steps.push(MountStep::HideFile(hide.path.clone())),
+        }
+    }
+}
+
+/// The kind of Landlock rights a path gets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Grant {
+    /// List directories (given on `/`, so it holds everywhere).
+    ListDirectories,
+    /// Read files and execute them.
+    ReadExecute,
+    /// Read and write an existing device file (no ioctl).
+    Device,
+    /// Everything but device creation and device ioctls.
+    Writable,
+}
+
+/// Device files tools may open for reading and writing.
+pub const DEVICES: [&str; 7] = [
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+    "/dev/tty",
+    "/dev/pts",
+];
+
+/// The Landlock rules: one grant per path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RulePlan {
+    pub rules: Vec<(PathBuf, Grant)>,
+}
+
+impl RulePlan {
+    /// Rules for a view whose root holds `top_level` entries (names),
+    /// where `devices` of [`DEVICES`] exist and `writable` are the project
+    /// and the scratch directories.
+    pub fn new(top_level: &[String], devices: &[&str], writable: &[PathBuf]) -> RulePlan {
+        let mut rules = vec![(PathBuf::from("/"), Grant::ListDirectories)];
+        let mut names: Vec<&String> = top_level.iter().filter(|n| n.as_str() != "dev").collect();
+        names.sort();
+        rules.extend(
+            names
+                .into_iter()
+                .map(|name| (Path::new("/").join(name), Grant::ReadExecute)),
+        );
+        rules.extend(
+            devices
+                .iter()
+                .filter(|d| DEVICES.contains(d))
+                .map(|d| (PathBuf::from(d), Grant::Device)),
+        );
+        rules.extend(writable.iter().map(|w| (w.clone(), Grant::Writable)));
+        RulePlan { rules }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir(path: &str) -> Hide {
+        Hide {
+            path: PathBuf::from(path),
+            kind: HideKind::Directory,
+        }
+    }
+
+    fn file(path: &str) -> Hide {
+        Hide {
+            path: PathBuf::from(path),
+            kind: HideKind::File,
+        }
+    }
+
+    fn scratch() -> Vec<PathBuf> {
+        vec![PathBuf::from("/tmp"), PathBuf::from("/dev/shm")]
+    }
+
+    fn after_scratch(plan: &MountPlan) -> &[MountStep] {
+        &plan.steps[4..]
+    }
+
+    #[test]
+    fn fixed_steps_come_first() {
+        let plan = MountPlan::new(Path::new("/srv/p"), &scratch(), &[]);
+        assert_eq!(
+            plan.steps,
+            vec![
+                MountStep::PrivateRoot,
+                MountStep::Proc,
+                MountStep::Scratch("/tmp".into()),
+                MountStep::Scratch("/dev/shm".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_project_under_a_hidden_root_is_exposed_again() {
+        let hides = [
+            dir("/srv/state"),
+            dir("/srv/projects"),
+            file("/etc/corral.toml"),
+        ];
+        let plan = MountPlan::new(Path::new("/srv/projects/a"), &scratch(), &hides);
+        assert_eq!(
+            after_scratch(&plan),
+            [
+                MountStep::HideDirectory("/srv/state".into()),
+                MountStep::HideDirectory("/srv/projects".into()),
+                MountStep::HideFile("/etc/corral.toml".into()),
+                MountStep::ExposeProject("/srv/projects/a".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_project_under_tmp_is_exposed_and_hides_inside_tmp_are_skipped() {
+        let hides = [dir("/tmp/x/journal"), file("/tmp/x/token")];
+        let plan = MountPlan::new(Path::new("/tmp/x/project"), &scratch(), &hides);
+        assert_eq!(
+            after_scratch(&plan),
+            [MountStep::ExposeProject("/tmp/x/project".into())]
+        );
+    }
+
+    #[test]
+    fn hides_inside_the_project_follow_its_exposure() {
+        let hides = [
+            dir("/tmp/p/.corral"),
+            dir("/tmp/p/.corral/sessions"),
+            file("/tmp/p/s.jsonl"),
+        ];
+        let plan = MountPlan::new(Path::new("/tmp/p"), &scratch(), &hides);
+        assert_eq!(
+            after_scratch(&plan),
+            [
+                MountStep::ExposeProject("/tmp/p".into()),
+                MountStep::HideDirectory("/tmp/p/.corral".into()),
+                MountStep::HideFile("/tmp/p/s.jsonl".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn nested_hides_are_covered_by_the_outermost_whatever_the_order() {
+        let hides = [dir("/srv/a/b"), dir("/srv/a"), file("/srv/a/b/c")];
+        let plan = MountPlan::new(Path::new("/home/p"), &scratch(), &hides);
+        assert_eq!(
+            after_scratch(&plan),
+            [MountStep::HideDirectory("/srv/a".into())]
+        );
+    }
+
+    #[test]
+    fn hiding_the_project_itself_leaves_the_project_visible() {
+        let hides = [dir("/srv/projects")];
+        let plan = MountPlan::new(Path::new("/srv/projects"), &scratch(), &hides);
+        assert_eq!(
+            after_scratch(&plan),
+            [
+                MountStep::HideDirectory("/srv/projects".into()),
+                MountStep::ExposeProject("/srv/projects".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_sibling_with_a_common_name_prefix_is_not_inside() {
+        let hides = [dir("/srv/projects-old")];
+        let plan = MountPlan::new(Path::new("/srv/projects"), &[], &hides);
+        assert_eq!(
+            &plan.steps[2..],
+            [MountStep::HideDirectory("/srv/projects-old".into())]
+        );
+    }
+
+    #[test]
+    fn rules_read_everything_but_dev_and_write_only_where_allowed() {
+        let top: Vec<String> = ["usr", "dev", "etc", "tmp", "proc"]
+            .map(String::from)
+            .to_vec();
+        let plan = RulePlan::new(
+            &top,
+            &["/dev/null", "/dev/urandom", "/dev/sda"],
+            &["/srv/p".into(), "/tmp".into()],
+        );
+        let expect: Vec<(PathBuf, Grant)> = vec![
+            ("/".into(), Grant::ListDirectories),
+            ("/etc".into(), Grant::ReadExecute),
+            ("/proc".into(), Grant::ReadExecute),
+            ("/tmp".into(), Grant::ReadExecute),
+            ("/usr".into(), Grant::ReadExecute),
+            ("/dev/null".into(), Grant::Device),
+            ("/dev/urandom".into(), Grant::Device),
+            ("/srv/p".into(), Grant::Writable),
+            ("/tmp".into(), Grant::Writable),
+        ];
+        assert_eq!(plan.rules, expect);
+    }
+}

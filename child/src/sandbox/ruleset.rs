@@ -1,0 +1,115 @@
+//! Landlock, applied by init to itself and so inherited by the agent and
+//! every tool: the rights of a [`RulePlan`] over every file-system right the
+//! running kernel knows, plus the abstract-socket and signal scopes (ABI 6+).
+//! Landlock also denies mount, umount and pivot_root, so nothing inside can
+//! uncover what the mounts hide.
+
+use landlock::{
+    Access, AccessFs, BitFlags, LandlockStatus, PathBeneath, PathFd, RestrictionStatus, Ruleset,
+    RulesetAttr, RulesetCreatedAttr, RulesetError, RulesetStatus, Scope, ABI,
+};
+
+use super::plan::{Grant, RulePlan};
+use super::SandboxError;
+
+/// The newest ABI this code asks for; older kernels get what they support.
+const WANTED: ABI = ABI::V10;
+
+/// What the kernel enforces.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Enforced {
+    /// The Landlock ABI in force.
+    pub abi: u32,
+    /// Whether abstract unix sockets and signals are scoped to the sandbox.
+    pub scoped: bool,
+}
+
+/// The reason given when Landlock is missing (also when simulated).
+const NOT_AVAILABLE: &str = "landlock_create_ruleset: not supported";
+
+/// Restricts the calling thread (and its future children) to `plan`.
+pub fn restrict(plan: &RulePlan, simulate_missing: bool) -> Result<Enforced, SandboxError> {
+    if simulate_missing {
+        return Err(SandboxError::Landlock(NOT_AVAILABLE.to_string()));
+    }
+    let status =
+        build_and_restrict(plan).map_err(|e| SandboxError::LandlockRules(e.to_string()))?;
+    enforced(&status)
+}
+
+fn build_and_restrict(plan: &RulePlan) -> Result<RestrictionStatus, RulesetError> {
+    let mut ruleset = Ruleset::default()
+        .handle_access(AccessFs::from_all(WANTED))?
+        .scope(Scope::AbstractUnixSocket | Scope::Signal)?
+        .create()?;
+    for (path, grant) in &plan.rules {
+        // A path that vanished since the plan was made needs no rule.
+        let Ok(fd) = PathFd::new(path) else {
+            continue;
+        };
+        ruleset = ruleset.add_rule(PathBeneath::new(fd, rights(*grant)))?;
+    }
+    ruleset.restrict_self()
+}
+
+/// The Landlock rights of a grant (the crate drops those the running ABI
+/// lacks, and directory rights on files).
+fn rights(grant: Grant) -> BitFlags<AccessFs> {
+    match grant {
+        Grant::ListDirectories => AccessFs::ReadDir.into(),
+        Grant::ReadExecute => AccessFs::ReadFile | AccessFs::Execute,
+        Grant::Device => AccessFs::ReadFile | AccessFs::WriteFile,
+        Grant::Writable => {
+            AccessFs::from_all(WANTED)
+                & !(AccessFs::MakeChar | AccessFs::MakeBlock | AccessFs::IoctlDev)
+        }
+    }
+}
+
+/// Refuses a ruleset the kernel did not enforce at all.
+fn enforced(status: &RestrictionStatus) -> Result<Enforced, SandboxError> {
+    let abi = match status.landlock {
+        LandlockStatus::Available { effective_abi, .. } => effective_abi,
+        LandlockStatus::NotEnabled => {
+            return Err(SandboxError::Landlock(
+                "supported but not enabled at boot".to_string(),
+            ))
+        }
+        _ => return Err(SandboxError::Landlock(NOT_AVAILABLE.to_string())),
+    };
+    if status.ruleset == RulesetStatus::NotEnforced {
+        return Err(SandboxError::Landlock(NOT_AVAILABLE.to_string()));
+    }
+    Ok(Enforced {
+        abi: abi_number(abi),
+        scoped: abi >= ABI::V6,
+    })
+}
+
+/// The ABI as its version number.
+fn abi_number(abi: ABI) -> u32 {
+    (1..=64u32)
+        .find(|&n| ABI::from(n as i32) == abi)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn abi_numbers_round_trip() {
+        assert_eq!(abi_number(ABI::V1), 1);
+        assert_eq!(abi_number(ABI::V7), 7);
+        assert_eq!(abi_number(ABI::Unsupported), 0);
+    }
+
+    #[test]
+    fn writable_grants_no_device_rights() {
+        let w = rights(Grant::Writable);
+        assert!(w.contains(AccessFs::WriteFile | AccessFs::MakeDir | AccessFs::Refer));
+        assert!(w.contains(AccessFs::Truncate | AccessFs::RemoveFile | AccessFs::ReadFile));
+        assert!(!w.intersects(AccessFs::MakeChar | AccessFs::MakeBlock | AccessFs::IoctlDev));
+        assert!(!rights(Grant::ReadExecute).contains(AccessFs::WriteFile));
+    }
+}
