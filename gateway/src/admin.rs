@@ -5,7 +5,8 @@
 //! - `GET /v1/projects/{project}` — the same for one project, plus each
 //!   client's role and lag and the last lines of the child's stderr.
 //! - `POST /v1/projects/{project}/restart|stop|abort` — 202 when sent.
-//! - `GET /v1/stats` — gateway-wide counters for the dashboard.
+//! - `GET /v1/stats` — gateway-wide counters for the dashboard, and how
+//!   children are confined (`sandbox`).
 //! - `GET /metrics` — Prometheus text (unless `--metrics-listen` serves it
 //!   elsewhere without a token).
 //! - `GET /v1/openapi.json` — an OpenAPI description of these endpoints.
@@ -26,6 +27,27 @@ use crate::procfs;
 use crate::server::{admin_refusal, AppState};
 
 const OPENAPI: &str = include_str!("openapi.json");
+
+/// How children are confined, as `/v1/stats` reports it under `sandbox`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ConfinementStatus {
+    /// The agent sandbox is on.
+    pub enabled: bool,
+    /// Tool commands reach the network.
+    pub tool_network: bool,
+    /// The account children run as, when not the gateway's.
+    pub child_user: Option<String>,
+    pub limits: LimitsStatus,
+}
+
+/// The per-child resource limits and what enforces them.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct LimitsStatus {
+    /// `cgroup2`, `cgroup1`, `rlimit` or `none`.
+    pub backend: &'static str,
+    pub memory_max: Option<u64>,
+    pub pids_max: Option<u64>,
+}
 
 pub fn router() -> Router<Arc<AppState>> {
     Router::new()
@@ -90,7 +112,7 @@ fn refresh_gauges(state: &AppState) {
     let pids: Vec<u32> = statuses.iter().filter_map(|s| s.pid).collect();
     let rss: u64 = pids
         .iter()
-        .filter_map(|pid| procfs::resident_bytes(*pid))
+        .filter_map(|pid| procfs::tree_resident_bytes(*pid))
         .sum();
     metrics
         .child_resident_bytes
@@ -98,7 +120,7 @@ fn refresh_gauges(state: &AppState) {
     let cpu = procfs::reaped_children_cpu_seconds()
         + pids
             .iter()
-            .filter_map(|pid| procfs::cpu_seconds(*pid))
+            .filter_map(|pid| procfs::tree_cpu_seconds(*pid))
             .sum::<f64>();
     let delta = cpu - metrics.child_cpu_seconds.get();
     if delta > 0.0 {
@@ -131,8 +153,8 @@ fn project_json(status: &HubStatus, detailed: bool) -> Value {
         "model": status.model,
         "usage": status.usage,
         "cost_usd": cost,
-        "rss_bytes": status.pid.and_then(procfs::resident_bytes),
-        "cpu_seconds": status.pid.and_then(procfs::cpu_seconds),
+        "rss_bytes": status.pid.and_then(procfs::tree_resident_bytes),
+        "cpu_seconds": status.pid.and_then(procfs::tree_cpu_seconds),
         "last_seq": status.last_seq,
     });
     if detailed {
@@ -268,6 +290,7 @@ async fn stats(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Respon
         "bytes_total": bytes,
         "tokens_total": tokens,
         "cost_usd_total": metrics.cost_usd.get(),
+        "sandbox": state.confinement,
     }))
     .into_response()
 }

@@ -3,19 +3,23 @@
 //! carries only the listen address and a generated token (serve) or the
 //! protocol (attach).
 
+use std::ffi::OsString;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
-use corral::config::{self, Cli, Command, Config, LogFormat};
+use corral::admin::{ConfinementStatus, LimitsStatus};
+use corral::config::{self, ChildUser, Cli, Command, Config, LogFormat};
 use corral::hub::HubSettings;
 use corral::metrics::Metrics;
 use corral::registry::Registry;
 use corral::server::{self, AppState};
 use corral::supervisor::backoff::RestartPolicy;
 use corral::supervisor::env::child_env;
+use corral::supervisor::probe::Probe;
+use corral::supervisor::{Credentials, Limits};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -27,6 +31,14 @@ const RESTART_MAX: Duration = Duration::from_secs(30);
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.log_format);
+    match cli.command {
+        Command::Serve(args) => serve_main(args),
+        Command::Attach(args) => run_async(corral::attach::run(args)),
+    }
+}
+
+/// Runs `future` on a single-threaded runtime and exits with its code.
+fn run_async(future: impl std::future::Future<Output = anyhow::Result<i32>>) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -37,13 +49,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let result = runtime.block_on(async {
-        match cli.command {
-            Command::Serve(args) => serve(args).await.map(|()| 0),
-            Command::Attach(args) => corral::attach::run(args).await,
-        }
-    });
-    match result {
+    match runtime.block_on(future) {
         Ok(code) => {
             runtime.shutdown_timeout(Duration::from_millis(100));
             std::process::exit(code)
@@ -53,6 +59,87 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// `corral serve`: hardening and every check that can refuse to start,
+/// while the process has one thread; then the server.
+fn serve_main(args: config::ServeArgs) -> ExitCode {
+    // First: no same-user process may ptrace the gateway or read its
+    // memory or environment through /proc, and no core dump holds tokens.
+    if let Err(e) = nix::sys::prctl::set_dumpable(false) {
+        tracing::warn!(error = %e, "cannot clear the dumpable flag");
+    }
+    let tokens_on_command_line =
+        !args.tokens.is_empty() || !args.observer_tokens.is_empty() || args.admin_token.is_some();
+    let config = match config::load(args) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("corral: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    // Read once; gone from the environment before any thread or child
+    // exists (children never inherited them; this is for /proc/PID/environ
+    // of the gateway itself).
+    for (name, _) in std::env::vars_os() {
+        let Some(name) = name.to_str() else { continue };
+        if config::TOKEN_ENV_VARS.contains(&name)
+            || (name.starts_with("CORRAL_") && name.contains("TOKEN"))
+        {
+            std::env::remove_var(name);
+        }
+    }
+    if tokens_on_command_line {
+        tracing::warn!("a token was given on the command line (--token, --observer-token or --admin-token): other local users can read it with ps; use --token-file / --observer-token-file / --admin-token-file or CORRAL_TOKENS / CORRAL_OBSERVER_TOKENS / CORRAL_ADMIN_TOKEN instead");
+    }
+    if let Err(code) = check_sandbox(&config) {
+        return code;
+    }
+    let confinement = &config.confinement;
+    // Before the runtime: cgroup v2 moves the whole (single-threaded) process.
+    let limits = Arc::new(Limits::choose(confinement.memory_max, confinement.pids_max));
+    run_async(async move { serve(config, limits).await.map(|()| 0) })
+}
+
+/// With the sandbox on, refuses to start unless the agent's sandbox works
+/// on this host; with it off, says so loudly.
+fn check_sandbox(config: &Config) -> Result<(), ExitCode> {
+    let confinement = &config.confinement;
+    if !confinement.sandbox {
+        tracing::warn!("the agent sandbox is OFF (--sandbox off): agents and every command they run are unconfined and can read and write other projects, the state directory and the gateway's config and token files");
+        return Ok(());
+    }
+    let probe = Probe {
+        child_bin: &config.supervisor.child_bin,
+        args: confinement.probe_args(),
+        cwd: &config.projects_root,
+        credentials: credentials(config),
+        timeout: config.supervisor.ready_timeout,
+    };
+    match probe.run() {
+        Ok(report) => {
+            tracing::info!(report = %report, tool_network = confinement.tool_network, "agent sandbox available");
+            Ok(())
+        }
+        Err(reason) => {
+            let reason = reason.to_string();
+            let reason = reason.trim_end_matches('.');
+            eprintln!("corral: the agent sandbox is unavailable: {reason}. Fix the host, or start with --sandbox off to run agents unconfined (not recommended).");
+            Err(ExitCode::from(1))
+        }
+    }
+}
+
+fn credentials(config: &Config) -> Option<Credentials> {
+    config
+        .confinement
+        .child_user
+        .as_ref()
+        .map(|user| Credentials {
+            uid: user.uid,
+            gid: user.gid,
+            groups: user.groups.clone(),
+        })
 }
 
 fn init_logging(format: LogFormat) {
@@ -67,15 +154,14 @@ fn init_logging(format: LogFormat) {
     }
 }
 
-async fn serve(args: config::ServeArgs) -> anyhow::Result<()> {
-    let config = config::load(args)?;
+async fn serve(config: Config, limits: Arc<Limits>) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
     let addr = listener.local_addr()?;
     announce(&config, addr);
     let metrics = Arc::new(Metrics::new().context("cannot set up metrics")?);
-    let settings = hub_settings(&config, metrics.clone())?;
+    let settings = hub_settings(&config, metrics.clone(), limits.clone())?;
     std::fs::create_dir_all(&settings.sessions_dir)
         .with_context(|| format!("cannot create {}", settings.sessions_dir.display()))?;
     let registry = Arc::new(Registry::new(
@@ -95,6 +181,7 @@ async fn serve(args: config::ServeArgs) -> anyhow::Result<()> {
         metrics: metrics.clone(),
         started: std::time::Instant::now(),
         connections: TaskTracker::new(),
+        confinement: confinement_status(&config, &limits),
     });
     if let Some(addr) = config.metrics_listen {
         serve_metrics(addr, state.clone()).await?;
@@ -111,6 +198,7 @@ async fn serve(args: config::ServeArgs) -> anyhow::Result<()> {
     });
     corral::notify::announce_ready();
     server::run(listener, state, config.shutdown_grace).await?;
+    limits.cleanup();
     tracing::info!("stopped");
     Ok(())
 }
@@ -135,7 +223,26 @@ fn announce(config: &Config, addr: std::net::SocketAddr) {
     tracing::info!(%addr, projects_root = %config.projects_root.display(), "corral gateway started");
 }
 
-fn hub_settings(config: &Config, metrics: Arc<Metrics>) -> anyhow::Result<HubSettings> {
+/// What `/v1/stats` says of the confinement.
+fn confinement_status(config: &Config, limits: &Limits) -> ConfinementStatus {
+    let confinement = &config.confinement;
+    ConfinementStatus {
+        enabled: confinement.sandbox,
+        tool_network: confinement.tool_network,
+        child_user: confinement.child_user.as_ref().map(|u| u.name.clone()),
+        limits: LimitsStatus {
+            backend: limits.backend_name(),
+            memory_max: limits.memory_max(),
+            pids_max: limits.pids_max(),
+        },
+    }
+}
+
+fn hub_settings(
+    config: &Config,
+    metrics: Arc<Metrics>,
+    limits: Arc<Limits>,
+) -> anyhow::Result<HubSettings> {
     let supervisor = &config.supervisor;
     let restart = RestartPolicy::new(
         RESTART_BASE,
@@ -149,11 +256,18 @@ fn hub_settings(config: &Config, metrics: Arc<Metrics>) -> anyhow::Result<HubSet
         dialect: supervisor.dialect,
         child_bin: supervisor.child_bin.clone(),
         child_args: supervisor.child_args.iter().map(Into::into).collect(),
-        child_env: child_env(
-            &supervisor.child_env.pass,
-            &supervisor.child_env.set,
-            std::env::vars_os(),
+        child_env: with_user_env(
+            child_env(
+                &supervisor.child_env.pass,
+                &supervisor.child_env.set,
+                std::env::vars_os(),
+            ),
+            config.confinement.child_user.as_ref(),
         ),
+        sandbox_args: config.confinement.agent_args(),
+        projects_root: config.projects_root.clone(),
+        credentials: credentials(config),
+        limits: (limits.backend_name() != "none").then_some(limits),
         sessions_dir: supervisor.sessions_dir.clone(),
         replay_events: config.limits.replay_events,
         replay_bytes: config.limits.replay_bytes,
@@ -167,6 +281,22 @@ fn hub_settings(config: &Config, metrics: Arc<Metrics>) -> anyhow::Result<HubSet
         restart,
         metrics,
     })
+}
+
+/// HOME, USER and LOGNAME of the child user, replacing the gateway's.
+fn with_user_env(
+    mut env: Vec<(OsString, OsString)>,
+    user: Option<&ChildUser>,
+) -> Vec<(OsString, OsString)> {
+    let Some(user) = user else { return env };
+    let set: [(&str, OsString); 3] = [
+        ("HOME", user.home.clone().into_os_string()),
+        ("USER", user.name.clone().into()),
+        ("LOGNAME", user.name.clone().into()),
+    ];
+    env.retain(|(name, _)| !set.iter().any(|(n, _)| name == n));
+    env.extend(set.into_iter().map(|(n, v)| (n.into(), v)));
+    env
 }
 
 /// `/metrics` without a token on a separate listener, for a scraper that

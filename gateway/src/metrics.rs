@@ -42,9 +42,19 @@ impl Direction {
 
 /// Child states as `children{state}` reports them.
 pub const CHILD_STATES: [&str; 6] = ["starting", "idle", "busy", "stopping", "backoff", "failed"];
-/// Reasons of `child_exits_total{reason}`.
-pub const EXIT_REASONS: [&str; 7] = [
-    "normal", "crash", "killed", "idle", "health", "admin", "shutdown",
+/// Reasons of `child_exits_total{reason}`; `memory_limit` and
+/// `pids_limit` are children killed for exceeding `--child-memory-max` or
+/// `--child-pids-max`.
+pub const EXIT_REASONS: [&str; 9] = [
+    "normal",
+    "crash",
+    "killed",
+    "idle",
+    "health",
+    "admin",
+    "shutdown",
+    "memory_limit",
+    "pids_limit",
 ];
 /// Reasons of `auth_failures_total{reason}`.
 pub const AUTH_REASONS: [&str; 5] = [

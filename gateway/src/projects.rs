@@ -1,15 +1,17 @@
 //! Project names → project directories under the projects root.
 //!
 //! A name is `[A-Za-z0-9._-]{1,64}` other than `.` and `..`, so it can never
-//! hold a path separator. The resolved directory is the canonical path of
-//! `ROOT/NAME` (symlinks resolved) and must be an existing directory whose
-//! parent is exactly the root. A symlink is therefore followed only when its
-//! target sits directly under the root: `alias -> ROOT/real` is allowed (it
-//! resolves to the same directory as `real`, so callers that key state by
-//! directory should key by the returned path), while links to anywhere
-//! outside the root, to a nested directory or to the root itself are refused.
+//! hold a path separator. `ROOT/NAME` must be a real directory: a symlink is
+//! refused wherever it points, so one directory never has two names (an
+//! `alias -> real` would run two agents on one directory) and no project
+//! leads outside the root. The check runs when a client attaches
+//! ([`resolve`]) and again before every spawn ([`open_dir`]), which opens
+//! the directory without following a symlink, so that a project whose
+//! directory was swapped for a link after it started cannot restart there.
 
 use std::fs;
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 /// Longest accepted project name, in bytes (all name characters are ASCII).
@@ -26,14 +28,18 @@ pub enum ProjectError {
         name: String,
         reason: &'static str,
     },
-    /// Nothing (or a dangling or unreadable symlink) at `ROOT/NAME` (HTTP 404).
+    /// Nothing at `ROOT/NAME`, or it cannot be read (HTTP 404).
     #[error("project {name:?} not found")]
     NotFound { name: String },
     /// `ROOT/NAME` is a file or another non-directory (HTTP 404).
     #[error("project {name:?} is not a directory")]
     NotADirectory { name: String },
-    /// `ROOT/NAME` is a symlink whose target is not directly under the root
-    /// (HTTP 404). The target is deliberately not part of the message.
+    /// `ROOT/NAME` is a symbolic link (HTTP 404). The target is deliberately
+    /// not part of the message.
+    #[error("project {name:?} is a symbolic link; a project must be a real directory directly under the projects root")]
+    Symlink { name: String },
+    /// `ROOT/NAME` does not resolve to a directory directly under the root
+    /// (HTTP 404).
     #[error("project {name:?} is not a directory directly under the projects root")]
     OutsideRoot { name: String },
 }
@@ -45,6 +51,7 @@ impl ProjectError {
             ProjectError::InvalidName { .. } => 400,
             ProjectError::NotFound { .. }
             | ProjectError::NotADirectory { .. }
+            | ProjectError::Symlink { .. }
             | ProjectError::OutsideRoot { .. } => 404,
         }
     }
@@ -76,23 +83,48 @@ pub fn validate_name(name: &str) -> Result<(), ProjectError> {
     Ok(())
 }
 
-/// The canonical directory of project `name` under `root`, which must
-/// already be canonical (as `config` makes it).
+/// The directory of project `name` under `root`, which must already be
+/// canonical (as `config` makes it): a real directory, not a symlink.
 pub fn resolve(root: &Path, name: &str) -> Result<PathBuf, ProjectError> {
     validate_name(name)?;
     let name_owned = || name.to_string();
-    let dir = root
-        .join(name)
-        .canonicalize()
-        .map_err(|_| ProjectError::NotFound { name: name_owned() })?;
-    if dir.parent() != Some(root) {
-        return Err(ProjectError::OutsideRoot { name: name_owned() });
+    let dir = root.join(name);
+    let meta =
+        fs::symlink_metadata(&dir).map_err(|_| ProjectError::NotFound { name: name_owned() })?;
+    if meta.file_type().is_symlink() {
+        return Err(ProjectError::Symlink { name: name_owned() });
     }
-    let meta = fs::metadata(&dir).map_err(|_| ProjectError::NotFound { name: name_owned() })?;
     if !meta.is_dir() {
         return Err(ProjectError::NotADirectory { name: name_owned() });
     }
-    Ok(dir)
+    // The root is canonical and the name one plain component, so this only
+    // fails if the root itself changed underneath.
+    match dir.canonicalize() {
+        Ok(real) if real == dir => Ok(dir),
+        _ => Err(ProjectError::OutsideRoot { name: name_owned() }),
+    }
+}
+
+/// [`resolve`], then opens the directory without following a symlink, so
+/// that what the child enters is what was checked.
+pub fn open_dir(root: &Path, name: &str) -> Result<(PathBuf, OwnedFd), ProjectError> {
+    let dir = resolve(root, name)?;
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_DIRECTORY | nix::libc::O_NOFOLLOW)
+        .open(&dir)
+        .map_err(|e| match e.raw_os_error() {
+            Some(nix::libc::ELOOP) => ProjectError::Symlink {
+                name: name.to_string(),
+            },
+            Some(nix::libc::ENOTDIR) => ProjectError::NotADirectory {
+                name: name.to_string(),
+            },
+            _ => ProjectError::NotFound {
+                name: name.to_string(),
+            },
+        })?;
+    Ok((dir, OwnedFd::from(file)))
 }
 
 /// At most 80 characters of `name`, for error messages.
@@ -213,50 +245,67 @@ mod tests {
         let f = fixture();
         symlink(&f.outside, f.root.join("escape")).unwrap();
         let err = resolve(&f.root, "escape").unwrap_err();
-        assert!(matches!(err, ProjectError::OutsideRoot { .. }));
-        assert_eq!(err.http_status(), 404);
-        assert!(!err.to_string().contains(f.outside.to_str().unwrap()));
-    }
-
-    #[test]
-    fn symlink_to_nested_dir_or_root_is_refused() {
-        let f = fixture();
-        symlink(f.root.join("alpha/nested"), f.root.join("deep")).unwrap();
-        symlink(&f.root, f.root.join("self")).unwrap();
-        symlink("..", f.root.join("up")).unwrap();
-        for name in ["deep", "self", "up"] {
-            let err = resolve(&f.root, name).unwrap_err();
-            assert!(
-                matches!(err, ProjectError::OutsideRoot { .. }),
-                "{name}: {err:?}"
-            );
-        }
-    }
-
-    #[test]
-    fn symlink_to_sibling_project_is_allowed() {
-        let f = fixture();
-        symlink(f.root.join("alpha"), f.root.join("alias")).unwrap();
-        symlink("alpha", f.root.join("relative-alias")).unwrap();
-        assert_eq!(resolve(&f.root, "alias").unwrap(), f.root.join("alpha"));
         assert_eq!(
-            resolve(&f.root, "relative-alias").unwrap(),
-            f.root.join("alpha")
+            err,
+            ProjectError::Symlink {
+                name: "escape".into()
+            }
+        );
+        assert_eq!(err.http_status(), 404);
+        let message = err.to_string();
+        assert!(!message.contains(f.outside.to_str().unwrap()), "{message}");
+        assert!(
+            message.contains("\"escape\" is a symbolic link"),
+            "{message}"
         );
     }
 
     #[test]
-    fn dangling_symlink_and_symlinked_file_are_404() {
+    fn every_symlink_is_refused_even_to_a_sibling_project() {
+        let f = fixture();
+        symlink(f.root.join("alpha/nested"), f.root.join("deep")).unwrap();
+        symlink(&f.root, f.root.join("self")).unwrap();
+        symlink("..", f.root.join("up")).unwrap();
+        symlink(f.root.join("alpha"), f.root.join("alias")).unwrap();
+        symlink("alpha", f.root.join("relative-alias")).unwrap();
+        for name in ["deep", "self", "up", "alias", "relative-alias"] {
+            let err = resolve(&f.root, name).unwrap_err();
+            assert!(
+                matches!(err, ProjectError::Symlink { .. }),
+                "{name}: {err:?}"
+            );
+            assert!(open_dir(&f.root, name).is_err(), "{name}");
+        }
+        assert_eq!(resolve(&f.root, "alpha").unwrap(), f.root.join("alpha"));
+    }
+
+    #[test]
+    fn open_dir_refuses_a_directory_swapped_for_a_symlink() {
+        let f = fixture();
+        let (dir, _fd) = open_dir(&f.root, "alpha").unwrap();
+        assert_eq!(dir, f.root.join("alpha"));
+        fs::rename(f.root.join("alpha"), f.outside.join("alpha")).unwrap();
+        symlink(f.outside.join("alpha"), f.root.join("alpha")).unwrap();
+        let err = open_dir(&f.root, "alpha").unwrap_err();
+        assert!(matches!(err, ProjectError::Symlink { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn dangling_symlink_and_symlinked_file_are_refused() {
         let f = fixture();
         symlink(f.root.join("gone"), f.root.join("dangling")).unwrap();
         fs::write(f.root.join("file"), "x").unwrap();
         symlink(f.root.join("file"), f.root.join("file-link")).unwrap();
         assert!(matches!(
             resolve(&f.root, "dangling").unwrap_err(),
-            ProjectError::NotFound { .. }
+            ProjectError::Symlink { .. }
         ));
         assert!(matches!(
             resolve(&f.root, "file-link").unwrap_err(),
+            ProjectError::Symlink { .. }
+        ));
+        assert!(matches!(
+            resolve(&f.root, "file").unwrap_err(),
             ProjectError::NotADirectory { .. }
         ));
     }

@@ -46,6 +46,8 @@ pub struct AppState {
     /// Open WebSocket connections, so shutdown can wait for their close
     /// frames to go out.
     pub connections: TaskTracker,
+    /// How children are confined (for `/v1/stats`).
+    pub confinement: crate::admin::ConfinementStatus,
 }
 
 pub fn router(state: Arc<AppState>) -> Router {

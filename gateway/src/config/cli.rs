@@ -11,6 +11,7 @@ use clap::{Args, Parser, Subcommand};
 
 use super::bytes::parse_bytes;
 use super::duration::parse_duration;
+use super::sandbox::OnOff;
 use crate::auth::Secret;
 
 /// corral: runs one coding-agent child per project and serves it to
@@ -179,6 +180,30 @@ pub struct ServeArgs {
     #[arg(long, value_name = "DUR", value_parser = parse_duration)]
     pub crash_cooldown: Option<Duration>,
 
+    /// Confine every agent (namespaces and Landlock: only its project is writable; other projects, the state dir, config and token files are hidden); off runs agents unconfined [default: on].
+    #[arg(long, value_enum, value_name = "on|off")]
+    pub sandbox: Option<OnOff>,
+
+    /// Another path children must not see (repeatable); the state dir, projects root, config file and token files are always hidden.
+    #[arg(long = "sandbox-hide", value_name = "PATH")]
+    pub sandbox_hide: Vec<PathBuf>,
+
+    /// Whether commands run by the agent's tools reach the network (the agent's model calls always do); off needs the sandbox [default: on].
+    #[arg(long, value_enum, value_name = "on|off")]
+    pub tool_network: Option<OnOff>,
+
+    /// Run children as this user (name or uid) instead of the gateway's; the gateway must run as root.
+    #[arg(long, value_name = "USER")]
+    pub child_user: Option<String>,
+
+    /// Memory of one child and everything it runs; exceeding it kills and restarts the child (cgroup; else RLIMIT_AS per process) [default: none].
+    #[arg(long, value_name = "SIZE", value_parser = parse_bytes)]
+    pub child_memory_max: Option<usize>,
+
+    /// Processes and threads of one child and everything it runs; reaching it kills and restarts the child (cgroup; else RLIMIT_NPROC) [default: none].
+    #[arg(long, value_name = "N")]
+    pub child_pids_max: Option<u64>,
+
     /// Extra arguments for every child, after `--`.
     #[arg(last = true, value_name = "CHILD_ARGS")]
     pub child_args: Vec<String>,
@@ -257,6 +282,38 @@ mod tests {
         assert_eq!(args.child_args, ["--model", "x"]);
         assert_eq!(args.max_children, None);
         assert!(!format!("{args:?}").contains("aaaaaaaaaaaaaaaa"));
+        assert_eq!(args.sandbox, None);
+    }
+
+    #[test]
+    fn confinement_flags() {
+        let args = serve(&[
+            "--sandbox",
+            "off",
+            "--sandbox-hide",
+            "/srv/a",
+            "--sandbox-hide",
+            "/srv/b",
+            "--tool-network",
+            "on",
+            "--child-user",
+            "nobody",
+            "--child-memory-max",
+            "64MiB",
+            "--child-pids-max",
+            "128",
+        ]);
+        assert_eq!(args.sandbox, Some(OnOff::Off));
+        assert_eq!(
+            args.sandbox_hide,
+            [PathBuf::from("/srv/a"), "/srv/b".into()]
+        );
+        assert_eq!(args.tool_network, Some(OnOff::On));
+        assert_eq!(args.child_user.as_deref(), Some("nobody"));
+        assert_eq!(args.child_memory_max, Some(64 << 20));
+        assert_eq!(args.child_pids_max, Some(128));
+        let argv = ["corral", "serve", "--sandbox", "maybe"];
+        assert!(Cli::try_parse_from(argv).is_err());
     }
 
     #[test]

@@ -13,6 +13,7 @@ use serde::Deserialize;
 
 use super::bytes::FileBytes;
 use super::duration::FileDuration;
+use super::sandbox::OnOff;
 use super::ConfigError;
 use crate::auth::Secret;
 
@@ -50,6 +51,12 @@ pub struct FileConfig {
     pub crash_limit: Option<u32>,
     pub crash_window: Option<FileDuration>,
     pub crash_cooldown: Option<FileDuration>,
+    pub sandbox: Option<OnOff>,
+    pub sandbox_hide: Option<Vec<PathBuf>>,
+    pub tool_network: Option<OnOff>,
+    pub child_user: Option<String>,
+    pub child_memory_max: Option<FileBytes>,
+    pub child_pids_max: Option<u64>,
 }
 
 /// Reads and parses `path`, rebasing its relative paths onto its directory.
@@ -78,6 +85,11 @@ pub fn parse(text: &str, base: &Path) -> Result<FileConfig, String> {
     rebase(&mut file.token_file);
     rebase(&mut file.observer_token_file);
     rebase(&mut file.admin_token_file);
+    for path in file.sandbox_hide.iter_mut().flatten() {
+        if path.is_relative() {
+            *path = base.join(&*path);
+        }
+    }
     // A bare program name is looked up on PATH; only real paths are rebased.
     if file
         .child_bin
@@ -196,6 +208,12 @@ mod tests {
             crash_limit = 3
             crash_window = "60s"
             crash_cooldown = "5m"
+            sandbox = "on"
+            sandbox_hide = ["secrets", "/srv/keys"]
+            tool_network = false
+            child_user = "corral-agents"
+            child_memory_max = "512MiB"
+            child_pids_max = 256
         "#;
         let f = parse(text, Path::new("/etc/corral")).unwrap();
         assert_eq!(f.projects_root, Some(PathBuf::from("/etc/corral/projects")));
@@ -212,6 +230,18 @@ mod tests {
         assert_eq!(f.hello_timeout, Some(FileDuration(Duration::from_secs(5))));
         assert_eq!(f.replay_bytes, Some(FileBytes(1 << 20)));
         assert_eq!(f.crash_limit, Some(3));
+        assert_eq!(f.sandbox, Some(OnOff::On));
+        assert_eq!(
+            f.sandbox_hide,
+            Some(vec![
+                PathBuf::from("/etc/corral/secrets"),
+                PathBuf::from("/srv/keys")
+            ])
+        );
+        assert_eq!(f.tool_network, Some(OnOff::Off));
+        assert_eq!(f.child_user.as_deref(), Some("corral-agents"));
+        assert_eq!(f.child_memory_max, Some(FileBytes(512 << 20)));
+        assert_eq!(f.child_pids_max, Some(256));
     }
 
     #[test]

@@ -27,6 +27,11 @@
 //! | `--ready-timeout DUR` | `ready_timeout` | 15s |
 //! | `--stop-grace DUR` / `--shutdown-grace DUR` | `stop_grace` / `shutdown_grace` | 5s / 10s |
 //! | `--crash-limit N` / `--crash-window DUR` / `--crash-cooldown DUR` | `crash_limit` / `crash_window` / `crash_cooldown` | 5 / 60s / 5m |
+//! | `--sandbox on\|off` | `sandbox` | `on` |
+//! | `--sandbox-hide PATH`… | `sandbox_hide` | none (state dir, projects root, config and token files are always hidden) |
+//! | `--tool-network on\|off` | `tool_network` | `on` (`off` needs the sandbox) |
+//! | `--child-user USER` | `child_user` | the gateway's user (another one needs root) |
+//! | `--child-memory-max SIZE` / `--child-pids-max N` | `child_memory_max` / `child_pids_max` | none / none |
 //!
 //! Durations: `250ms`, `10s`, `5m`, `2h` or bare seconds (TOML: also an
 //! integer). Sizes: bytes or `KiB`/`MiB`/`GiB`. List settings (origins,
@@ -47,6 +52,7 @@ mod child;
 mod cli;
 mod duration;
 mod file;
+mod sandbox;
 mod tokens;
 
 use std::fs;
@@ -59,7 +65,8 @@ pub use bytes::{format_bytes, parse_bytes, SizeError};
 pub use child::{ChildEnv, DEFAULT_CHILD_BIN};
 pub use cli::{AttachArgs, Cli, Command, LogFormat, ServeArgs};
 pub use duration::{format_duration, parse_duration, DurationError};
-pub use tokens::{read_token_file, MIN_TOKEN_CHARS};
+pub use sandbox::{ChildUser, Confinement, OnOff, MIN_CHILD_MEMORY, MIN_CHILD_PIDS};
+pub use tokens::{read_token_file, MIN_TOKEN_CHARS, TOKEN_ENV_VARS};
 
 use crate::auth::{self, RandomError, Role, Secret, Tokens};
 
@@ -93,6 +100,8 @@ pub struct Config {
     pub limits: Limits,
     /// How children are run and supervised.
     pub supervisor: SupervisorSettings,
+    /// How children are confined: sandbox, user, resource limits.
+    pub confinement: Confinement,
 }
 
 /// Bounds on connections, frames and replay.
@@ -359,6 +368,28 @@ pub fn load_with_env(
         dur(args.crash_window, file.crash_window, defaults::CRASH_WINDOW),
     )?;
     let idle_timeout = dur(args.idle_timeout, file.idle_timeout, defaults::IDLE_TIMEOUT);
+    let confinement = sandbox::resolve(sandbox::Raw {
+        sandbox: args.sandbox.or(file.sandbox),
+        extra_hide: pick_list(args.sandbox_hide.clone(), file.sandbox_hide.clone()),
+        tool_network: args.tool_network.or(file.tool_network),
+        child_user: args.child_user.clone().or(file.child_user.clone()),
+        memory_max: args.child_memory_max.or(file.child_memory_max.map(|b| b.0)),
+        pids_max: args.child_pids_max.or(file.child_pids_max),
+    })?;
+    // Every secret the gateway reads from a file, whichever layer won.
+    let secret_files: Vec<PathBuf> = [
+        &args.config,
+        &args.token_file,
+        &args.observer_token_file,
+        &args.admin_token_file,
+        &file.token_file,
+        &file.observer_token_file,
+        &file.admin_token_file,
+    ]
+    .into_iter()
+    .flatten()
+    .cloned()
+    .collect();
 
     // Created last, so that a refused configuration leaves nothing behind.
     let state_dir = args
@@ -367,6 +398,9 @@ pub fn load_with_env(
         .unwrap_or_else(|| defaults::STATE_DIR.into());
     let state_dir = create_dir(&state_dir)?;
     let sessions_dir = create_dir(&state_dir.join("sessions"))?;
+    let mut hidden = vec![state_dir.clone(), projects_root.clone()];
+    hidden.extend(secret_files);
+    let confinement = confinement.hiding_first(&hidden)?;
 
     let mut tokens = tokens;
     let mut generated_token = None;
@@ -418,6 +452,7 @@ pub fn load_with_env(
                 defaults::CRASH_COOLDOWN,
             ),
         },
+        confinement,
     })
 }
 

@@ -406,3 +406,62 @@ fn child_bin_errors() {
         Err(ConfigError::ChildBin { .. })
     ));
 }
+
+#[test]
+fn confinement_hides_the_gateway_files_and_merges_layers() {
+    let f = Fixture::new();
+    let tokens = f.path("client.tokens");
+    fs::write(&tokens, format!("{TOKEN}\n")).unwrap();
+    let file = f.config_file(
+        "sandbox_hide = [\"keys\"]\ntool_network = \"off\"\nchild_pids_max = 32\nchild_memory_max = \"64MiB\"\n",
+    );
+    let args = ServeArgs {
+        config: Some(file.clone()),
+        token_file: Some(tokens.clone()),
+        child_pids_max: Some(100),
+        ..f.args()
+    };
+    let c = load_with_env(args, &no_env).unwrap().confinement;
+    assert!(c.sandbox && !c.tool_network);
+    assert_eq!((c.memory_max, c.pids_max), (Some(64 << 20), Some(100)));
+    let canonical = |rel: &str| f.path(rel).canonicalize().unwrap();
+    assert_eq!(
+        c.hide,
+        [
+            canonical("state"),
+            canonical("projects"),
+            canonical("corral.toml"),
+            canonical("client.tokens"),
+            f.path("keys"),
+        ]
+    );
+}
+
+#[test]
+fn confinement_errors_name_the_setting() {
+    let f = Fixture::new();
+    let args = ServeArgs {
+        sandbox: Some(OnOff::Off),
+        tool_network: Some(OnOff::Off),
+        ..f.args()
+    };
+    let err = load_with_env(args, &no_env).unwrap_err().to_string();
+    assert!(err.contains("--tool-network"), "{err}");
+    let args = ServeArgs {
+        child_memory_max: Some(1024),
+        ..f.args()
+    };
+    let err = load_with_env(args, &no_env).unwrap_err().to_string();
+    assert!(err.contains("--child-memory-max"), "{err}");
+    assert!(
+        !f.path("state").exists(),
+        "a refused config creates nothing"
+    );
+    let file = f.config_file("sandbox = \"sometimes\"\n");
+    let args = ServeArgs {
+        config: Some(file),
+        ..f.args()
+    };
+    let err = load_with_env(args, &no_env).unwrap_err().to_string();
+    assert!(err.contains("expected \"on\" or \"off\""), "{err}");
+}

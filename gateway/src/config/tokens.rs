@@ -13,6 +13,14 @@ use crate::auth::{Role, Secret, Tokens};
 /// Shortest accepted token, in characters: shorter ones can be guessed.
 pub const MIN_TOKEN_CHARS: usize = 16;
 
+/// The environment variables tokens are read from (client, observer,
+/// admin); `corral serve` removes them from its environment once read.
+pub const TOKEN_ENV_VARS: [&str; 3] = [
+    "CORRAL_TOKENS",
+    "CORRAL_OBSERVER_TOKENS",
+    "CORRAL_ADMIN_TOKEN",
+];
+
 /// One role's candidate tokens from one source, each with a description
 /// of where it came from (for errors).
 type Found = Vec<(Secret, String)>;
@@ -28,7 +36,7 @@ pub fn resolve(
         Role::Client,
         [
             layer(&args.tokens, "--token", args.token_file.as_deref())?,
-            from_env(env, "CORRAL_TOKENS"),
+            from_env(env, TOKEN_ENV_VARS[0]),
             layer(
                 file_list(&file.tokens),
                 "`tokens` in the config file",
@@ -44,7 +52,7 @@ pub fn resolve(
                 "--observer-token",
                 args.observer_token_file.as_deref(),
             )?,
-            from_env(env, "CORRAL_OBSERVER_TOKENS"),
+            from_env(env, TOKEN_ENV_VARS[1]),
             layer(
                 file_list(&file.observer_tokens),
                 "`observer_tokens` in the config file",
@@ -60,7 +68,7 @@ pub fn resolve(
                 "--admin-token",
                 args.admin_token_file.as_deref(),
             )?,
-            from_env(env, "CORRAL_ADMIN_TOKEN"),
+            from_env(env, TOKEN_ENV_VARS[2]),
             layer(
                 file.admin_token.as_slice(),
                 "`admin_token` in the config file",

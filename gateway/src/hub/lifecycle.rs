@@ -1,7 +1,6 @@
 //! The child's lifecycle inside a hub: spawn and hello, health pings,
 //! crash handling with restart backoff, and graceful stop.
 
-use std::ffi::OsString;
 use std::time::SystemTime;
 
 use bytes::Bytes;
@@ -11,22 +10,12 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::actor::Hub;
+use super::spawn::{StartError, StartFailure, SANDBOX_UNAVAILABLE_EXIT, SESSION_IN_USE_EXIT};
 use super::{AttachError, ChildState, LastExit, StopReason};
 use crate::dialect::{Dialect, Inbound};
 use crate::supervisor::backoff::{self, Decision};
 use crate::supervisor::handshake;
-use crate::supervisor::{ChildOutput, ChildProcess, ExitInfo, SpawnSpec};
-
-/// The child's exit code when its session journal is held by another
-/// agent process (`corral-agent` exits with `EX_TEMPFAIL` then).
-const SESSION_IN_USE_EXIT: i32 = 75;
-
-/// Why a child did not become ready.
-struct StartError {
-    message: String,
-    /// The session runs in another agent process (not a crash).
-    elsewhere: bool,
-}
+use crate::supervisor::{ChildOutput, ChildProcess, ExitInfo};
 
 /// A child that answered its hello.
 pub(super) struct Running {
@@ -70,7 +59,7 @@ impl Hub {
             }
             Err(StartError {
                 message: error,
-                elsewhere,
+                kind,
             }) => {
                 tracing::error!(project = %self.project, "agent failed to start: {error}");
                 for waiting in std::mem::take(&mut self.waiting_attach) {
@@ -90,13 +79,20 @@ impl Hub {
                     let reply = dialect.request_failed(frame.get("id"), &command, false, &error);
                     self.unicast(client, reply);
                 }
-                if elsewhere {
-                    // Another agent process (another gateway) runs this
-                    // session: not a crash, nothing to restart here.
-                    self.close_clients(1013, "the session is in use by another agent process");
-                    self.set_state(ChildState::Exited);
-                } else {
-                    self.after_crash(&format!("failed to start: {error}"));
+                match kind {
+                    StartFailure::Elsewhere => {
+                        // Another agent process (another gateway) runs this
+                        // session: not a crash, nothing to restart here.
+                        self.close_clients(1013, "the session is in use by another agent process");
+                        self.set_state(ChildState::Exited);
+                    }
+                    StartFailure::Refused => {
+                        self.close_clients(1011, &error);
+                        self.set_state(ChildState::Exited);
+                    }
+                    StartFailure::Crash => {
+                        self.after_crash(&format!("failed to start: {error}"));
+                    }
                 }
             }
         }
@@ -104,12 +100,10 @@ impl Hub {
 
     async fn spawn_and_hello(&mut self) -> Result<Running, StartError> {
         let token = handshake::random_token();
-        let spec = self.spawn_spec(&token);
+        let spec = self.spawn_spec(&token)?;
         let started = std::time::Instant::now();
-        let (process, mut output) = ChildProcess::spawn(spec).map_err(|e| StartError {
-            message: e.to_string(),
-            elsewhere: false,
-        })?;
+        let (process, mut output) =
+            ChildProcess::spawn(spec).map_err(|e| StartError::crash(e.to_string()))?;
         self.settings.metrics.child_spawns.inc();
         let timeout = self.settings.ready_timeout;
         let greeted = match self.settings.dialect {
@@ -143,54 +137,33 @@ impl Hub {
             Err(error) => {
                 process.signal_group(Signal::SIGKILL);
                 let exit = process.wait().await;
-                let message = match last_stderr_line(&process).await {
-                    Some(line) => format!("{error}: {line}"),
-                    None => error.to_string(),
+                let line = last_stderr_line(&process).await;
+                let message = match (exit.code, line) {
+                    (Some(SANDBOX_UNAVAILABLE_EXIT), Some(line)) => {
+                        format!("the agent sandbox is unavailable: {line}")
+                    }
+                    (_, Some(line)) => format!("{error}: {line}"),
+                    (_, None) => error.to_string(),
                 };
-                Err(StartError {
-                    message,
-                    elsewhere: exit.code == Some(SESSION_IN_USE_EXIT),
-                })
+                let kind = match exit.code {
+                    Some(SESSION_IN_USE_EXIT) => StartFailure::Elsewhere,
+                    _ => StartFailure::Crash,
+                };
+                Err(StartError { message, kind })
             }
-        }
-    }
-
-    fn spawn_spec(&self, token: &str) -> SpawnSpec {
-        let session = self
-            .settings
-            .sessions_dir
-            .join(format!("{}.jsonl", self.project));
-        let mut args: Vec<OsString> = vec!["rpc".into()];
-        args.extend(self.settings.dialect.child_args());
-        args.extend([
-            "--cwd".into(),
-            self.dir.clone().into_os_string(),
-            "--session".into(),
-            session.into_os_string(),
-        ]);
-        args.extend(self.settings.child_args.iter().cloned());
-        let mut env = self.settings.child_env.clone();
-        if self.settings.dialect.child_token() {
-            env.push(("ZUTCORE_RPC_TOKEN".into(), token.into()));
-        }
-        SpawnSpec {
-            program: self.settings.child_bin.clone(),
-            args,
-            cwd: self.dir.clone(),
-            env,
-            project: self.project.clone(),
-            max_line: self.settings.max_line,
         }
     }
 
     /// The child exited without being asked to.
     pub(super) async fn child_exited(&mut self, exit: ExitInfo) {
-        let hung = self.child.take().is_some_and(|c| c.hung);
-        let reason = if hung { "hung" } else { "crashed" };
-        let metric = match (hung, exit.code) {
-            (true, _) => "health",
-            (false, Some(0)) => "normal",
-            (false, _) => "crash",
+        let child = self.child.take();
+        let hung = child.as_ref().is_some_and(|c| c.hung);
+        let limit = child.as_ref().and_then(|c| c.process.limit_hit());
+        let (reason, metric) = match (limit, hung, exit.code) {
+            (Some(hit), _, _) => (hit.reason(), hit.reason()),
+            (None, true, _) => ("hung", "health"),
+            (None, false, Some(0)) => ("crashed", "normal"),
+            (None, false, _) => ("crashed", "crash"),
         };
         self.settings.metrics.child_exit(metric);
         self.last_exit = Some(LastExit {

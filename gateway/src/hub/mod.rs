@@ -15,6 +15,7 @@ pub mod ids;
 mod lifecycle;
 pub mod ring;
 mod routing;
+mod spawn;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -30,7 +31,7 @@ use crate::auth::Role;
 use crate::dialect::Dialect;
 use crate::metrics::Metrics;
 use crate::supervisor::backoff::RestartPolicy;
-use crate::supervisor::StderrTail;
+use crate::supervisor::{Credentials, Limits, StderrTail};
 pub use feed::{ClientFeed, Delivery, Unicast, CLOSE_LAGGED};
 
 /// Commands a hub may have waiting before senders are slowed down.
@@ -44,6 +45,15 @@ pub struct HubSettings {
     pub child_bin: PathBuf,
     /// Appended to `rpc --cwd DIR --session FILE`.
     pub child_args: Vec<OsString>,
+    /// The agent's sandbox flags (`--sandbox --sandbox-hide …`), or none.
+    pub sandbox_args: Vec<OsString>,
+    /// The canonical projects root: a project's directory is checked
+    /// again against it before every spawn.
+    pub projects_root: PathBuf,
+    /// The account children run as (`--child-user`), if not the gateway's.
+    pub credentials: Option<Credentials>,
+    /// Per-child resource limits, when configured.
+    pub limits: Option<Arc<Limits>>,
     /// The child's environment (already scrubbed), without the RPC token.
     pub child_env: Vec<(OsString, OsString)>,
     /// Session journals go in `sessions_dir/PROJECT.jsonl`.

@@ -9,19 +9,28 @@
 //! - [`backoff`] – [`RestartPolicy`] and [`CrashHistory`]: jittered
 //!   exponential backoff with a crash-loop cutoff (no I/O).
 //! - [`handshake`] – the supervisor's `hello` and its random token.
+//! - [`limits`] – per-child memory and pids limits (cgroup v2, cgroup v1
+//!   or rlimits) and the task that kills a child that hit one.
+//! - [`probe`] – the start-up check that the agent sandbox works here.
+//! - `sys` – the `pre_exec` hook: directory, cgroups, rlimits, user,
+//!   no-new-privileges, parent-death signal.
 
 pub mod backoff;
 pub mod env;
 pub mod handshake;
+pub mod limits;
 mod pipes;
+pub mod probe;
 pub mod process;
 mod sys;
 
 pub use backoff::{CrashHistory, Decision, InvalidPolicy, RestartPolicy};
 pub use env::{child_env, DEFAULT_ALLOWED, TOKEN_VAR};
 pub use handshake::{hello, random_token, HandshakeError, HELLO_ID};
+pub use limits::{LimitHit, Limits};
 pub use pipes::{StderrTail, STDERR_TAIL_LINES};
-pub use process::{ChildGone, ChildOutput, ChildProcess, ExitInfo, SpawnError, SpawnSpec};
+pub use process::{ChildGone, ChildOutput, ChildProcess, Confine, ExitInfo, SpawnError, SpawnSpec};
+pub use sys::Credentials;
 
 #[cfg(test)]
 mod test_support;

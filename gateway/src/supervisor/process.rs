@@ -5,10 +5,11 @@
 
 use std::ffi::OsString;
 use std::fmt;
+use std::os::fd::OwnedFd;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -19,8 +20,9 @@ use tokio::process::{Child, Command};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
+use super::limits::{self, ChildLimits, LimitHit, Limits, LimitsError};
 use super::pipes::{self, ChildTag};
-use super::sys;
+use super::sys::{self, Credentials, PreExec};
 
 /// Capacity of the stdout queue towards the hub, in lines.
 pub const OUTPUT_QUEUE: usize = 1024;
@@ -41,6 +43,21 @@ pub struct SpawnSpec {
     pub project: String,
     /// Longest accepted stdout line in bytes, excluding the LF.
     pub max_line: usize,
+    /// Directory, account and resource limits of the child.
+    pub confine: Confine,
+}
+
+/// How a child is confined beyond its own process group (the sandbox
+/// itself is the agent's: flags in `args`).
+#[derive(Clone, Debug, Default)]
+pub struct Confine {
+    /// The working directory, opened without following a symlink; the
+    /// child enters it by descriptor, and `cwd` only names it.
+    pub cwd_dir: Option<Arc<OwnedFd>>,
+    /// The account the child runs as (the gateway's when `None`).
+    pub credentials: Option<Credentials>,
+    /// The limits every child gets.
+    pub limits: Option<Arc<Limits>>,
 }
 
 /// What the child said on stdout, in order; `Exited` is always last.
@@ -101,6 +118,12 @@ pub enum SpawnError {
     #[error("cannot start {}: working directory {} does not exist", .program.display(), .cwd.display())]
     CwdMissing { program: PathBuf, cwd: PathBuf },
     #[error("cannot start {}: {source}", .program.display())]
+    Limits {
+        program: PathBuf,
+        #[source]
+        source: LimitsError,
+    },
+    #[error("cannot start {}: {source}", .program.display())]
     Io {
         program: PathBuf,
         #[source]
@@ -141,6 +164,8 @@ pub struct ChildProcess {
     exit: watch::Receiver<Option<ExitInfo>>,
     /// The last lines the child wrote to stderr.
     stderr_tail: pipes::StderrTail,
+    /// Its cgroups or rlimits, and the limit it hit.
+    limits: Option<Arc<ChildLimits>>,
 }
 
 impl ChildProcess {
@@ -149,27 +174,51 @@ impl ChildProcess {
     pub fn spawn(
         spec: SpawnSpec,
     ) -> Result<(ChildProcess, mpsc::Receiver<ChildOutput>), SpawnError> {
-        if !spec.cwd.is_dir() {
+        if spec.confine.cwd_dir.is_none() && !spec.cwd.is_dir() {
             return Err(SpawnError::CwdMissing {
                 program: spec.program.clone(),
                 cwd: spec.cwd.clone(),
             });
         }
+        let limits = match &spec.confine.limits {
+            Some(limits) => Some(Arc::new(limits.prepare(&spec.project).map_err(
+                |source| SpawnError::Limits {
+                    program: spec.program.clone(),
+                    source,
+                },
+            )?)),
+            None => None,
+        };
         let mut command = Command::new(&spec.program);
         command
             .args(&spec.args)
             .env_clear()
             .envs(spec.env.iter().map(|(k, v)| (k, v)))
-            .current_dir(&spec.cwd)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
-        sys::kill_with_parent(&mut command);
-        let mut child = command
-            .spawn()
-            .map_err(|e| SpawnError::classify(&spec, e))?;
+        if spec.confine.cwd_dir.is_none() {
+            command.current_dir(&spec.cwd);
+        }
+        sys::install(
+            command.as_std_mut(),
+            PreExec {
+                cwd: spec.confine.cwd_dir.clone(),
+                limits: limits.clone(),
+                credentials: spec.confine.credentials.clone(),
+            },
+        );
+        let mut child = match command.spawn() {
+            Ok(child) => child,
+            Err(e) => {
+                if let Some(limits) = &limits {
+                    limits.remove();
+                }
+                return Err(SpawnError::classify(&spec, e));
+            }
+        };
         let io_error = |what: &str| SpawnError::Io {
             program: spec.program.clone(),
             source: std::io::Error::other(format!("{what} of the spawned child is missing")),
@@ -208,7 +257,22 @@ impl ChildProcess {
             out_tx.clone(),
             tag.clone(),
         ));
-        tokio::spawn(reap(child, stdout_task, exit_tx, out_tx, tag));
+        if let Some(limits) = &limits {
+            tokio::spawn(limits::watch::watch(
+                limits.clone(),
+                pid,
+                exit_rx.clone(),
+                spec.project.clone(),
+            ));
+        }
+        tokio::spawn(reap(
+            child,
+            stdout_task,
+            exit_tx,
+            out_tx,
+            tag,
+            limits.clone(),
+        ));
 
         let process = ChildProcess {
             pid,
@@ -216,6 +280,7 @@ impl ChildProcess {
             stdin: Mutex::new(Some(in_tx)),
             exit: exit_rx,
             stderr_tail,
+            limits,
         };
         Ok((process, out_rx))
     }
@@ -228,6 +293,12 @@ impl ChildProcess {
 
     pub fn pid(&self) -> u32 {
         self.pid
+    }
+
+    /// The resource limit the child hit, if one did (known once it is
+    /// killed for it, before its exit is published).
+    pub fn limit_hit(&self) -> Option<LimitHit> {
+        self.limits.as_ref().and_then(|l| l.hit())
     }
 
     /// Queues one line for the child's stdin; `line` must end with `'\n'`.
@@ -324,6 +395,7 @@ async fn reap(
     exit_tx: watch::Sender<Option<ExitInfo>>,
     out: mpsc::Sender<ChildOutput>,
     tag: ChildTag,
+    limits: Option<Arc<ChildLimits>>,
 ) {
     let exit = match child.wait().await {
         Ok(status) => ExitInfo::from(status),
@@ -339,6 +411,13 @@ async fn reap(
     // Killing first lets stdout reach EOF at once when only grandchildren
     // held it open; what the child already wrote stays in the pipe.
     kill_group(tag.pid, Signal::SIGKILL, &tag.project);
+    if let Some(limits) = &limits {
+        // A limit hit just before the exit still names the reason.
+        if let Some(hit) = limits.check() {
+            tracing::warn!(project = %tag.project, pid = tag.pid, reason = hit.reason(), "the agent hit a resource limit");
+        }
+        limits.kill_all();
+    }
     if tokio::time::timeout(STDOUT_DRAIN, &mut stdout_task)
         .await
         .is_err()
@@ -349,6 +428,9 @@ async fn reap(
     }
     tracing::info!(project = %tag.project, pid = tag.pid, exit = %exit, "child exited");
     exit_tx.send_replace(Some(exit));
+    if let Some(limits) = limits {
+        tokio::spawn(limits::watch::remove_when_empty(limits));
+    }
     let _ = out.send(ChildOutput::Exited(exit)).await;
 }
 

@@ -1,38 +1,92 @@
-//! The supervisor's only `unsafe`: a `pre_exec` hook that ties the child's
-//! life to the gateway's through the parent-death signal.
+//! The supervisor's only `unsafe`: the `pre_exec` hook that runs in the
+//! forked child before `exec`. In order it enters the project directory
+//! (a descriptor opened without following symlinks), joins the child's
+//! cgroups, sets its rlimits, switches to the child user, sets
+//! `PR_SET_NO_NEW_PRIVS`, and ties the child's life to the gateway's with
+//! the parent-death signal (last: a credential change clears it).
 #![allow(unsafe_code)]
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::Arc;
 
 use nix::errno::Errno;
 use nix::sys::prctl;
+use nix::sys::resource::setrlimit;
 use nix::sys::signal::Signal;
-use nix::unistd::{getpid, getppid};
+use nix::unistd::{fchdir, getpid, getppid, setgid, setgroups, setuid, write, Gid, Uid};
 
-/// Makes the kernel SIGKILL the child when the thread that forked it dies.
+use super::limits::ChildLimits;
+
+/// An account to switch to, resolved before the fork.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Credentials {
+    pub uid: u32,
+    pub gid: u32,
+    /// Supplementary groups.
+    pub groups: Vec<u32>,
+}
+
+/// What the hook applies, all prepared before the fork so that the hook
+/// itself does not allocate.
+#[derive(Debug, Default)]
+pub(super) struct PreExec {
+    /// The working directory (instead of a path, which could be swapped
+    /// for a symlink between the check and the `chdir`).
+    pub cwd: Option<Arc<OwnedFd>>,
+    pub limits: Option<Arc<ChildLimits>>,
+    pub credentials: Option<Credentials>,
+}
+
+/// Installs the hook on `command`.
 ///
 /// `PR_SET_PDEATHSIG` fires when the *thread* that created the child exits,
 /// not the whole process. [`ChildProcess::spawn`](super::ChildProcess::spawn)
 /// runs on a tokio worker thread, and those live as long as the runtime, so
 /// in practice this means "when the gateway dies". (Spawning from a
 /// `spawn_blocking` thread would be wrong: those threads exit when idle.)
-pub(super) fn kill_with_parent(command: &mut tokio::process::Command) {
+pub(super) fn install(command: &mut std::process::Command, setup: PreExec) {
     // Read before forking: inside the hook, `getpid()` is the child's pid.
     let parent = getpid();
+    let groups: Vec<Gid> = setup
+        .credentials
+        .as_ref()
+        .map(|c| c.groups.iter().copied().map(Gid::from_raw).collect())
+        .unwrap_or_default();
     let hook = move || -> std::io::Result<()> {
+        if let Some(dir) = &setup.cwd {
+            fchdir(dir.as_raw_fd())?;
+        }
+        if let Some(limits) = &setup.limits {
+            for fd in limits.join_fds() {
+                write(fd, b"0")?;
+            }
+            for &(resource, value) in limits.rlimits() {
+                setrlimit(resource, value, value)?;
+            }
+        }
+        if let Some(user) = &setup.credentials {
+            setgroups(&groups)?;
+            setgid(Gid::from_raw(user.gid))?;
+            setuid(Uid::from_raw(user.uid))?;
+        }
+        prctl::set_no_new_privs()?;
         prctl::set_pdeathsig(Signal::SIGKILL)?;
-        // If the gateway died between fork and prctl, the signal was never
-        // armed and the child has already been reparented: give up now.
+        // If the gateway died before the signal was armed, the child has
+        // already been reparented: give up now.
         if getppid() != parent {
             return Err(Errno::ESRCH.into());
         }
         Ok(())
     };
     // SAFETY: the hook runs in the forked child before exec, where only
-    // async-signal-safe operations are allowed. It makes two plain syscalls
-    // (prctl, getppid), compares two integers, and converts an errno into an
-    // `io::Error` (a tagged integer, no allocation). It takes no locks,
-    // touches no shared state and does not allocate, so it cannot deadlock
-    // on a lock held by another thread of the parent at fork time.
+    // async-signal-safe operations are allowed. Everything it uses was
+    // prepared before the fork and is only read here (descriptors, ids, the
+    // group list, limit values); it makes plain syscalls (fchdir, write,
+    // setrlimit, setgroups, setgid, setuid, prctl, getppid) and converts an
+    // errno into an `io::Error` (a tagged integer, no allocation). It takes
+    // no locks, touches no shared mutable state and does not allocate, so
+    // it cannot deadlock on a lock held by another thread at fork time.
     unsafe {
-        command.pre_exec(hook);
+        std::os::unix::process::CommandExt::pre_exec(command, hook);
     }
 }

@@ -20,6 +20,7 @@ pub(crate) fn sh(dir: &Path, script: &str) -> SpawnSpec {
         env: vec![("PATH".into(), std::env::var_os("PATH").unwrap_or_default())],
         project: "test".into(),
         max_line: 1024,
+        confine: Default::default(),
     }
 }
 

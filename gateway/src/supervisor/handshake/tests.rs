@@ -143,6 +143,7 @@ async fn real_agent_accepts_its_token_and_refuses_others() {
             env: child_env(&[], &set, std::env::vars_os()),
             project: "real-agent".into(),
             max_line: 1 << 20,
+            confine: Default::default(),
         };
         let (child, mut output) = ChildProcess::spawn(spec).unwrap();
         let result = hello(&child, &mut output, given.unwrap_or(&token), PATIENCE).await;

@@ -1,0 +1,361 @@
+//! How children are confined: the agent sandbox (`--sandbox`,
+//! `--sandbox-hide`, `--tool-network`), the user they run as
+//! (`--child-user`) and their resource limits (`--child-memory-max`,
+//! `--child-pids-max`). Validated here; the supervisor applies them.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use nix::unistd::{Gid, Uid, User};
+use serde::de::{self, Deserializer, Visitor};
+use serde::Deserialize;
+
+use super::ConfigError;
+
+/// Smallest accepted `--child-memory-max`: an idle agent needs about 10 MiB.
+pub const MIN_CHILD_MEMORY: u64 = 16 << 20;
+/// Smallest accepted `--child-pids-max`: the sandboxed agent is three
+/// processes plus the threads of its runtime.
+pub const MIN_CHILD_PIDS: u64 = 16;
+
+/// `on` or `off` (TOML: also `true` / `false`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OnOff {
+    On,
+    Off,
+}
+
+impl OnOff {
+    pub fn is_on(self) -> bool {
+        self == OnOff::On
+    }
+}
+
+impl<'de> Deserialize<'de> for OnOff {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct OnOffVisitor;
+
+        impl Visitor<'_> for OnOffVisitor {
+            type Value = OnOff;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("\"on\", \"off\", true or false")
+            }
+
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<OnOff, E> {
+                Ok(if v { OnOff::On } else { OnOff::Off })
+            }
+
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<OnOff, E> {
+                match v.trim().to_ascii_lowercase().as_str() {
+                    "on" | "true" => Ok(OnOff::On),
+                    "off" | "false" => Ok(OnOff::Off),
+                    _ => Err(E::custom(format!(
+                        "expected \"on\" or \"off\", found {v:?}"
+                    ))),
+                }
+            }
+        }
+
+        deserializer.deserialize_any(OnOffVisitor)
+    }
+}
+
+/// The account children run as (`--child-user`), looked up once at start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChildUser {
+    pub name: String,
+    pub uid: u32,
+    pub gid: u32,
+    /// Supplementary groups of the account (its primary group included).
+    pub groups: Vec<u32>,
+    pub home: PathBuf,
+}
+
+/// The confinement of every child.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Confinement {
+    /// The agent confines itself (`corral-agent --sandbox`).
+    pub sandbox: bool,
+    /// Paths hidden from every child: the state directory, the projects
+    /// root, the config file, every token file, then `--sandbox-hide`.
+    pub hide: Vec<PathBuf>,
+    /// Tool commands keep the network (`--tool-network on`).
+    pub tool_network: bool,
+    /// Children run as this account instead of the gateway's.
+    pub child_user: Option<ChildUser>,
+    /// Memory of one child and everything it runs, in bytes.
+    pub memory_max: Option<u64>,
+    /// Processes and threads of one child and everything it runs.
+    pub pids_max: Option<u64>,
+}
+
+impl Confinement {
+    /// Puts the gateway's own paths first in the hidden list.
+    pub(super) fn hiding_first(mut self, paths: &[PathBuf]) -> Result<Self, ConfigError> {
+        let mut hide = Vec::with_capacity(paths.len() + self.hide.len());
+        for path in paths
+            .iter()
+            .map(|p| absolute(p))
+            .chain(self.hide.into_iter().map(Ok))
+        {
+            let path = path?;
+            if !hide.contains(&path) {
+                hide.push(path);
+            }
+        }
+        self.hide = hide;
+        Ok(self)
+    }
+
+    /// Whether any resource limit is configured.
+    pub fn has_limits(&self) -> bool {
+        self.memory_max.is_some() || self.pids_max.is_some()
+    }
+
+    /// The agent flags that turn its sandbox on with these settings
+    /// (empty with the sandbox off).
+    pub fn agent_args(&self) -> Vec<std::ffi::OsString> {
+        if !self.sandbox {
+            return Vec::new();
+        }
+        let mut args = vec!["--sandbox".into()];
+        args.extend(self.probe_args());
+        args
+    }
+
+    /// The flags of `corral-agent sandbox-probe` for these settings: the
+    /// hidden paths and the tool network.
+    pub fn probe_args(&self) -> Vec<std::ffi::OsString> {
+        let mut args = Vec::new();
+        for path in &self.hide {
+            args.push("--sandbox-hide".into());
+            args.push(path.clone().into_os_string());
+        }
+        if !self.tool_network {
+            args.extend(["--tool-network".into(), "off".into()]);
+        }
+        args
+    }
+}
+
+/// The raw settings, already merged (command line over file).
+pub(super) struct Raw {
+    pub sandbox: Option<OnOff>,
+    pub extra_hide: Vec<PathBuf>,
+    pub tool_network: Option<OnOff>,
+    pub child_user: Option<String>,
+    pub memory_max: Option<usize>,
+    pub pids_max: Option<u64>,
+}
+
+/// Validates the settings; the gateway's own paths are added to the hidden
+/// list later ([`Confinement::hiding_first`]), once they exist.
+pub(super) fn resolve(raw: Raw) -> Result<Confinement, ConfigError> {
+    let sandbox = raw.sandbox.unwrap_or(OnOff::On).is_on();
+    let tool_network = raw.tool_network.unwrap_or(OnOff::On).is_on();
+    if !sandbox && !tool_network {
+        return Err(ConfigError::Invalid {
+            setting: "--tool-network off / tool_network".into(),
+            reason: "taking the network from tools needs the sandbox; drop --sandbox off".into(),
+        });
+    }
+    let mut hide: Vec<PathBuf> = Vec::new();
+    for path in &raw.extra_hide {
+        let path = absolute(path)?;
+        if !hide.contains(&path) {
+            hide.push(path);
+        }
+    }
+    let child_user = raw.child_user.as_deref().map(lookup_user).transpose()?;
+    let memory_max = raw
+        .memory_max
+        .map(|bytes| {
+            let bytes = u64::try_from(bytes).unwrap_or(u64::MAX);
+            minimum(
+                "--child-memory-max / child_memory_max",
+                bytes,
+                MIN_CHILD_MEMORY,
+            )
+        })
+        .transpose()?;
+    let pids_max = raw
+        .pids_max
+        .map(|n| minimum("--child-pids-max / child_pids_max", n, MIN_CHILD_PIDS))
+        .transpose()?;
+    Ok(Confinement {
+        sandbox,
+        hide,
+        tool_network,
+        child_user,
+        memory_max,
+        pids_max,
+    })
+}
+
+fn minimum(setting: &str, value: u64, min: u64) -> Result<u64, ConfigError> {
+    if value < min {
+        return Err(ConfigError::Invalid {
+            setting: setting.into(),
+            reason: format!("{value} is less than the minimum {min}"),
+        });
+    }
+    Ok(value)
+}
+
+/// The canonical path when it exists (a hidden symlink would hide its
+/// target anyway), else the absolute one.
+fn absolute(path: &Path) -> Result<PathBuf, ConfigError> {
+    if let Ok(real) = path.canonicalize() {
+        return Ok(real);
+    }
+    std::path::absolute(path).map_err(|e| ConfigError::Invalid {
+        setting: "--sandbox-hide / sandbox_hide".into(),
+        reason: format!("{}: {e}", path.display()),
+    })
+}
+
+/// Looks up `--child-user` (a name or a numeric uid); the gateway must
+/// run as root to switch to it.
+fn lookup_user(name: &str) -> Result<ChildUser, ConfigError> {
+    let invalid = |reason: String| ConfigError::Invalid {
+        setting: "--child-user / child_user".into(),
+        reason,
+    };
+    let euid = Uid::effective();
+    if !euid.is_root() {
+        return Err(invalid(format!(
+            "running children as another user needs the gateway to run as root (it runs as uid {euid})"
+        )));
+    }
+    let found = match name.parse::<u32>() {
+        Ok(uid) => User::from_uid(Uid::from_raw(uid)),
+        Err(_) => User::from_name(name),
+    }
+    .map_err(|e| invalid(format!("cannot look up user {name:?}: {e}")))?;
+    let user = found.ok_or_else(|| invalid(format!("no such user {name:?}")))?;
+    let groups = std::ffi::CString::new(user.name.as_str())
+        .ok()
+        .and_then(|cname| nix::unistd::getgrouplist(&cname, user.gid).ok())
+        .unwrap_or_else(|| vec![user.gid]);
+    Ok(ChildUser {
+        name: user.name,
+        uid: user.uid.as_raw(),
+        gid: user.gid.as_raw(),
+        groups: groups.into_iter().map(Gid::as_raw).collect(),
+        home: user.dir,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw() -> Raw {
+        Raw {
+            sandbox: None,
+            extra_hide: Vec::new(),
+            tool_network: None,
+            child_user: None,
+            memory_max: None,
+            pids_max: None,
+        }
+    }
+
+    #[test]
+    fn defaults_sandbox_on_network_on_no_limits() {
+        let c = resolve(raw())
+            .unwrap()
+            .hiding_first(&[PathBuf::from("/state")])
+            .unwrap();
+        assert!(c.sandbox && c.tool_network && !c.has_limits());
+        assert_eq!(c.child_user, None);
+        assert_eq!(
+            c.agent_args(),
+            ["--sandbox", "--sandbox-hide", "/state"].map(std::ffi::OsString::from)
+        );
+    }
+
+    #[test]
+    fn hides_are_absolute_and_deduplicated() {
+        let mut r = raw();
+        r.extra_hide = vec!["/srv/secret".into(), "/state".into(), "rel".into()];
+        r.tool_network = Some(OnOff::Off);
+        let c = resolve(r)
+            .unwrap()
+            .hiding_first(&["/state".into()])
+            .unwrap();
+        let cwd = std::env::current_dir().unwrap();
+        assert_eq!(c.hide.len(), 3);
+        assert_eq!(c.hide[2], cwd.join("rel"));
+        let args = c.agent_args();
+        assert_eq!(
+            &args[args.len() - 2..],
+            ["--tool-network", "off"].map(std::ffi::OsString::from)
+        );
+    }
+
+    #[test]
+    fn sandbox_off_passes_no_flags_and_refuses_tool_network_off() {
+        let mut r = raw();
+        r.sandbox = Some(OnOff::Off);
+        let c = resolve(r).unwrap();
+        assert!(c.agent_args().is_empty());
+        let mut r = raw();
+        r.sandbox = Some(OnOff::Off);
+        r.tool_network = Some(OnOff::Off);
+        let err = resolve(r).unwrap_err().to_string();
+        assert!(err.contains("--tool-network off"), "{err}");
+    }
+
+    #[test]
+    fn limits_have_minimums() {
+        let mut r = raw();
+        r.memory_max = Some(1 << 20);
+        let err = resolve(r).unwrap_err().to_string();
+        assert!(err.contains("--child-memory-max"), "{err}");
+        let mut r = raw();
+        r.pids_max = Some(3);
+        let err = resolve(r).unwrap_err().to_string();
+        assert!(err.contains("--child-pids-max"), "{err}");
+        let mut r = raw();
+        r.memory_max = Some(64 << 20);
+        r.pids_max = Some(64);
+        let c = resolve(r).unwrap();
+        assert_eq!((c.memory_max, c.pids_max), (Some(64 << 20), Some(64)));
+    }
+
+    #[test]
+    fn child_user_is_looked_up() {
+        let mut r = raw();
+        r.child_user = Some("no-such-user-corral-test".into());
+        let err = resolve(r).unwrap_err().to_string();
+        if Uid::effective().is_root() {
+            assert!(err.contains("no such user"), "{err}");
+            let mut r = raw();
+            r.child_user = Some("nobody".into());
+            let user = resolve(r).unwrap().child_user.unwrap();
+            assert_eq!(user.name, "nobody");
+            assert_ne!(user.uid, 0);
+            let mut r = raw();
+            r.child_user = Some("0".into());
+            assert_eq!(resolve(r).unwrap().child_user.unwrap().uid, 0);
+        } else {
+            assert!(err.contains("needs the gateway to run as root"), "{err}");
+        }
+    }
+
+    #[test]
+    fn on_off_parses_words_and_booleans() {
+        #[derive(Deserialize)]
+        struct T {
+            v: OnOff,
+        }
+        let parse = |text: &str| toml::from_str::<T>(text).map(|t| t.v);
+        assert_eq!(parse("v = \"on\"").unwrap(), OnOff::On);
+        assert_eq!(parse("v = \"OFF\"").unwrap(), OnOff::Off);
+        assert_eq!(parse("v = false").unwrap(), OnOff::Off);
+        let err = parse("v = \"maybe\"").unwrap_err().to_string();
+        assert!(err.contains("expected \"on\" or \"off\""), "{err}");
+    }
+}
