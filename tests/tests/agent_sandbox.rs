@@ -1,0 +1,460 @@
+//! End-to-end: `corral-agent --sandbox` as a user sees it. Tool calls come
+//! from the mock LLM; the checks are on tool results, files on the host,
+//! processes and exit codes. The project and the hidden directories live
+//! outside `/tmp` (which the sandbox replaces), so it is the hides that keep
+//! them away, except where a test wants the project under `/tmp`.
+
+#![allow(clippy::unwrap_used)]
+
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use corral_e2e::harness::{text_of, workspace_bin, AgentProc, AgentSpawn, READ_TIMEOUT};
+use corral_e2e::mock_llm::{MockLlm, Turn};
+use serde_json::{json, Value};
+use tempfile::TempDir;
+use tokio::process::Command;
+
+const SECRET: &str = "other-project-secret-7431";
+
+/// A projects root holding the project `a` and another project `b`, a
+/// state directory for journals and a plain directory outside all of them.
+struct Layout {
+    root: TempDir,
+}
+
+impl Layout {
+    fn new() -> Layout {
+        let root = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        for dir in ["projects/a", "projects/b", "state/sessions", "outside"] {
+            std::fs::create_dir_all(root.path().join(dir)).unwrap();
+        }
+        std::fs::write(root.path().join("projects/b/secret.txt"), SECRET).unwrap();
+        std::fs::write(root.path().join("projects/a/README.md"), "project a\n").unwrap();
+        Layout { root }
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        self.root.path().join(rel)
+    }
+
+    fn show(&self, rel: &str) -> String {
+        self.path(rel).display().to_string()
+    }
+
+    fn journal(&self) -> PathBuf {
+        self.path("state/sessions/a.jsonl")
+    }
+}
+
+/// `corral-agent rpc --sandbox` on the mock in project `a`, hiding the
+/// projects root (as the gateway does); the journal's directory is hidden
+/// by the agent itself.
+async fn sandboxed_in(layout: &Layout, mock: &MockLlm, extra: &[&str]) -> AgentProc {
+    let mut spawn = AgentSpawn::anthropic_mock(&mock.anthropic_base_url(), &["--sandbox"])
+        .arg("--sandbox-hide")
+        .arg(layout.show("projects"))
+        .arg("--session")
+        .arg(layout.journal().display().to_string())
+        .cwd(&layout.path("projects/a"));
+    for arg in extra {
+        spawn = spawn.arg(*arg);
+    }
+    spawn.spawn().await
+}
+
+/// What one tool call returned: (is_error, text).
+type ToolResult = (bool, String);
+
+/// Scripts one tool call per model turn and a final reply, runs a prompt,
+/// and returns every tool result in order and the reply text.
+async fn run_tools(
+    agent: &mut AgentProc,
+    mock: &MockLlm,
+    calls: &[(&str, Value)],
+) -> (Vec<ToolResult>, String) {
+    for (name, args) in calls {
+        mock.push(Turn::tool_call(*name, args.clone()));
+    }
+    mock.push(Turn::text("all done"));
+    agent
+        .send(json!({"id":"p","type":"prompt","message":"work"}))
+        .await;
+    let frames = agent.recv_until(|f| f["type"] == "done").await;
+    let results = frames
+        .iter()
+        .filter(|f| f["type"] == "tool_result")
+        .map(|f| {
+            let text = f["content"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|b| b["text"].as_str())
+                .collect::<Vec<_>>()
+                .join("\n");
+            (f["is_error"] == true, text)
+        })
+        .collect();
+    (results, text_of(&frames))
+}
+
+fn bash(command: &str) -> (&'static str, Value) {
+    ("bash", json!({ "command": command }))
+}
+
+#[tokio::test]
+async fn files_outside_the_project_are_out_of_reach_and_real_work_runs() {
+    let layout = Layout::new();
+    let mock = MockLlm::start().await;
+    let mut agent = sandboxed_in(&layout, &mock, &[]).await;
+    let marker = format!("corral-sandbox-test-{}", std::process::id());
+    let calls = [
+        bash(&format!("cat {}", layout.show("projects/b/secret.txt"))),
+        (
+            "read",
+            json!({"path": layout.show("projects/b/secret.txt")}),
+        ),
+        (
+            "read",
+            json!({"path": layout.show("state/sessions/a.jsonl")}),
+        ),
+        bash(&format!("cat {}", layout.show("state/sessions/a.jsonl"))),
+        (
+            "write",
+            json!({"path": layout.show("outside/w.txt"), "content": "x"}),
+        ),
+        bash(&format!("echo x > {}", layout.show("outside/b.txt"))),
+        (
+            "write",
+            json!({"path": layout.show("projects/b/w.txt"), "content": "x"}),
+        ),
+        ("write", json!({"path": "notes.txt", "content": "inside\n"})),
+        bash("ls /proc"),
+        bash(&format!(
+            "ls -A /tmp | wc -l; echo private > /tmp/{marker}; cat /tmp/{marker}"
+        )),
+        bash("python3 -c 'print(1)'"),
+        bash(
+            "git init -q && git add -A && git -c user.name=t -c user.email=t@t commit -qm x \
+             && git log --oneline | wc -l",
+        ),
+        bash("echo quiet > /dev/null && head -c 4 /dev/urandom | wc -c"),
+    ];
+    let (results, reply) = run_tools(&mut agent, &mock, &calls).await;
+    assert_eq!(results.len(), calls.len(), "{results:#?}");
+    let [cat_other, read_other, read_journal, cat_journal, write_outside, bash_outside, write_other, write_inside, proc, tmp, python, git, devices] =
+        <[ToolResult; 13]>::try_from(results).unwrap();
+
+    for (name, (is_error, text)) in [
+        ("bash cat of another project", &cat_other),
+        ("read of another project", &read_other),
+        ("read of the journal", &read_journal),
+        ("bash cat of the journal", &cat_journal),
+    ] {
+        assert!(is_error, "{name} succeeded: {text}");
+        assert!(!text.contains(SECRET), "{name} leaked: {text}");
+        assert!(
+            !text.contains("\"kind\""),
+            "{name} leaked the journal: {text}"
+        );
+    }
+    assert!(write_outside.0, "write outside: {}", write_outside.1);
+    assert!(bash_outside.0, "bash write outside: {}", bash_outside.1);
+    assert!(write_other.0, "write into b: {}", write_other.1);
+    assert!(!layout.path("outside/w.txt").exists());
+    assert!(!layout.path("outside/b.txt").exists());
+    assert!(!layout.path("projects/b/w.txt").exists());
+
+    assert!(!write_inside.0, "{}", write_inside.1);
+    let notes = std::fs::read_to_string(layout.path("projects/a/notes.txt")).unwrap();
+    assert_eq!(notes, "inside\n");
+
+    assert!(!proc.0, "{}", proc.1);
+    let pids: Vec<&str> = proc
+        .1
+        .split_whitespace()
+        .filter(|e| e.chars().all(|c| c.is_ascii_digit()))
+        .collect();
+    assert!(pids.len() <= 6, "too many processes visible: {pids:?}");
+    assert!(pids.contains(&"1") && pids.contains(&"2"), "{pids:?}");
+    let me = std::process::id().to_string();
+    assert!(
+        !pids.contains(&me.as_str()),
+        "the test's pid {me} is visible"
+    );
+
+    assert!(!tmp.0, "{}", tmp.1);
+    assert_eq!(
+        tmp.1.lines().collect::<Vec<_>>(),
+        ["0", "private"],
+        "/tmp starts empty"
+    );
+    assert!(!Path::new("/tmp").join(&marker).exists(), "/tmp is shared");
+
+    assert_eq!(python, (false, "1".to_string()));
+    assert_eq!(git, (false, "1".to_string()));
+    assert!(layout.path("projects/a/.git").is_dir());
+    assert_eq!(devices, (false, "4".to_string()));
+
+    assert_eq!(reply, "all done", "the model call after the tools");
+    assert_eq!(mock.requests().len(), calls.len() + 1);
+
+    agent.close_stdin();
+    assert_eq!(agent.wait().await, Some(0), "outer exits like the agent");
+    let journal = std::fs::read_to_string(layout.journal()).unwrap();
+    assert!(journal.contains("all done"), "{journal}");
+    assert!(journal.contains("notes.txt"), "{journal}");
+}
+
+/// Pids whose parent is `pid`.
+fn children(pid: u32) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|p| parent(*p) == Some(pid))
+        .collect()
+}
+
+fn parent(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit(')')
+        .next()?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// Every process below `pid`.
+fn descendants(pid: u32) -> Vec<u32> {
+    let mut all = Vec::new();
+    let mut todo = vec![pid];
+    while let Some(p) = todo.pop() {
+        let kids = children(p);
+        all.extend(&kids);
+        todo.extend(kids);
+    }
+    all
+}
+
+fn comm(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}
+
+fn cmdline(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/cmdline"))
+        .unwrap_or_default()
+        .replace('\0', " ")
+}
+
+/// Gone, or a zombie waiting to be reaped.
+fn process_gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
+    }
+}
+
+async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn tool_processes_die_with_the_agent() {
+    let layout = Layout::new();
+    let mock = MockLlm::start().await;
+    mock.push(Turn::tool_call(
+        "bash",
+        json!({"command": "echo started; sleep 1000"}),
+    ));
+    let mut agent = sandboxed_in(&layout, &mock, &[]).await;
+    agent
+        .send(json!({"id":"1","type":"prompt","message":"sleep"}))
+        .await;
+    agent.recv_until(|f| f["type"] == "tool_progress").await;
+    let outer = agent.child.id().unwrap();
+    let tree = descendants(outer);
+    let names: Vec<String> = tree.iter().map(|p| comm(*p)).collect();
+    assert!(names.contains(&"corral-init".to_string()), "{names:?}");
+    assert!(names.contains(&"corral-agent-in".to_string()), "{names:?}");
+    let sleep = tree
+        .iter()
+        .copied()
+        .find(|p| cmdline(*p).trim_end() == "sleep 1000")
+        .unwrap_or_else(|| panic!("no sleep below {outer}: {names:?}"));
+
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(outer as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    wait_until("the sleep is gone", || process_gone(sleep)).await;
+    for pid in tree {
+        wait_until("the whole tree is gone", || process_gone(pid)).await;
+    }
+}
+
+#[tokio::test]
+async fn outer_ends_with_the_agents_signal() {
+    let layout = Layout::new();
+    let mock = MockLlm::start().await;
+    let mut agent = sandboxed_in(&layout, &mock, &[]).await;
+    let pong = agent.request(json!({"id":"1","type":"ping"})).await;
+    assert_eq!(pong["success"], true);
+    let outer = agent.child.id().unwrap();
+    let inner = descendants(outer)
+        .into_iter()
+        .find(|p| comm(*p) == "corral-agent-in")
+        .unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(inner as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let status = tokio::time::timeout(READ_TIMEOUT, agent.child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.signal(), Some(9), "{status:?}");
+}
+
+#[tokio::test]
+async fn tool_network_off_cuts_tools_off_but_not_the_model() {
+    let mock = MockLlm::start().await;
+    let port = mock.addr().port();
+    // The project under /tmp: the private /tmp covers it and it is bound back.
+    let mut agent = AgentSpawn::anthropic_mock(
+        &mock.anthropic_base_url(),
+        &["--sandbox", "--tool-network", "off"],
+    )
+    .spawn()
+    .await;
+    let connect = format!(
+        "python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), 2); print('connected')\""
+    );
+    let curl = format!("curl -sS -m 2 http://127.0.0.1:{port}/ && echo reached");
+    let loopback = "python3 -c \"import socket; s=socket.socket(); s.bind(('127.0.0.1', 0)); \
+                    s.listen(); c=socket.create_connection(s.getsockname()); print('lo ok')\"";
+    let (results, reply) = run_tools(
+        &mut agent,
+        &mock,
+        &[
+            bash(&connect),
+            bash(&curl),
+            bash(loopback),
+            bash("echo hi > f.txt && cat f.txt"),
+        ],
+    )
+    .await;
+    assert!(
+        results[0].0 && !results[0].1.contains("connected"),
+        "{:?}",
+        results[0]
+    );
+    assert!(
+        results[1].0 && !results[1].1.contains("reached"),
+        "{:?}",
+        results[1]
+    );
+    assert_eq!(results[2], (false, "lo ok".to_string()));
+    assert_eq!(results[3], (false, "hi".to_string()));
+    assert!(
+        agent.cwd.join("f.txt").exists(),
+        "the project under /tmp is the real one"
+    );
+    assert_eq!(reply, "all done", "the agent's own model call still works");
+}
+
+/// Runs `corral-agent ARGS` in `cwd` to its end: (exit code, stdout, stderr).
+async fn run_agent(
+    args: &[&str],
+    cwd: &Path,
+    env: &[(&str, &str)],
+) -> (Option<i32>, String, String) {
+    let mut command = Command::new(workspace_bin("corral-agent"));
+    command
+        .args(args)
+        .current_dir(cwd)
+        .env_remove("CORRAL_SANDBOX_SIMULATE_MISSING")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let output = tokio::time::timeout(READ_TIMEOUT, command.output())
+        .await
+        .expect("corral-agent did not exit")
+        .unwrap();
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn a_missing_feature_exits_78_with_the_reason() {
+    let layout = Layout::new();
+    let project = layout.path("projects/a");
+    for (feature, says) in [("landlock", "Landlock"), ("userns", "user namespaces")] {
+        let env = [("CORRAL_SANDBOX_SIMULATE_MISSING", feature)];
+        for args in [
+            &["rpc", "--provider", "echo", "--sandbox"][..],
+            &["sandbox-probe"][..],
+        ] {
+            let (code, stdout, stderr) = run_agent(args, &project, &env).await;
+            assert_eq!(code, Some(78), "{args:?} {feature}: {stderr}");
+            assert!(stdout.is_empty(), "{stdout}");
+            assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+            assert!(stderr.contains(says), "{stderr}");
+            assert!(stderr.contains("without --sandbox"), "{stderr}");
+        }
+    }
+    let (code, _, stderr) = run_agent(
+        &["rpc", "--provider", "echo", "--sandbox"],
+        Path::new("/"),
+        &[],
+    )
+    .await;
+    assert_eq!(code, Some(78), "{stderr}");
+    assert!(stderr.contains("nothing would be confined"), "{stderr}");
+    let (code, _, stderr) = run_agent(
+        &["rpc", "--provider", "echo", "--tool-network", "off"],
+        &project,
+        &[],
+    )
+    .await;
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--sandbox"), "{stderr}");
+}
+
+#[tokio::test]
+async fn the_probe_reports_ok() {
+    let layout = Layout::new();
+    for extra in [&[][..], &["--tool-network", "off"][..]] {
+        let mut args = vec!["sandbox-probe", "--sandbox-hide"];
+        let projects = layout.show("projects");
+        args.push(&projects);
+        args.extend_from_slice(extra);
+        let (code, stdout, stderr) = run_agent(&args, &layout.path("projects"), &[]).await;
+        assert_eq!(code, Some(0), "{stderr}");
+        let report: Value = serde_json::from_str(stdout.trim()).unwrap();
+        assert_eq!(report["sandbox"], "ok", "{report}");
+        assert!(report["landlock_abi"].as_u64().unwrap() >= 1, "{report}");
+        assert!(report["scoped"].is_boolean(), "{report}");
+    }
+}
