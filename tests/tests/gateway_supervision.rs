@@ -15,11 +15,19 @@ fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
     path
 }
 
+// The fake children here are shell scripts, which cannot pass the agent
+// sandbox's start-up probe: their gateways run with `--sandbox off`.
+
 #[tokio::test]
 async fn a_child_that_cannot_start_is_a_clear_hello_error() {
     let dir = tempfile::tempdir().unwrap();
     let broken = script(dir.path(), "broken-agent", "echo 'no config' >&2; exit 3");
-    let gateway = GatewaySpawn::default().child_bin(broken).spawn().await;
+    let gateway = GatewaySpawn::default()
+        .child_bin(broken)
+        .arg("--sandbox")
+        .arg("off")
+        .spawn()
+        .await;
     let (mut ws, reply) = gateway.client_with("alpha", TOKEN, None).await;
     assert_eq!(reply["success"], false, "{reply}");
     let error = reply["error"].as_str().unwrap();
@@ -44,6 +52,8 @@ while read line; do :; done"#,
     );
     let gateway = GatewaySpawn::default()
         .child_bin(hung)
+        .arg("--sandbox")
+        .arg("off")
         .arg("--ping-interval")
         .arg("200ms")
         .arg("--ping-timeout")
@@ -73,6 +83,8 @@ exit 7"#,
     );
     let gateway = GatewaySpawn::default()
         .child_bin(crashing)
+        .arg("--sandbox")
+        .arg("off")
         .arg("--crash-limit")
         .arg("2")
         .spawn()

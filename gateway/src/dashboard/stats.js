@@ -1,6 +1,7 @@
-// Gateway-wide numbers from /v1/stats: the summary chips in the top bar and
-// two hand-drawn canvas charts, frames per second (from deltas of
-// frames_total) and total cost, over the last minutes.
+// Gateway-wide numbers from /v1/stats: the summary chips in the top bar,
+// the warning when the agent sandbox is off, and two hand-drawn canvas
+// charts, frames per second (from deltas of frames_total) and total cost,
+// over the last minutes.
 
 import { $, el, setText, isNum, fmtDuration, fmtCount, fmtCost, fmtRate } from "./util.js";
 
@@ -64,6 +65,15 @@ export function recordStats(s) {
   const t = s.tokens_total || {};
   setText(chip("tokens", "tokens"), fmtCount(t.input || 0) + " in · " + fmtCount(t.output || 0) + " out");
   setText(chip("cost", "cost"), fmtCost(cost));
+  const sandbox = s.sandbox || {};
+  const backend = (sandbox.limits || {}).backend;
+  const off = sandbox.enabled === false;
+  setText(
+    chip("sandbox", "sandbox"),
+    (off ? "OFF" : "on") + (backend && backend !== "none" ? " · limits: " + backend : ""),
+  );
+  chips.get("sandbox").classList.toggle("is-off", off);
+  $("sandbox-off").hidden = !off;
 
   const latest = samples[samples.length - 1];
   setText($("frames-now"), latest ? fmtRate(latest.fps) + " /s" : "–");

@@ -413,7 +413,7 @@ async fn reap(
     kill_group(tag.pid, Signal::SIGKILL, &tag.project);
     if let Some(limits) = &limits {
         // A limit hit just before the exit still names the reason.
-        if let Some(hit) = limits.check() {
+        if let (None, Some(hit)) = (limits.hit(), limits.check()) {
             tracing::warn!(project = %tag.project, pid = tag.pid, reason = hit.reason(), "the agent hit a resource limit");
         }
         limits.kill_all();
