@@ -24,6 +24,21 @@ pub fn enter(simulate_missing: bool) -> Result<(), SandboxError> {
             | CloneFlags::CLONE_NEWIPC,
     )
     .map_err(|e| SandboxError::UserNamespace(format!("unshare: {e}")))?;
+    // An undumpable process's /proc files belong to root until its user
+    // namespace maps root, so an unprivileged caller could not write its own
+    // maps. It turns dumpable for these three writes only: no tool and no
+    // untrusted input exists yet, and nothing sandboxed can reach it.
+    let _ = nix::sys::prctl::set_dumpable(true);
+    let written = write_maps(uid, gid);
+    let undumpable = nix::sys::prctl::set_dumpable(false);
+    written?;
+    undumpable.map_err(|e| SandboxError::Process {
+        what: "prctl(PR_SET_DUMPABLE)",
+        source: e,
+    })
+}
+
+fn write_maps(uid: u32, gid: u32) -> Result<(), SandboxError> {
     // setgroups must be denied before an unprivileged gid_map is accepted.
     write_proc("/proc/self/setgroups", "deny")?;
     write_proc("/proc/self/uid_map", &identity_map(uid))?;

@@ -22,8 +22,11 @@ pub enum Forked {
 /// Forks, refusing when the process has more than one thread.
 pub fn fork() -> Result<Forked, SandboxError> {
     let threads = std::fs::read_dir("/proc/self/task")
-        .map(|dir| dir.count())
-        .unwrap_or(usize::MAX);
+        .map_err(|e| SandboxError::Process {
+            what: "listing /proc/self/task",
+            source: Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
+        })?
+        .count();
     if threads != 1 {
         return Err(SandboxError::Threads(threads));
     }
