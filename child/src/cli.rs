@@ -22,7 +22,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Mode {
-    /// Serve zut RPC v1: NDJSON commands on stdin, responses and events on stdout.
+    /// Serve an RPC dialect (--dialect; zut RPC v1 by default): NDJSON
+    /// commands on stdin, responses and events on stdout.
     Rpc {
         #[command(flatten)]
         agent: AgentArgs,
@@ -48,9 +49,11 @@ pub enum Mode {
         /// The prompt.
         prompt: String,
     },
-    /// Enter the sandbox in a throwaway process tree rooted at the current
-    /// directory, check it holds, and print
-    /// {"sandbox":"ok","landlock_abi":N,"scoped":BOOL}; exit 78 with the
+    /// Check that the sandbox works on this host.
+    ///
+    /// Enters the sandbox in a throwaway process tree rooted at the current
+    /// directory, checks from inside that it holds, and prints
+    /// {"sandbox":"ok","landlock_abi":N,"scoped":BOOL}; exits 78 with the
     /// reason on stderr when it is unavailable.
     SandboxProbe {
         /// A path made empty inside (repeatable).
@@ -132,7 +135,9 @@ pub struct AgentArgs {
     pub session: Option<PathBuf>,
     /// Confine the agent and its tools to the project (Landlock + user,
     /// mount, pid and ipc namespaces): writes only in the project and a
-    /// private /tmp, no view of other processes. Off unless given.
+    /// private /tmp, no view of other processes. Off unless given: a
+    /// standalone agent acts for its own user, who chose the project; the
+    /// gateway turns it on for every child.
     #[arg(long)]
     pub sandbox: bool,
     /// With --sandbox: a path made empty and unreadable inside (repeatable).
