@@ -141,11 +141,12 @@ async fn files_outside_the_project_are_out_of_reach_and_real_work_runs() {
              && git log --oneline | wc -l",
         ),
         bash("echo quiet > /dev/null && head -c 4 /dev/urandom | wc -c"),
+        bash("grep -E '^(Cap(Prm|Eff|Bnd|Amb)|NoNewPrivs):' /proc/self/status"),
     ];
     let (results, reply) = run_tools(&mut agent, &mock, &calls).await;
     assert_eq!(results.len(), calls.len(), "{results:#?}");
-    let [cat_other, read_other, read_journal, cat_journal, write_outside, bash_outside, write_other, write_inside, proc, tmp, python, git, devices] =
-        <[ToolResult; 13]>::try_from(results).unwrap();
+    let [cat_other, read_other, read_journal, cat_journal, write_outside, bash_outside, write_other, write_inside, proc, tmp, python, git, devices, status] =
+        <[ToolResult; 14]>::try_from(results).unwrap();
 
     for (name, (is_error, text)) in [
         ("bash cat of another project", &cat_other),
@@ -197,6 +198,23 @@ async fn files_outside_the_project_are_out_of_reach_and_real_work_runs() {
     assert_eq!(git, (false, "1".to_string()));
     assert!(layout.path("projects/a/.git").is_dir());
     assert_eq!(devices, (false, "4".to_string()));
+    // Mapped to uid 0 (the tests run as root), a tool still holds nothing.
+    assert!(!status.0, "{}", status.1);
+    let fields: Vec<(&str, &str)> = status
+        .1
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k, v.trim()))
+        .collect();
+    assert_eq!(fields.len(), 5, "{}", status.1);
+    for (key, value) in fields {
+        let want = if key == "NoNewPrivs" {
+            "1"
+        } else {
+            "0000000000000000"
+        };
+        assert_eq!(value, want, "{key}");
+    }
 
     assert_eq!(reply, "all done", "the model call after the tools");
     assert_eq!(mock.requests().len(), calls.len() + 1);
