@@ -53,7 +53,13 @@ Environment:
   CORRAL_OBSERVER_TOKENS  observer tokens, comma-separated
   CORRAL_ADMIN_TOKEN      the admin token
 Tokens are at least 16 characters. Tokens given on the command line are
-visible to other local users (ps); prefer files or the environment.";
+visible to other local users (ps); prefer files or the environment. The
+gateway removes these variables from its environment once read.
+
+With --sandbox on (the default) the gateway checks at start that the agent
+can confine itself here (corral-agent sandbox-probe) and refuses to start if
+not. Resource limits use cgroup v2 when the gateway's cgroup offers the
+memory and pids controllers, else cgroup v1, else rlimits.";
 
 /// `corral serve`. Durations: 250ms, 10s, 5m, 2h or seconds; sizes: bytes
 /// or KiB/MiB/GiB.
@@ -196,11 +202,11 @@ pub struct ServeArgs {
     #[arg(long, value_name = "USER")]
     pub child_user: Option<String>,
 
-    /// Memory of one child and everything it runs; exceeding it kills and restarts the child (cgroup; else RLIMIT_AS per process) [default: none].
+    /// Memory of one child and everything it runs, at least 16MiB; with a cgroup, exceeding it kills and restarts the child (exit reason memory_limit), else RLIMIT_AS caps each process [default: none].
     #[arg(long, value_name = "SIZE", value_parser = parse_bytes)]
     pub child_memory_max: Option<usize>,
 
-    /// Processes and threads of one child and everything it runs; reaching it kills and restarts the child (cgroup; else RLIMIT_NPROC) [default: none].
+    /// Processes and threads of one child and everything it runs, at least 16; with a cgroup, reaching it kills and restarts the child (exit reason pids_limit), else RLIMIT_NPROC applies [default: none].
     #[arg(long, value_name = "N")]
     pub child_pids_max: Option<u64>,
 

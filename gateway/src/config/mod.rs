@@ -48,6 +48,7 @@
 //! The environment is read only for tokens and `PATH` (child lookup).
 
 mod bytes;
+mod checks;
 mod child;
 mod cli;
 mod duration;
@@ -55,7 +56,6 @@ mod file;
 mod sandbox;
 mod tokens;
 
-use std::fs;
 use std::io;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -69,6 +69,7 @@ pub use sandbox::{ChildUser, Confinement, OnOff, MIN_CHILD_MEMORY, MIN_CHILD_PID
 pub use tokens::{read_token_file, MIN_TOKEN_CHARS, TOKEN_ENV_VARS};
 
 use crate::auth::{self, RandomError, Role, Secret, Tokens};
+use checks::{at_least, canonical_dir, create_dir, origins, pick_list, positive};
 
 /// The validated settings of one `corral serve` run.
 #[derive(Debug, Clone)]
@@ -454,75 +455,6 @@ pub fn load_with_env(
         },
         confinement,
     })
-}
-
-/// A list setting comes whole from the command line if given there.
-fn pick_list<T>(cli: Vec<T>, file: Option<Vec<T>>) -> Vec<T> {
-    if cli.is_empty() {
-        file.unwrap_or_default()
-    } else {
-        cli
-    }
-}
-
-fn at_least<T: PartialOrd + std::fmt::Display>(
-    setting: &str,
-    value: T,
-    min: T,
-) -> Result<T, ConfigError> {
-    if value < min {
-        return Err(ConfigError::Invalid {
-            setting: setting.into(),
-            reason: format!("{value} is less than the minimum {min}"),
-        });
-    }
-    Ok(value)
-}
-
-fn positive(setting: &str, value: Duration) -> Result<Duration, ConfigError> {
-    if value.is_zero() {
-        return Err(ConfigError::Invalid {
-            setting: setting.into(),
-            reason: "must be longer than zero".into(),
-        });
-    }
-    Ok(value)
-}
-
-fn origins(entries: Vec<String>) -> Result<Vec<String>, ConfigError> {
-    entries
-        .into_iter()
-        .map(|entry| match entry.trim() {
-            "*" => Ok("*".to_string()),
-            text => auth::normalize_origin(text).ok_or_else(|| ConfigError::Invalid {
-                setting: "--allowed-origin / allowed_origins".into(),
-                reason: format!(
-                    "{text:?} is not `*` or scheme://host[:port], e.g. https://ide.example.com"
-                ),
-            }),
-        })
-        .collect()
-}
-
-fn canonical_dir(path: &Path) -> Result<PathBuf, ConfigError> {
-    let error = |reason: String| ConfigError::ProjectsRoot {
-        path: path.to_path_buf(),
-        reason,
-    };
-    let dir = path.canonicalize().map_err(|err| error(err.to_string()))?;
-    if !dir.is_dir() {
-        return Err(error("not a directory".into()));
-    }
-    Ok(dir)
-}
-
-fn create_dir(path: &Path) -> Result<PathBuf, ConfigError> {
-    let error = |source| ConfigError::StateDir {
-        path: path.to_path_buf(),
-        source,
-    };
-    fs::create_dir_all(path).map_err(error)?;
-    path.canonicalize().map_err(error)
 }
 
 #[cfg(test)]

@@ -22,6 +22,7 @@ pub mod limits;
 mod pipes;
 pub mod probe;
 pub mod process;
+mod spec;
 mod sys;
 
 pub use backoff::{CrashHistory, Decision, InvalidPolicy, RestartPolicy};

@@ -1,14 +1,12 @@
 //! One child process: spawned in its own process group with a scrubbed
-//! environment and a parent-death signal, its stdio pumped by tasks
-//! (`pipes`), reaped by one task that also kills whatever is left of
-//! its group, and stopped gracefully (stdin EOF → SIGTERM → SIGKILL).
+//! environment and confined before `exec` (`sys`: project directory,
+//! cgroups or rlimits, user, no-new-privileges, parent-death signal), its
+//! limits watched (`limits::watch`), its stdio pumped by tasks (`pipes`),
+//! reaped by one task that also kills whatever is left of its group and
+//! cgroups, and stopped gracefully (stdin EOF → SIGTERM → SIGKILL).
 
-use std::ffi::OsString;
 use std::fmt;
-use std::os::fd::OwnedFd;
-use std::os::unix::process::ExitStatusExt;
-use std::path::PathBuf;
-use std::process::{ExitStatus, Stdio};
+use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -20,9 +18,10 @@ use tokio::process::{Child, Command};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
-use super::limits::{self, ChildLimits, LimitHit, Limits, LimitsError};
+use super::limits::{self, ChildLimits, LimitHit};
 use super::pipes::{self, ChildTag};
-use super::sys::{self, Credentials, PreExec};
+pub use super::spec::{ChildGone, ChildOutput, Confine, ExitInfo, SpawnError, SpawnSpec};
+use super::sys::{self, PreExec};
 
 /// Capacity of the stdout queue towards the hub, in lines.
 pub const OUTPUT_QUEUE: usize = 1024;
@@ -30,126 +29,6 @@ pub const OUTPUT_QUEUE: usize = 1024;
 pub const INPUT_QUEUE: usize = 256;
 /// How long stdout is still read after the child exited.
 const STDOUT_DRAIN: Duration = Duration::from_millis(500);
-
-/// Everything needed to start one child.
-#[derive(Clone, Debug)]
-pub struct SpawnSpec {
-    pub program: PathBuf,
-    pub args: Vec<OsString>,
-    pub cwd: PathBuf,
-    /// The complete environment: nothing else is inherited.
-    pub env: Vec<(OsString, OsString)>,
-    /// The project name, for log fields.
-    pub project: String,
-    /// Longest accepted stdout line in bytes, excluding the LF.
-    pub max_line: usize,
-    /// Directory, account and resource limits of the child.
-    pub confine: Confine,
-}
-
-/// How a child is confined beyond its own process group (the sandbox
-/// itself is the agent's: flags in `args`).
-#[derive(Clone, Debug, Default)]
-pub struct Confine {
-    /// The working directory, opened without following a symlink; the
-    /// child enters it by descriptor, and `cwd` only names it.
-    pub cwd_dir: Option<Arc<OwnedFd>>,
-    /// The account the child runs as (the gateway's when `None`).
-    pub credentials: Option<Credentials>,
-    /// The limits every child gets.
-    pub limits: Option<Arc<Limits>>,
-}
-
-/// What the child said on stdout, in order; `Exited` is always last.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ChildOutput {
-    /// One non-blank stdout line, valid UTF-8, without LF (and CR).
-    Line(Bytes),
-    /// An over-long or non-UTF-8 line that was dropped, described.
-    Invalid(String),
-    /// The child was reaped and its process group killed.
-    Exited(ExitInfo),
-}
-
-/// How the child ended: an exit code, or the signal that killed it.
-/// Both are `None` only if the exit status could not be read.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ExitInfo {
-    pub code: Option<i32>,
-    pub signal: Option<i32>,
-}
-
-impl ExitInfo {
-    /// Exit code 0.
-    pub fn success(&self) -> bool {
-        self.code == Some(0)
-    }
-}
-
-impl From<ExitStatus> for ExitInfo {
-    fn from(status: ExitStatus) -> Self {
-        ExitInfo {
-            code: status.code(),
-            signal: status.signal(),
-        }
-    }
-}
-
-impl fmt::Display for ExitInfo {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match (self.code, self.signal) {
-            (Some(code), _) => write!(f, "exit code {code}"),
-            (None, Some(sig)) => match Signal::try_from(sig) {
-                Ok(name) => write!(f, "killed by signal {sig} ({name})"),
-                Err(_) => write!(f, "killed by signal {sig}"),
-            },
-            (None, None) => f.write_str("unknown exit status"),
-        }
-    }
-}
-
-/// Why a child could not be started.
-#[derive(Debug, thiserror::Error)]
-pub enum SpawnError {
-    #[error("cannot start {}: program not found", .program.display())]
-    NotFound { program: PathBuf },
-    #[error("cannot start {}: permission denied", .program.display())]
-    PermissionDenied { program: PathBuf },
-    #[error("cannot start {}: working directory {} does not exist", .program.display(), .cwd.display())]
-    CwdMissing { program: PathBuf, cwd: PathBuf },
-    #[error("cannot start {}: {source}", .program.display())]
-    Limits {
-        program: PathBuf,
-        #[source]
-        source: LimitsError,
-    },
-    #[error("cannot start {}: {source}", .program.display())]
-    Io {
-        program: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-}
-
-impl SpawnError {
-    fn classify(spec: &SpawnSpec, source: std::io::Error) -> Self {
-        let program = spec.program.clone();
-        match source.kind() {
-            std::io::ErrorKind::NotFound if !spec.cwd.is_dir() => SpawnError::CwdMissing {
-                program,
-                cwd: spec.cwd.clone(),
-            },
-            std::io::ErrorKind::NotFound => SpawnError::NotFound { program },
-            std::io::ErrorKind::PermissionDenied => SpawnError::PermissionDenied { program },
-            _ => SpawnError::Io { program, source },
-        }
-    }
-}
-
-/// The child's stdin is closed or the child has exited.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("the child process is gone (stdin closed)")]
-pub struct ChildGone;
 
 /// A running (or exited) child. Dropping it SIGKILLs the child's process
 /// group if the child has not exited yet.
@@ -257,7 +136,7 @@ impl ChildProcess {
             out_tx.clone(),
             tag.clone(),
         ));
-        if let Some(limits) = &limits {
+        if let Some(limits) = limits.as_ref().filter(|l| l.is_watched()) {
             tokio::spawn(limits::watch::watch(
                 limits.clone(),
                 pid,

@@ -238,6 +238,11 @@ impl ChildLimits {
         &self.rlimits
     }
 
+    /// Whether there are counters to watch (a cgroup backend).
+    pub fn is_watched(&self) -> bool {
+        !self.counters.is_empty()
+    }
+
     /// The limit hit so far, if any (without reading the counters).
     pub fn hit(&self) -> Option<LimitHit> {
         self.hit.get().copied()

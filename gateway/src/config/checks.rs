@@ -1,0 +1,78 @@
+//! Small checks and merges shared by `config::load`: list precedence,
+//! minimums, origins, and the projects root and state directories.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::ConfigError;
+use crate::auth;
+
+/// A list setting comes whole from the command line if given there.
+pub(super) fn pick_list<T>(cli: Vec<T>, file: Option<Vec<T>>) -> Vec<T> {
+    if cli.is_empty() {
+        file.unwrap_or_default()
+    } else {
+        cli
+    }
+}
+
+pub(super) fn at_least<T: PartialOrd + std::fmt::Display>(
+    setting: &str,
+    value: T,
+    min: T,
+) -> Result<T, ConfigError> {
+    if value < min {
+        return Err(ConfigError::Invalid {
+            setting: setting.into(),
+            reason: format!("{value} is less than the minimum {min}"),
+        });
+    }
+    Ok(value)
+}
+
+pub(super) fn positive(setting: &str, value: Duration) -> Result<Duration, ConfigError> {
+    if value.is_zero() {
+        return Err(ConfigError::Invalid {
+            setting: setting.into(),
+            reason: "must be longer than zero".into(),
+        });
+    }
+    Ok(value)
+}
+
+pub(super) fn origins(entries: Vec<String>) -> Result<Vec<String>, ConfigError> {
+    entries
+        .into_iter()
+        .map(|entry| match entry.trim() {
+            "*" => Ok("*".to_string()),
+            text => auth::normalize_origin(text).ok_or_else(|| ConfigError::Invalid {
+                setting: "--allowed-origin / allowed_origins".into(),
+                reason: format!(
+                    "{text:?} is not `*` or scheme://host[:port], e.g. https://ide.example.com"
+                ),
+            }),
+        })
+        .collect()
+}
+
+pub(super) fn canonical_dir(path: &Path) -> Result<PathBuf, ConfigError> {
+    let error = |reason: String| ConfigError::ProjectsRoot {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let dir = path.canonicalize().map_err(|err| error(err.to_string()))?;
+    if !dir.is_dir() {
+        return Err(error("not a directory".into()));
+    }
+    Ok(dir)
+}
+
+pub(super) fn create_dir(path: &Path) -> Result<PathBuf, ConfigError> {
+    let error = |source| ConfigError::StateDir {
+        path: path.to_path_buf(),
+        source,
+    };
+    fs::create_dir_all(path).map_err(error)?;
+    path.canonicalize().map_err(error)
+}
