@@ -13,6 +13,7 @@ pub mod notify;
 pub mod procfs;
 pub mod projects;
 pub mod registry;
+pub mod scrub;
 pub mod server;
 pub mod supervisor;
 pub mod ws;

@@ -27,6 +27,8 @@ use tokio_util::task::TaskTracker;
 /// First restart delay after a crash, and the cap of the backoff.
 const RESTART_BASE: Duration = Duration::from_millis(500);
 const RESTART_MAX: Duration = Duration::from_secs(30);
+/// Flags whose value is a token, masked in the process's command line.
+const TOKEN_FLAGS: [&str; 3] = ["--token", "--observer-token", "--admin-token"];
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -78,16 +80,22 @@ fn serve_main(args: config::ServeArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    // Read once; gone from the environment before any thread or child
-    // exists (children never inherited them; this is for /proc/PID/environ
-    // of the gateway itself).
-    for (name, _) in std::env::vars_os() {
-        let Some(name) = name.to_str() else { continue };
-        if config::TOKEN_ENV_VARS.contains(&name)
-            || (name.starts_with("CORRAL_") && name.contains("TOKEN"))
-        {
-            std::env::remove_var(name);
-        }
+    // Read once: masked where /proc shows them (the original argument and
+    // environment blocks) and gone from the environment, before any thread
+    // or child exists.
+    let token_vars: Vec<String> = std::env::vars_os()
+        .filter_map(|(name, _)| name.into_string().ok())
+        .filter(|name| {
+            config::TOKEN_ENV_VARS.contains(&name.as_str())
+                || (name.starts_with("CORRAL_") && name.contains("TOKEN"))
+        })
+        .collect();
+    let vars: Vec<&str> = token_vars.iter().map(String::as_str).collect();
+    if let Err(e) = corral::scrub::mask_process_secrets(&TOKEN_FLAGS, &vars) {
+        tracing::warn!(error = %e, "cannot mask the tokens in /proc/self/cmdline and /proc/self/environ");
+    }
+    for name in &token_vars {
+        std::env::remove_var(name);
     }
     if tokens_on_command_line {
         tracing::warn!("a token was given on the command line (--token, --observer-token or --admin-token): other local users can read it with ps; use --token-file / --observer-token-file / --admin-token-file or CORRAL_TOKENS / CORRAL_OBSERVER_TOKENS / CORRAL_ADMIN_TOKEN instead");
