@@ -39,6 +39,9 @@ pub struct GatewaySpawn {
     projects_root: Option<PathBuf>,
     state_dir: Option<PathBuf>,
     listen: String,
+    /// Replaces the default `--token`/`--observer-token`/`--admin-token`
+    /// flags (e.g. to take tokens from files or the environment).
+    token_args: Option<Vec<String>>,
 }
 
 impl Default for GatewaySpawn {
@@ -53,6 +56,7 @@ impl Default for GatewaySpawn {
             projects_root: None,
             state_dir: None,
             listen: "127.0.0.1:0".into(),
+            token_args: None,
         }
     }
 }
@@ -106,6 +110,13 @@ impl GatewaySpawn {
         self
     }
 
+    /// Gives the tokens with `args` instead of the three default token
+    /// flags (`[]`: none at all, so a loopback gateway generates them).
+    pub fn token_args(mut self, args: &[&str]) -> Self {
+        self.token_args = Some(args.iter().map(|a| a.to_string()).collect());
+        self
+    }
+
     /// Writes the gateway's stderr (debug level) to [`Gateway::log`].
     pub fn capture_log(mut self) -> Self {
         self.capture_log = true;
@@ -148,14 +159,18 @@ impl GatewaySpawn {
             .arg(&root)
             .arg("--state-dir")
             .arg(&state)
-            .args([
-                "--token",
-                TOKEN,
-                "--observer-token",
-                OBSERVER_TOKEN,
-                "--admin-token",
-                ADMIN_TOKEN,
-            ])
+            .args(self.token_args.clone().unwrap_or_else(|| {
+                [
+                    "--token",
+                    TOKEN,
+                    "--observer-token",
+                    OBSERVER_TOKEN,
+                    "--admin-token",
+                    ADMIN_TOKEN,
+                ]
+                .map(String::from)
+                .to_vec()
+            }))
             .arg("--child-bin")
             .arg(
                 self.child_bin
@@ -184,6 +199,7 @@ impl GatewaySpawn {
         let mut child = command.spawn().expect("spawn corral");
         let stdout = child.stdout.take().expect("stdout");
         let mut lines = BufReader::new(stdout).lines();
+        let mut startup = Vec::new();
         let addr = loop {
             let line = tokio::time::timeout(READ_TIMEOUT, lines.next_line())
                 .await
@@ -193,6 +209,7 @@ impl GatewaySpawn {
             if let Some(rest) = line.strip_prefix("listening on http://") {
                 break rest.trim().parse().expect("listen address");
             }
+            startup.push(line);
         };
         // Keep draining stdout so the gateway never blocks on it.
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
@@ -202,6 +219,7 @@ impl GatewaySpawn {
             root,
             state,
             log,
+            startup,
             _temp: temp,
         }
     }
@@ -215,6 +233,9 @@ pub struct Gateway {
     pub state: PathBuf,
     /// The gateway's stderr, when captured.
     pub log: PathBuf,
+    /// What the gateway printed on stdout before `listening on` (the
+    /// generated tokens, if any).
+    pub startup: Vec<String>,
     _temp: TempDir,
 }
 

@@ -1,0 +1,389 @@
+//! End-to-end: the sandbox of the gateway's children. Project A's tools,
+//! driven by the mock LLM, try what a prompt-injected model would: read the
+//! gateway's tokens (from its flags, environment, token files, config file
+//! or memory), project B's files and journal, and write outside A. All of it
+//! fails, while real work in A (git, python, the file tools, model calls,
+//! streamed tool output) runs as before.
+//!
+//! The projects root, state directory and secret files live under the build's
+//! temp directory, not under `/tmp` (which the sandbox replaces with a private
+//! one anyway), so that the explicit hiding is what is tested.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+
+use corral_e2e::gateway::{Gateway, GatewaySpawn, Ws};
+use corral_e2e::mock_llm::{MockLlm, Turn};
+use serde_json::{json, Value};
+
+const FLAG_TOKEN: &str = "flag-client-token-0123456789abcdef";
+const FILE_TOKEN: &str = "file-client-token-0123456789abcdef";
+const ENV_OBSERVER_TOKEN: &str = "env-observer-token-0123456789abcdef";
+const CONFIG_ADMIN_TOKEN: &str = "config-admin-token-0123456789abcdef";
+const B_FILE_SECRET: &str = "beta-file-secret-4711";
+const B_CHAT_SECRET: &str = "beta-conversation-secret-0815";
+
+/// A fresh directory outside `/tmp`.
+fn work_dir() -> tempfile::TempDir {
+    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
+}
+
+fn is_done(frame: &Value) -> bool {
+    frame["type"] == "done"
+}
+
+/// The text of every `tool_result` among `frames`, in order.
+fn tool_results(frames: &[Value]) -> Vec<(bool, String)> {
+    frames
+        .iter()
+        .filter(|f| f["type"] == "tool_result")
+        .map(|f| {
+            let text = f["content"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|block| block["text"].as_str())
+                .collect::<Vec<_>>()
+                .join("");
+            (f["is_error"] == true, text)
+        })
+        .collect()
+}
+
+/// Runs one prompt in which the model calls `tool` with `args`, then
+/// answers "ok"; returns every frame of the run.
+async fn tool_run(ws: &mut Ws, mock: &MockLlm, tool: &str, args: Value) -> Vec<Value> {
+    mock.push(Turn::tool_call(tool, args));
+    mock.push(Turn::text("ok"));
+    ws.send(json!({"id":"run","type":"prompt","message":"go"}))
+        .await;
+    ws.recv_until(is_done).await
+}
+
+/// Runs `command` in the bash tool; returns its output (stdout and stderr).
+async fn bash(ws: &mut Ws, mock: &MockLlm, command: &str) -> String {
+    let frames = tool_run(ws, mock, "bash", json!({"command": command, "timeout": 60})).await;
+    let results = tool_results(&frames);
+    assert_eq!(results.len(), 1, "one tool result: {frames:#?}");
+    results[0].1.clone()
+}
+
+/// The value printed as `name=VALUE` on a line of `output`.
+fn field<'a>(output: &'a str, name: &str) -> &'a str {
+    let prefix = format!("{name}=");
+    output
+        .lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .unwrap_or_else(|| panic!("no {name}= in:\n{output}"))
+}
+
+/// Gives project B a running agent, a file and a conversation in its journal.
+async fn occupy_beta(gateway: &Gateway, mock: &MockLlm, token: &str) -> Ws {
+    std::fs::write(gateway.root.join("beta/secret.txt"), B_FILE_SECRET).unwrap();
+    let (mut beta, hello) = gateway.client_with("beta", token, None).await;
+    assert_eq!(hello["success"], true, "{hello}");
+    mock.push(Turn::text(B_CHAT_SECRET));
+    beta.send(json!({"id":"b","type":"prompt","message":"remember this"}))
+        .await;
+    beta.recv_until(is_done).await;
+    let journal = gateway.state.join("sessions/beta.jsonl");
+    let on_disk = std::fs::read_to_string(&journal).unwrap();
+    assert!(
+        on_disk.contains(B_CHAT_SECRET),
+        "B's journal holds the secret"
+    );
+    beta
+}
+
+/// What A's bash tool tries; prints `name=exit status` lines and dumps
+/// whatever it could read, so the test can search the output for secrets.
+fn attack_script(gateway: &Gateway, extra_files: &[&Path]) -> String {
+    let root = gateway.root.display();
+    let state = gateway.state.display();
+    let gateway_pid = gateway.child.id().unwrap();
+    // Split with `""` so the script's own command line (visible in /proc)
+    // does not contain the tokens it looks for.
+    let patterns: String = [
+        FLAG_TOKEN,
+        FILE_TOKEN,
+        ENV_OBSERVER_TOKEN,
+        CONFIG_ADMIN_TOKEN,
+    ]
+    .iter()
+    .map(|t| format!("-e \"{}\"\"{}\" ", &t[..4], &t[4..]))
+    .collect();
+    let mut script = format!(
+        r#"
+for f in /proc/[0-9]*/cmdline /proc/[0-9]*/environ; do tr '\0' ' ' < "$f"; echo; done 2>&1
+echo "pids=$(ls /proc | grep -E '^[0-9]+$' | tr '\n' ' ')"
+cat /proc/{gateway_pid}/environ 2>&1; echo "gateway-environ=$?"
+kill -0 {gateway_pid} 2>&1; echo "signal-gateway=$?"
+cat {root}/beta/secret.txt 2>&1; echo "read-beta=$?"
+echo "list-root=$(ls -A {root} 2>&1 | tr '\n' ' ')"
+cat {state}/sessions/beta.jsonl 2>&1; echo "read-beta-journal=$?"
+echo "list-state=$(ls -RA {state} 2>&1 | tr '\n' ' ')"
+grep -rs {patterns} {root} {state} /tmp /run /dev/shm 2>/dev/null; echo "grep-tokens=$?"
+echo pwned > {root}/beta/pwned 2>&1; echo "write-beta=$?"
+echo pwned > {root}/pwned 2>&1; echo "write-root=$?"
+echo pwned > {state}/pwned 2>&1; echo "write-state=$?"
+echo pwned >> {state}/sessions/beta.jsonl 2>&1; echo "append-beta-journal=$?"
+"#
+    );
+    for (i, file) in extra_files.iter().enumerate() {
+        script.push_str(&format!(
+            "echo \"read-secret-{i}=[$(cat {} 2>&1)]\"\n",
+            file.display()
+        ));
+    }
+    script
+}
+
+/// Asserts that `output` (from A's tools) holds none of `secrets` and that
+/// every attempt in [`attack_script`] failed; then checks the disk.
+fn assert_contained(gateway: &Gateway, output: &str, secrets: &[&str], extra_files: usize) {
+    for secret in secrets {
+        assert!(
+            !output.contains(secret),
+            "{secret} reached project A's tools:\n{output}"
+        );
+    }
+    let pids: Vec<u32> = field(output, "pids")
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect();
+    assert!(
+        pids.len() <= 8,
+        "A sees only its own few processes: {pids:?}"
+    );
+    let mut outside = gateway.child_pids();
+    outside.push(gateway.child.id().unwrap());
+    for pid in outside {
+        assert!(
+            !pids.contains(&pid),
+            "host pid {pid} visible in A: {pids:?}"
+        );
+    }
+    for name in [
+        "gateway-environ",
+        "signal-gateway",
+        "read-beta",
+        "read-beta-journal",
+        "write-beta",
+        "write-root",
+        "write-state",
+        "append-beta-journal",
+    ] {
+        assert_ne!(field(output, name), "0", "{name} succeeded:\n{output}");
+    }
+    // Listing the root or the state directory shows nothing of theirs.
+    for name in ["list-root", "list-state"] {
+        assert!(!field(output, name).contains("beta"), "{name}:\n{output}");
+    }
+    assert_ne!(
+        field(output, "grep-tokens"),
+        "0",
+        "a token was found:\n{output}"
+    );
+    // A hidden file reads as empty (covered by /dev/null) or not at all.
+    for i in 0..extra_files {
+        let read = field(output, &format!("read-secret-{i}"));
+        assert!(
+            read == "[]" || read.contains("No such file") || read.contains("denied"),
+            "read-secret-{i}: {read}"
+        );
+    }
+    for path in [
+        gateway.root.join("beta/pwned"),
+        gateway.root.join("pwned"),
+        gateway.state.join("pwned"),
+    ] {
+        assert!(!path.exists(), "{} was written", path.display());
+    }
+    let journal = std::fs::read_to_string(gateway.state.join("sessions/beta.jsonl")).unwrap();
+    assert!(!journal.contains("pwned"));
+}
+
+#[tokio::test]
+async fn tokens_from_flags_files_environment_and_config_stay_out_of_reach() {
+    let mock = MockLlm::start().await;
+    let dir = work_dir();
+    let secrets = dir.path().join("secrets");
+    std::fs::create_dir(&secrets).unwrap();
+    let token_file = secrets.join("client.tokens");
+    std::fs::write(&token_file, format!("{FILE_TOKEN}\n")).unwrap();
+    let config_file = secrets.join("corral.toml");
+    std::fs::write(
+        &config_file,
+        format!("admin_token = \"{CONFIG_ADMIN_TOKEN}\"\n"),
+    )
+    .unwrap();
+    let gateway = GatewaySpawn::default()
+        .mock(&mock.anthropic_base_url())
+        .projects_root(dir.path().join("projects"))
+        .state_dir(dir.path().join("state"))
+        .token_args(&[
+            "--token",
+            FLAG_TOKEN,
+            "--token-file",
+            token_file.to_str().unwrap(),
+            "--config",
+            config_file.to_str().unwrap(),
+        ])
+        .env("CORRAL_OBSERVER_TOKENS", ENV_OBSERVER_TOKEN)
+        .spawn()
+        .await;
+    let _beta = occupy_beta(&gateway, &mock, FLAG_TOKEN).await;
+    let (mut alpha, hello) = gateway.client_with("alpha", FILE_TOKEN, None).await;
+    assert_eq!(hello["success"], true, "{hello}");
+
+    let script = attack_script(&gateway, &[&token_file, &config_file]);
+    let output = bash(&mut alpha, &mock, &script).await;
+    let all = [
+        FLAG_TOKEN,
+        FILE_TOKEN,
+        ENV_OBSERVER_TOKEN,
+        CONFIG_ADMIN_TOKEN,
+        B_FILE_SECRET,
+        B_CHAT_SECRET,
+    ];
+    assert_contained(&gateway, &output, &all, 2);
+
+    // The agent's own file tools are confined the same way.
+    for path in [
+        gateway.root.join("beta/secret.txt"),
+        gateway.state.join("sessions/beta.jsonl"),
+        token_file.clone(),
+        config_file.clone(),
+    ] {
+        let frames = tool_run(
+            &mut alpha,
+            &mock,
+            "read",
+            json!({"path": path.to_str().unwrap()}),
+        )
+        .await;
+        let results = tool_results(&frames);
+        let (is_error, text) = &results[0];
+        assert!(
+            *is_error || text.contains("is empty"),
+            "read {} succeeded: {results:?}",
+            path.display()
+        );
+        for secret in all {
+            assert!(!results[0].1.contains(secret), "{results:?}");
+        }
+    }
+    let frames = tool_run(
+        &mut alpha,
+        &mock,
+        "write",
+        json!({"path": gateway.root.join("beta/pwned").to_str().unwrap(), "content": "x"}),
+    )
+    .await;
+    assert!(tool_results(&frames)[0].0, "write into B must fail");
+    assert!(!gateway.root.join("beta/pwned").exists());
+}
+
+#[tokio::test]
+async fn generated_tokens_stay_out_of_reach() {
+    let mock = MockLlm::start().await;
+    let dir = work_dir();
+    let gateway = GatewaySpawn::default()
+        .mock(&mock.anthropic_base_url())
+        .projects_root(dir.path().join("projects"))
+        .state_dir(dir.path().join("state"))
+        .token_args(&[])
+        .spawn()
+        .await;
+    let generated: Vec<String> = gateway
+        .startup
+        .iter()
+        .filter_map(|line| line.rsplit_once(": ").map(|(_, t)| t.trim().to_string()))
+        .collect();
+    assert_eq!(
+        generated.len(),
+        2,
+        "client and admin: {:?}",
+        gateway.startup
+    );
+    let client = generated[0].clone();
+    let _beta = occupy_beta(&gateway, &mock, &client).await;
+    let (mut alpha, hello) = gateway.client_with("alpha", &client, None).await;
+    assert_eq!(hello["success"], true, "{hello}");
+
+    // The gateway's memory is where a generated token lives.
+    let gateway_pid = gateway.child.id().unwrap();
+    let script = format!(
+        "{}\ncat /proc/{gateway_pid}/mem > /dev/null 2>&1; echo \"read-gateway-mem=$?\"\n",
+        attack_script(&gateway, &[])
+    );
+    let output = bash(&mut alpha, &mock, &script).await;
+    let mut all: Vec<&str> = generated.iter().map(String::as_str).collect();
+    all.extend([B_FILE_SECRET, B_CHAT_SECRET]);
+    assert_contained(&gateway, &output, &all, 0);
+    assert_ne!(field(&output, "read-gateway-mem"), "0", "{output}");
+}
+
+#[tokio::test]
+async fn real_work_in_the_project_is_unchanged() {
+    let mock = MockLlm::start().await;
+    let dir = work_dir();
+    let gateway = GatewaySpawn::default()
+        .mock(&mock.anthropic_base_url())
+        .projects_root(dir.path().join("projects"))
+        .state_dir(dir.path().join("state"))
+        .spawn()
+        .await;
+    let alpha_dir: PathBuf = gateway.root.join("alpha");
+    std::fs::write(alpha_dir.join("main.py"), "print(6 * 7)\n").unwrap();
+    let mut alpha = gateway.client("alpha").await;
+
+    let output = bash(
+        &mut alpha,
+        &mock,
+        "git init -q && git add -A && git -c user.name=t -c user.email=t@example.com commit -qm first \
+         && echo \"commits=$(git rev-list --count HEAD)\"; \
+         echo \"python=$(python3 main.py)\"; \
+         echo \"tmp=$(echo scratch > /tmp/scratch && cat /tmp/scratch)\"",
+    )
+    .await;
+    assert_eq!(field(&output, "commits"), "1", "{output}");
+    assert_eq!(field(&output, "python"), "42", "{output}");
+    assert_eq!(field(&output, "tmp"), "scratch", "{output}");
+    assert!(alpha_dir.join(".git/HEAD").exists());
+
+    // The file tools read and write A's files.
+    let frames = tool_run(
+        &mut alpha,
+        &mock,
+        "write",
+        json!({"path": "notes.txt", "content": "written by the agent\n"}),
+    )
+    .await;
+    assert!(!tool_results(&frames)[0].0, "{frames:#?}");
+    assert_eq!(
+        std::fs::read_to_string(alpha_dir.join("notes.txt")).unwrap(),
+        "written by the agent\n"
+    );
+    let frames = tool_run(&mut alpha, &mock, "read", json!({"path": "main.py"})).await;
+    let (is_error, text) = &tool_results(&frames)[0];
+    assert!(!is_error && text.contains("print(6 * 7)"), "{text}");
+
+    // Output of a running command streams as tool_progress.
+    let frames = tool_run(
+        &mut alpha,
+        &mock,
+        "bash",
+        json!({"command": "for i in 1 2 3; do echo line$i; sleep 0.2; done"}),
+    )
+    .await;
+    let progress: String = frames
+        .iter()
+        .filter(|f| f["type"] == "tool_progress")
+        .filter_map(|f| f["text"].as_str())
+        .collect();
+    assert!(progress.contains("line1"), "{frames:#?}");
+    // Model calls went through: every scripted turn was served.
+    assert_eq!(mock.remaining(), 0);
+}
