@@ -148,6 +148,12 @@ fn assert_contained(gateway: &Gateway, output: &str, secrets: &[&str], extra_fil
             "{secret} reached project A's tools:\n{output}"
         );
     }
+    // The agent's API key is neither in its tools' environment nor in its
+    // own /proc entries (it is not dumpable).
+    assert!(
+        !output.contains("ANTHROPIC_API_KEY"),
+        "the provider key reached a tool:\n{output}"
+    );
     let pids: Vec<u32> = field(output, "pids")
         .split_whitespace()
         .map(|p| p.parse().unwrap())

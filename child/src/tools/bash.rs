@@ -236,10 +236,21 @@ impl Running {
     }
 }
 
+/// Variables the agent reads its own credentials from. A command never
+/// inherits them: what the model runs has no use for the agent's API keys,
+/// and a prompt-injected command would send them elsewhere.
+const CREDENTIAL_VARS: [&str; 2] = [
+    crate::provider::anthropic::KEY_ENV,
+    crate::provider::openai::KEY_ENV,
+];
+
 /// `program -c command` in the tool's working directory, confined as the
-/// context says.
+/// context says, without the agent's credentials in its environment.
 fn shell(program: &str, command: &str, ctx: &ToolContext) -> Command {
     let mut cmd = Command::new(program);
+    for name in CREDENTIAL_VARS {
+        cmd.env_remove(name);
+    }
     cmd.arg("-c")
         .arg(command)
         .current_dir(&ctx.cwd)
