@@ -1,13 +1,15 @@
 //! `bench-startup [--runs N] [--agent PATH]`: the child's cold start and idle
-//! memory. Each run spawns `corral-agent rpc --provider echo`, sends `ping`
-//! and times spawn → `pong` read; then reads the idle process's resident
-//! set (VmRSS) and closes stdin. Prints a table of median and tail values.
+//! memory, unconfined and with `--sandbox`. Each run spawns `corral-agent rpc
+//! --provider echo`, sends `ping` and times spawn → `pong` read; then reads
+//! the idle process tree's memory and closes stdin. The two modes alternate
+//! run by run, so both see the same machine. Prints a table of median and
+//! tail values and the ratio of the medians.
 //!
 //! Build in release first: `cargo build --release --workspace`, then
 //! `target/release/bench-startup` (it finds `corral-agent` beside itself).
 
 use std::io::{BufRead, BufReader, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -39,12 +41,27 @@ fn parse_args() -> anyhow::Result<Args> {
     Ok(args)
 }
 
-/// One cold start: time to the ping's answer, and RSS once idle, in KiB.
-fn one_run(agent: &PathBuf, cwd: &std::path::Path) -> anyhow::Result<(Duration, u64)> {
+/// One mode's samples.
+#[derive(Default)]
+struct Samples {
+    starts: Vec<Duration>,
+    /// Resident set of the whole process tree, KiB.
+    rss: Vec<u64>,
+    /// Proportional set size of the whole tree (shared pages split), KiB.
+    pss: Vec<u64>,
+}
+
+/// One cold start: time to the ping's answer, then the idle tree's memory.
+fn one_run(agent: &Path, cwd: &Path, sandbox: bool, samples: &mut Samples) -> anyhow::Result<()> {
     let start = Instant::now();
-    let mut child = Command::new(agent)
+    let mut command = Command::new(agent);
+    command
         .args(["rpc", "--provider", "echo", "--cwd"])
-        .arg(cwd)
+        .arg(cwd);
+    if sandbox {
+        command.arg("--sandbox");
+    }
+    let mut child = command
         .env("ZUT_HOME", cwd)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -61,33 +78,78 @@ fn one_run(agent: &PathBuf, cwd: &std::path::Path) -> anyhow::Result<(Duration, 
     if !line.contains("\"pong\":true") {
         bail!("unexpected reply: {line}");
     }
-    let rss = rss_kib(child.id())?;
+    let tree = process_tree(child.id());
+    samples.starts.push(elapsed);
+    samples
+        .rss
+        .push(tree.iter().map(|&p| status_kib(p, "VmRSS:")).sum());
+    samples.pss.push(tree.iter().map(|&p| pss_kib(p)).sum());
     drop(stdin);
     let status = child.wait()?;
     if !status.success() {
         bail!("agent exited with {status}");
     }
-    Ok((elapsed, rss))
+    Ok(())
 }
 
-fn rss_kib(pid: u32) -> anyhow::Result<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let line = status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .context("no VmRSS in /proc/PID/status")?;
-    let kib = line
-        .split_whitespace()
-        .nth(1)
-        .context("malformed VmRSS line")?
-        .parse()?;
-    Ok(kib)
+/// `pid` and all its descendants.
+fn process_tree(pid: u32) -> Vec<u32> {
+    let mut tree = vec![pid];
+    let mut next = 0;
+    while next < tree.len() {
+        let pid = tree[next];
+        next += 1;
+        let children =
+            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+        tree.extend(
+            children
+                .split_whitespace()
+                .filter_map(|c| c.parse::<u32>().ok()),
+        );
+    }
+    tree
+}
+
+/// A `NAME: value kB` field of a /proc file, 0 if absent.
+fn kib_field(text: &str, name: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+fn status_kib(pid: u32, name: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    kib_field(&status, name)
+}
+
+fn pss_kib(pid: u32) -> u64 {
+    let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default();
+    kib_field(&rollup, "Pss:")
 }
 
 /// The value at quantile `q` of sorted `values` (nearest rank).
 fn quantile<T: Copy>(sorted: &[T], q: f64) -> T {
     let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
     sorted[rank - 1]
+}
+
+fn row<T: Copy + Ord>(
+    out: &mut impl Write,
+    label: &str,
+    values: &mut [T],
+    show: impl Fn(T) -> String,
+) -> std::io::Result<()> {
+    values.sort();
+    writeln!(
+        out,
+        "| {label} | {} | {} | {} | {} |",
+        show(quantile(values, 0.5)),
+        show(quantile(values, 0.9)),
+        show(quantile(values, 0.99)),
+        show(quantile(values, 1.0)),
+    )
 }
 
 fn main() -> anyhow::Result<()> {
@@ -102,43 +164,49 @@ fn main() -> anyhow::Result<()> {
         }
     };
     let cwd = tempfile::tempdir()?;
-    // One warm-up run so the binary is in the page cache.
-    one_run(&agent, cwd.path())?;
-    let mut starts = Vec::with_capacity(args.runs);
-    let mut rss = Vec::with_capacity(args.runs);
+    let mut plain = Samples::default();
+    let mut sandboxed = Samples::default();
+    // One warm-up run each so the binary is in the page cache.
+    one_run(&agent, cwd.path(), false, &mut Samples::default())?;
+    one_run(&agent, cwd.path(), true, &mut Samples::default())
+        .context("the sandboxed agent did not start (is the sandbox available here?)")?;
     for _ in 0..args.runs {
-        let (elapsed, kib) = one_run(&agent, cwd.path())?;
-        starts.push(elapsed);
-        rss.push(kib);
+        one_run(&agent, cwd.path(), false, &mut plain)?;
+        one_run(&agent, cwd.path(), true, &mut sandboxed)?;
     }
-    starts.sort();
-    rss.sort();
     let ms = |d: Duration| format!("{:.2} ms", d.as_secs_f64() * 1000.0);
     let mib = |k: u64| format!("{:.2} MiB", k as f64 / 1024.0);
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
-        "corral-agent cold start ({} runs, {})",
+        "corral-agent cold start ({} runs per mode, interleaved, {})",
         args.runs,
         agent.display()
     )?;
     writeln!(out, "| metric | median | p90 | p99 | max |")?;
     writeln!(out, "|---|---|---|---|---|")?;
-    writeln!(
-        out,
-        "| spawn → ping answered | {} | {} | {} | {} |",
-        ms(quantile(&starts, 0.5)),
-        ms(quantile(&starts, 0.9)),
-        ms(quantile(&starts, 0.99)),
-        ms(quantile(&starts, 1.0)),
+    row(&mut out, "spawn → ping answered", &mut plain.starts, ms)?;
+    row(&mut out, "… with --sandbox", &mut sandboxed.starts, ms)?;
+    row(&mut out, "idle RSS", &mut plain.rss, mib)?;
+    row(
+        &mut out,
+        "… with --sandbox (3 processes)",
+        &mut sandboxed.rss,
+        mib,
     )?;
+    row(&mut out, "idle PSS", &mut plain.pss, mib)?;
+    row(
+        &mut out,
+        "… with --sandbox (3 processes)",
+        &mut sandboxed.pss,
+        mib,
+    )?;
+    let ratio =
+        quantile(&sandboxed.starts, 0.5).as_secs_f64() / quantile(&plain.starts, 0.5).as_secs_f64();
+    writeln!(out)?;
     writeln!(
         out,
-        "| idle RSS | {} | {} | {} | {} |",
-        mib(quantile(&rss, 0.5)),
-        mib(quantile(&rss, 0.9)),
-        mib(quantile(&rss, 0.99)),
-        mib(quantile(&rss, 1.0)),
+        "sandboxed ÷ unconfined cold start (medians): {ratio:.2}×"
     )?;
     Ok(())
 }
