@@ -1,7 +1,11 @@
-//! Wire types of the corral RPC dialects and NDJSON framing.
+//! Wire types of the corral RPC dialects and NDJSON framing, and the line
+//! format of the session journal (which the agent writes and `corral
+//! journal` checks).
 //!
 //! No I/O policy lives here: only what the bytes on the wire look like, how
 //! lines are cut, and the typed errors for input that does not fit.
 
+pub mod journal;
 pub mod ndjson;
+pub mod transcript;
 pub mod zut;

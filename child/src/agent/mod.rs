@@ -9,6 +9,7 @@
 mod call;
 mod compact;
 pub mod event;
+mod interrupted;
 pub mod journal;
 pub mod remote;
 pub mod retry;
@@ -283,6 +284,7 @@ async fn worker(
             shared: &shared,
             out: &out,
             cancel,
+            unsaved_reported: AtomicBool::new(false),
         };
         match run.kind {
             RunKind::Prompt { text, images } => {
@@ -317,6 +319,9 @@ pub(crate) struct RunCtx<'a> {
     pub shared: &'a Shared,
     pub out: &'a mpsc::Sender<Output>,
     pub cancel: CancellationToken,
+    /// Whether this run already told the client that the journal cannot
+    /// be written (once per run is enough; every failed write is logged).
+    pub unsaved_reported: AtomicBool,
 }
 
 impl RunCtx<'_> {
@@ -330,8 +335,26 @@ impl RunCtx<'_> {
     /// a non-fatal error event.
     pub async fn record(&self, message: crate::transcript::Message) {
         let result = self.shared.session().push(message);
-        if let Err(e) = result {
-            tracing::error!(error = %e, "journal write failed");
+        self.report_journal(result).await;
+    }
+
+    /// Adds one tool result to the transcript (see
+    /// [`Session::push_tool_result`]).
+    pub async fn record_tool_result(&self, call_id: &str, output: &crate::tools::ToolOutput) {
+        let result = self.shared.session().push_tool_result(
+            call_id.to_string(),
+            output.is_error,
+            output.content.clone(),
+        );
+        self.report_journal(result).await;
+    }
+
+    /// Logs a failed journal write and tells the client, once per run. The
+    /// change stays in memory and is written with the next one.
+    async fn report_journal(&self, result: Result<(), journal::JournalError>) {
+        let Err(e) = result else { return };
+        tracing::error!(error = %e, "journal write failed");
+        if !self.unsaved_reported.swap(true, Ordering::SeqCst) {
             self.emit(AgentEvent::Error(e.to_string())).await;
         }
     }

@@ -4,8 +4,9 @@
 
 use corral_protocol::zut::{ReasoningLevel, Usage};
 
-use super::journal::{Entry, Journal, JournalError};
-use crate::transcript::{Block, Message, Role};
+use super::interrupted::{unanswered_calls, INTERRUPTED};
+use super::journal::{apply, Entry, Journal, JournalError};
+use crate::transcript::{now_rfc3339, Block, Message, Role};
 
 /// Session state. Lives behind a mutex that is never held across an await.
 #[derive(Debug)]
@@ -30,10 +31,19 @@ impl Session {
         }
     }
 
-    /// Attaches a journal and the transcript it held.
+    /// Attaches a journal and the transcript it held. Tool calls that a
+    /// crash interrupted get an error result (journaled too), so the model
+    /// is told and nothing runs a second time by itself.
     pub fn with_journal(mut self, journal: Journal, messages: Vec<Message>) -> Session {
         self.messages = messages;
         self.journal = Some(journal);
+        for call_id in unanswered_calls(&self.messages) {
+            tracing::warn!(call_id, "tool call interrupted by a restart");
+            let text = vec![Block::text(INTERRUPTED)];
+            if let Err(e) = self.push_tool_result(call_id, true, text) {
+                tracing::error!(error = %e, "journal write failed");
+            }
+        }
         self
     }
 
@@ -48,6 +58,26 @@ impl Session {
             message: message.clone(),
         });
         self.messages.push(message);
+        result
+    }
+
+    /// Adds one tool result to the trailing tool message (starting one
+    /// when the last message is not a tool message), exactly as replaying
+    /// the journal entry does. Kept in memory even when the write fails.
+    pub fn push_tool_result(
+        &mut self,
+        call_id: String,
+        is_error: bool,
+        content: Vec<Block>,
+    ) -> Result<(), JournalError> {
+        let entry = Entry::ToolResult {
+            call_id,
+            is_error,
+            content,
+            time: now_rfc3339(),
+        };
+        let result = self.write(entry.clone());
+        apply(&mut self.messages, entry);
         result
     }
 
@@ -81,4 +111,74 @@ pub fn summary_message(summary: &str) -> String {
     format!(
         "The conversation so far was compacted to save context. Summary of everything before this point:\n\n{summary}"
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn open(path: &std::path::Path) -> Session {
+        let (journal, messages) = Journal::open(path).unwrap();
+        Session::new("m".into(), ReasoningLevel::default()).with_journal(journal, messages)
+    }
+
+    fn results(session: &Session) -> Vec<(String, bool, String)> {
+        session
+            .messages()
+            .iter()
+            .flat_map(|m| &m.content)
+            .filter_map(|b| match b {
+                Block::ToolResult {
+                    call_id,
+                    is_error,
+                    content,
+                } => Some((
+                    call_id.clone(),
+                    *is_error,
+                    Message::new(Role::Tool, content.clone()).text(),
+                )),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_restart_answers_interrupted_calls_once_and_journals_the_answer() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.jsonl");
+        let mut session = open(&path);
+        session
+            .push(Message::new(Role::User, vec![Block::text("run it")]))
+            .unwrap();
+        let call = |id: &str| Block::ToolCall {
+            id: id.into(),
+            name: "bash".into(),
+            args: json!({"command": "true"}),
+        };
+        session
+            .push(Message::new(
+                Role::Assistant,
+                vec![call("done"), call("cut")],
+            ))
+            .unwrap();
+        session
+            .push_tool_result("done".into(), false, vec![Block::text("ok")])
+            .unwrap();
+        drop(session); // the crash, as far as the file is concerned
+
+        let session = open(&path);
+        let expected = vec![
+            ("done".to_string(), false, "ok".to_string()),
+            ("cut".to_string(), true, INTERRUPTED.to_string()),
+        ];
+        assert_eq!(results(&session), expected);
+        assert_eq!(session.messages().len(), 3, "one tool message");
+        let in_memory = session.messages().to_vec();
+        drop(session);
+
+        let session = open(&path);
+        assert_eq!(results(&session), expected, "answered once, not again");
+        assert_eq!(session.messages(), &in_memory[..], "journal == memory");
+    }
 }

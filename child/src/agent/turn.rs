@@ -110,22 +110,23 @@ enum StepEnd {
     Aborted,
 }
 
-/// Runs the step's tool calls, records the messages and reports the step.
+/// Records the step's assistant message, runs its tool calls (each result
+/// recorded as it arrives) and reports the step. The message is journaled
+/// before any tool runs, so a crash mid-tool leaves the call on disk to be
+/// answered "interrupted" on restart, never run again by itself.
 async fn finish_step(ctx: &RunCtx<'_>, response: ModelResponse, model: &str) -> StepEnd {
     let assistant = Message::new(Role::Assistant, response.content);
     let calls: Vec<(String, String, Value)> = assistant
         .tool_calls()
         .map(|(id, name, args)| (id.to_string(), name.to_string(), args.clone()))
         .collect();
-    let mut results = Vec::with_capacity(calls.len());
+    ctx.record(assistant.clone()).await;
     let mut aborted = false;
     for (id, name, args) in &calls {
         if aborted || ctx.cancel.is_cancelled() {
             aborted = true;
-            results.push(tool_result_block(
-                id,
-                &ToolOutput::error("not run: the prompt was aborted"),
-            ));
+            let output = ToolOutput::error("not run: the prompt was aborted");
+            ctx.record_tool_result(id, &output).await;
             continue;
         }
         ctx.emit(AgentEvent::ToolCall {
@@ -136,6 +137,7 @@ async fn finish_step(ctx: &RunCtx<'_>, response: ModelResponse, model: &str) -> 
         .await;
         let output = execute_tool(ctx, id, name, args.clone()).await;
         aborted = ctx.cancel.is_cancelled();
+        ctx.record_tool_result(id, &output).await;
         if let Some(update) = output.plan.clone() {
             ctx.emit(AgentEvent::PlanUpdate {
                 id: id.clone(),
@@ -149,14 +151,9 @@ async fn finish_step(ctx: &RunCtx<'_>, response: ModelResponse, model: &str) -> 
             content: output.content.clone(),
         })
         .await;
-        results.push(tool_result_block(id, &output));
     }
 
     let answered = !assistant.text().trim().is_empty();
-    ctx.record(assistant.clone()).await;
-    if !results.is_empty() {
-        ctx.record(Message::new(Role::Tool, results)).await;
-    }
     ctx.emit(AgentEvent::AssistantMessage(assistant)).await;
     report_usage(ctx, &response.usage, model).await;
 
@@ -224,14 +221,6 @@ async fn execute_tool(ctx: &RunCtx<'_>, id: &str, name: &str, args: Value) -> To
         .await;
     }
     output
-}
-
-fn tool_result_block(id: &str, output: &ToolOutput) -> Block {
-    Block::ToolResult {
-        call_id: id.to_string(),
-        is_error: output.is_error,
-        content: output.content.clone(),
-    }
 }
 
 async fn report_usage(ctx: &RunCtx<'_>, tokens: &crate::provider::TokenUsage, model: &str) {

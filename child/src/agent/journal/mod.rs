@@ -1,9 +1,11 @@
 //! The session journal: an append-only JSONL file of transcript changes.
 //!
-//! Each line is one [`Entry`]. Lines are written whole and synced to disk at
-//! every message boundary, so a process killed at any moment leaves every
-//! completed message on disk and at worst a torn last line, which loading
-//! ignores. Replaying the entries in order rebuilds the transcript.
+//! Each line is one [`Entry`] (the format lives in `corral_protocol::journal`).
+//! Lines are written whole and synced to disk at every message boundary, so a
+//! process killed at any moment leaves every completed message on disk and at
+//! worst a torn last line, which loading ignores. A write the disk refuses
+//! (full, I/O error) is cut off again and retried with the next append
+//! ([`append`]). Replaying the entries in order rebuilds the transcript.
 //!
 //! An open journal holds an exclusive `flock` on its file for as long as it
 //! lives (the kernel drops it when the process dies), so two agents never
@@ -11,39 +13,39 @@
 //! [`JournalError::InUse`]. This is what keeps two gateways sharing a state
 //! directory from running two children for one project.
 
+mod append;
+mod holder;
+
 use std::fs::{File, OpenOptions};
-use std::io::{self, BufRead, BufReader, Write};
-use std::os::unix::fs::MetadataExt;
+use std::io::{self, BufReader};
 use std::path::{Path, PathBuf};
 
+pub use corral_protocol::journal::{apply, Entry};
+use corral_protocol::journal::{scan, Damage};
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
-use serde::{Deserialize, Serialize};
 
 use crate::transcript::Message;
-
-/// One transcript change.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Entry {
-    /// A message was appended.
-    Message { message: Message },
-    /// The transcript was emptied.
-    Clear,
-    /// The transcript was replaced by a compaction summary message.
-    Compact { summary: String, message: Message },
-}
+use append::Appender;
 
 /// Errors opening or writing the journal.
 #[derive(Debug, thiserror::Error)]
 pub enum JournalError {
     #[error("session journal {path}: {source}")]
     Io { path: PathBuf, source: io::Error },
-    #[error("session journal {path}: line {line} is not a journal entry: {message}")]
+    #[error("session journal {path}: line {line} is not a journal entry: {message} (`corral journal repair` keeps the entries before it and moves the rest aside)")]
     Corrupt {
         path: PathBuf,
         line: usize,
         message: String,
+    },
+    /// A write failed; the file was cut back to its last whole entry and
+    /// the change waits in memory for the next append.
+    #[error("the conversation could not be saved to {path}: {source}; {pending} change(s) are kept in memory and written when the disk accepts them")]
+    Unsaved {
+        path: PathBuf,
+        source: io::Error,
+        pending: usize,
     },
     /// Another process holds the journal's lock.
     #[error("session journal {path} is in use by another agent process{}", holder_suffix(*.holder))]
@@ -67,8 +69,9 @@ fn holder_suffix(holder: Option<u32>) -> String {
 #[derive(Debug)]
 pub struct Journal {
     path: PathBuf,
-    /// The file, locked exclusively until the journal is dropped.
-    file: Flock<File>,
+    /// The file, locked exclusively until the journal is dropped, with the
+    /// changes the disk has not taken yet.
+    appender: Appender<Flock<File>>,
 }
 
 impl Journal {
@@ -93,38 +96,76 @@ impl Journal {
             .open(path)
             .map_err(io_err)?;
         let file = lock(path, file)?;
-        let (messages, good_len, total_len) = replay(path, &file)?;
-        if good_len < total_len {
-            tracing::warn!(path = %path.display(), dropped = total_len - good_len, "ignoring torn last journal line");
-            file.set_len(good_len).map_err(io_err)?;
+        let mut messages = Vec::new();
+        let scanned =
+            scan(BufReader::new(&*file), |entry| apply(&mut messages, entry)).map_err(io_err)?;
+        match scanned.damage {
+            None => {}
+            Some(Damage::Torn { line }) => {
+                tracing::warn!(path = %path.display(), line, "ignoring torn last journal line");
+                file.set_len(scanned.valid_len).map_err(io_err)?;
+            }
+            Some(Damage::Bad { line, message }) => {
+                return Err(JournalError::Corrupt {
+                    path: path.to_path_buf(),
+                    line,
+                    message,
+                })
+            }
         }
         Ok((
             Journal {
                 path: path.to_path_buf(),
-                file,
+                appender: Appender::new(file, scanned.valid_len),
             },
             messages,
         ))
     }
 
-    /// Appends one entry and syncs it to disk.
+    /// Appends one entry and syncs it to disk, after any entries an earlier
+    /// failure left waiting. On failure the file keeps only whole entries and
+    /// this one waits too: the error says so, and nothing is lost unless the
+    /// process ends before the disk accepts writes again.
     pub fn append(&mut self, entry: &Entry) -> Result<(), JournalError> {
-        let mut line = serde_json::to_vec(entry).map_err(|e| JournalError::Io {
+        let line = corral_protocol::journal::to_line(entry).map_err(|e| JournalError::Io {
             path: self.path.clone(),
             source: io::Error::other(e),
         })?;
-        line.push(b'\n');
-        self.file
-            .write_all(&line)
-            .and_then(|()| self.file.sync_data())
-            .map_err(|source| JournalError::Io {
+        let was_stalled = self.appender.pending() > 0;
+        match self.appender.append(line) {
+            Ok(()) => {
+                if was_stalled {
+                    tracing::info!(path = %self.path.display(), "session journal writes resumed");
+                }
+                Ok(())
+            }
+            Err(stalled) => Err(JournalError::Unsaved {
                 path: self.path.clone(),
-                source,
-            })
+                source: stalled.source,
+                pending: stalled.pending,
+            }),
+        }
+    }
+
+    /// Changes kept in memory because the disk refused them.
+    pub fn pending(&self) -> usize {
+        self.appender.pending()
     }
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+}
+
+impl Drop for Journal {
+    /// A last try at writing what the disk refused before.
+    fn drop(&mut self) {
+        if self.appender.pending() == 0 {
+            return;
+        }
+        if let Err(stalled) = self.appender.flush() {
+            tracing::error!(path = %self.path.display(), error = %stalled.source, lost = stalled.pending, "session journal: changes could not be saved before exit");
+        }
     }
 }
 
@@ -134,110 +175,12 @@ fn lock(path: &Path, file: File) -> Result<Flock<File>, JournalError> {
         Ok(locked) => Ok(locked),
         Err((file, Errno::EWOULDBLOCK)) => Err(JournalError::InUse {
             path: path.to_path_buf(),
-            holder: lock_holder(&file),
+            holder: holder::lock_holder(&file),
         }),
         Err((_, errno)) => Err(JournalError::Lock {
             path: path.to_path_buf(),
             source: io::Error::from(errno),
         }),
-    }
-}
-
-/// The pid holding an exclusive `flock` on `file`, from `/proc/locks`
-/// (Linux; absent when the holder is on another host or in another pid
-/// namespace).
-fn lock_holder(file: &File) -> Option<u32> {
-    let meta = file.metadata().ok()?;
-    let locks = std::fs::read_to_string("/proc/locks").ok()?;
-    let dev = meta.dev();
-    let id = FileId {
-        major: nix::sys::stat::major(dev),
-        minor: nix::sys::stat::minor(dev),
-        inode: meta.ino(),
-    };
-    holder_in(&locks, id)
-}
-
-/// Identifies a file the way `/proc/locks` prints it (`MAJ:MIN:INODE`,
-/// device numbers in hex).
-#[derive(Clone, Copy, Debug, PartialEq)]
-struct FileId {
-    major: u64,
-    minor: u64,
-    inode: u64,
-}
-
-/// Finds the holder of a granted exclusive `FLOCK` on `id` in the text of
-/// `/proc/locks`. Lines of waiters (`->`) and pid 0 (not visible from this
-/// pid namespace) are skipped.
-fn holder_in(proc_locks: &str, id: FileId) -> Option<u32> {
-    proc_locks.lines().find_map(|line| {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        // "N: FLOCK ADVISORY WRITE PID MAJ:MIN:INODE START END"
-        let [_, "FLOCK", _, "WRITE", pid, file, ..] = fields.as_slice() else {
-            return None;
-        };
-        let mut parts = file.split(':');
-        let major = u64::from_str_radix(parts.next()?, 16).ok()?;
-        let minor = u64::from_str_radix(parts.next()?, 16).ok()?;
-        let inode = parts.next()?.parse().ok()?;
-        let pid = pid.parse().ok().filter(|pid| *pid != 0)?;
-        (FileId {
-            major,
-            minor,
-            inode,
-        } == id)
-            .then_some(pid)
-    })
-}
-
-/// Rebuilds the transcript. Returns it with the byte length of the valid
-/// prefix and the file's length.
-fn replay(path: &Path, file: &File) -> Result<(Vec<Message>, u64, u64), JournalError> {
-    let mut reader = BufReader::new(file);
-    let mut messages = Vec::new();
-    let mut offset = 0u64;
-    let mut line_no = 0;
-    let mut line = Vec::new();
-    loop {
-        line.clear();
-        let read = reader
-            .read_until(b'\n', &mut line)
-            .map_err(|source| JournalError::Io {
-                path: path.to_path_buf(),
-                source,
-            })?;
-        if read == 0 {
-            return Ok((messages, offset, offset));
-        }
-        line_no += 1;
-        if line.last() != Some(&b'\n') {
-            // A torn tail: the process died mid-write.
-            return Ok((messages, offset, offset + read as u64));
-        }
-        match serde_json::from_slice::<Entry>(&line) {
-            Ok(entry) => apply(&mut messages, entry),
-            Err(e) => {
-                return Err(JournalError::Corrupt {
-                    path: path.to_path_buf(),
-                    line: line_no,
-                    message: e.to_string(),
-                })
-            }
-        }
-        offset += read as u64;
-    }
-}
-
-/// Applies one entry to a transcript.
-pub fn apply(messages: &mut Vec<Message>, entry: Entry) {
-    match entry {
-        Entry::Message { message } => messages.push(message),
-        Entry::Clear => messages.clear(),
-        Entry::Compact { message, .. } => {
-            messages.clear();
-            messages.push(message);
-        }
     }
 }
 
@@ -365,25 +308,5 @@ mod tests {
             messages.iter().map(Message::text).collect::<Vec<_>>(),
             ["mine", "still mine"]
         );
-    }
-
-    #[test]
-    fn holder_is_read_from_proc_locks() {
-        let id = FileId {
-            major: 0xfe,
-            minor: 1,
-            inode: 1941506,
-        };
-        let locks = "\
-1: POSIX  ADVISORY  WRITE 11 fe:01:1941506 0 EOF
-2: FLOCK  ADVISORY  READ 12 fe:01:1941506 0 EOF
-2: -> FLOCK  ADVISORY  WRITE 13 fe:01:1941506 0 EOF
-3: FLOCK  ADVISORY  WRITE 14 fe:00:1941506 0 EOF
-4: FLOCK  ADVISORY  WRITE 15 fe:01:1941506 0 EOF
-";
-        assert_eq!(holder_in(locks, id), Some(15));
-        assert_eq!(holder_in("", id), None);
-        let hidden = "1: FLOCK  ADVISORY  WRITE 0 fe:01:1941506 0 EOF\n";
-        assert_eq!(holder_in(hidden, id), None);
     }
 }
