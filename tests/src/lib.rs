@@ -7,3 +7,17 @@ pub mod cdp;
 pub mod gateway;
 pub mod harness;
 pub mod mock_llm;
+
+/// A fresh directory outside `/tmp`, for tests of what the sandbox hides:
+/// inside the sandbox `/tmp` is a private, empty tmpfs, so anything under
+/// the host's `/tmp` is out of reach whether or not it is hidden. Under
+/// `/var/tmp` (the other standard temporary directory), only the explicit
+/// hiding stands between a tool and the file. Falls back to the usual temp
+/// directory where `/var/tmp` is not writable.
+pub fn dir_outside_tmp() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("corral-test-")
+        .tempdir_in("/var/tmp")
+        .or_else(|_| tempfile::tempdir())
+        .expect("a temp dir outside /tmp")
+}

@@ -27,7 +27,7 @@ struct Layout {
 
 impl Layout {
     fn new() -> Layout {
-        let root = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        let root = corral_e2e::dir_outside_tmp();
         for dir in ["projects/a", "projects/b", "state/sessions", "outside"] {
             std::fs::create_dir_all(root.path().join(dir)).unwrap();
         }

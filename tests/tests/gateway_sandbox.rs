@@ -5,8 +5,8 @@
 //! fails, while real work in A (git, python, the file tools, model calls,
 //! streamed tool output) runs as before.
 //!
-//! The projects root, state directory and secret files live under the build's
-//! temp directory, not under `/tmp` (which the sandbox replaces with a private
+//! The projects root, state directory and secret files live under
+//! `/var/tmp`, not under `/tmp` (which the sandbox replaces with a private
 //! one anyway), so that the explicit hiding is what is tested.
 
 #![allow(clippy::unwrap_used)]
@@ -24,9 +24,8 @@ const CONFIG_ADMIN_TOKEN: &str = "config-admin-token-0123456789abcdef";
 const B_FILE_SECRET: &str = "beta-file-secret-4711";
 const B_CHAT_SECRET: &str = "beta-conversation-secret-0815";
 
-/// A fresh directory outside `/tmp`.
 fn work_dir() -> tempfile::TempDir {
-    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
+    corral_e2e::dir_outside_tmp()
 }
 
 fn is_done(frame: &Value) -> bool {

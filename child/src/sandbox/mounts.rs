@@ -10,8 +10,8 @@ use nix::mount::{mount, MsFlags};
 use super::plan::{MountPlan, MountStep};
 use super::SandboxError;
 
-/// Options of the empty tmpfs laid over a hidden directory: read-only for
-/// others and too small to be worth filling.
+/// Options of the empty tmpfs laid over a hidden directory (made read-only
+/// once the project is bound back into it, if it must be).
 const HIDE_OPTIONS: &str = "mode=0755,size=16k";
 
 /// Makes every mount of `plan`, in order. The working directory must be the
@@ -43,6 +43,26 @@ fn apply_step(step: &MountStep) -> Result<(), SandboxError> {
             HIDE_OPTIONS,
             "an empty tmpfs over the hidden",
         ),
+        MountStep::HideDirectoryInScratch(dir) => {
+            std::fs::create_dir_all(dir).map_err(|e| SandboxError::Mount {
+                what: format!("the hidden {} inside the private tmpfs", dir.display()),
+                source: Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
+            })?;
+            tmpfs(
+                dir,
+                safe | MsFlags::MS_NOEXEC,
+                HIDE_OPTIONS,
+                "an empty tmpfs over the hidden",
+            )
+        }
+        MountStep::Seal(dir) => mount(
+            none,
+            dir,
+            none,
+            MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_RDONLY | safe | MsFlags::MS_NOEXEC,
+            none,
+        )
+        .map_err(failed(&format!("the hidden {} read-only", dir.display()))),
         MountStep::HideFile(file) => mount(Some("/dev/null"), file, none, MsFlags::MS_BIND, none)
             .map_err(failed(&format!(
                 "/dev/null over the hidden {}",

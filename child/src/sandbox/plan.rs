@@ -32,10 +32,17 @@ pub enum MountStep {
     Scratch(PathBuf),
     /// An empty tmpfs over a hidden directory.
     HideDirectory(PathBuf),
+    /// The same over a hidden directory that lay under a scratch directory:
+    /// its path is made inside the scratch tmpfs first, so that the hidden
+    /// path stays as unwritable as it is elsewhere (not a writable part of
+    /// the private `/tmp`).
+    HideDirectoryInScratch(PathBuf),
     /// `/dev/null` bound over a hidden file.
     HideFile(PathBuf),
     /// The project directory bound back where a covering tmpfs hid it.
     ExposeProject(PathBuf),
+    /// A hide's tmpfs made read-only, once everything below it is in place.
+    Seal(PathBuf),
 }
 
 /// The mounts init makes, in order.
@@ -48,45 +55,63 @@ impl MountPlan {
     /// Plans the view for `project` with the scratch directories that exist
     /// (`/tmp`, `/dev/shm`) and the paths to hide. Paths must be canonical.
     ///
-    /// A hide inside a directory already covered is skipped (it no longer
-    /// exists in that view), except inside the project: those are applied
+    /// A hide inside a hidden directory is skipped (it no longer exists in
+    /// that view). A hidden directory under a scratch directory is made
+    /// again inside the scratch tmpfs and covered there; a hidden file
+    /// there simply no longer exists. Hides inside the project are applied
     /// after the project is exposed again, so the project's own hidden
     /// parts stay hidden. A hide that covers the project (or is the
     /// project) hides everything around it; the project is bound back.
+    /// Last, every hidden directory is made read-only.
     pub fn new(project: &Path, scratch: &[PathBuf], hides: &[Hide]) -> MountPlan {
         let mut steps = vec![MountStep::PrivateRoot, MountStep::Proc];
-        let mut covered: Vec<&Path> = Vec::new();
         for dir in scratch {
             steps.push(MountStep::Scratch(dir.clone()));
-            covered.push(dir);
         }
+        let scratch: Vec<&Path> = scratch.iter().map(PathBuf::as_path).collect();
         let inside_project = |h: &&Hide| h.path != project && h.path.starts_with(project);
         let (mut inner, mut outer): (Vec<&Hide>, Vec<&Hide>) =
             hides.iter().partition(inside_project);
         outer.sort_by_key(|h| h.path.components().count());
         inner.sort_by_key(|h| h.path.components().count());
-        push_hides(&mut steps, &mut covered, &outer);
-        if covered.iter().any(|c| project.starts_with(c)) {
+        let mut hidden = Vec::new();
+        push_hides(&mut steps, &mut hidden, &scratch, &outer);
+        let covered = |p: &Path| scratch.iter().chain(&hidden).any(|c| p.starts_with(c));
+        if covered(project) {
             steps.push(MountStep::ExposeProject(project.to_path_buf()));
         }
-        let mut covered_inside = Vec::new();
-        push_hides(&mut steps, &mut covered_inside, &inner);
+        let mut hidden_inside = Vec::new();
+        push_hides(&mut steps, &mut hidden_inside, &[], &inner);
+        for dir in hidden.into_iter().chain(hidden_inside) {
+            steps.push(MountStep::Seal(dir.to_path_buf()));
+        }
         MountPlan { steps }
     }
 }
 
-/// Appends a step per hide not already under a covered directory.
-fn push_hides<'a>(steps: &mut Vec<MountStep>, covered: &mut Vec<&'a Path>, hides: &[&'a Hide]) {
+/// Appends a step per hide not already under a hidden directory, and adds
+/// the hidden directories to `hidden`.
+fn push_hides<'a>(
+    steps: &mut Vec<MountStep>,
+    hidden: &mut Vec<&'a Path>,
+    scratch: &[&Path],
+    hides: &[&'a Hide],
+) {
     for hide in hides {
-        if covered.iter().any(|c| hide.path.starts_with(c)) {
+        if hidden.iter().any(|c| hide.path.starts_with(c)) {
             continue;
         }
-        match hide.kind {
-            HideKind::Directory => {
-                steps.push(MountStep::HideDirectory(hide.path.clone()));
-                covered.push(&hide.path);
+        let in_scratch = scratch.iter().any(|s| hide.path.starts_with(s));
+        match (hide.kind, in_scratch) {
+            (HideKind::Directory, false) => steps.push(MountStep::HideDirectory(hide.path.clone())),
+            (HideKind::Directory, true) => {
+                steps.push(MountStep::HideDirectoryInScratch(hide.path.clone()))
             }
-            HideKind::File => steps.push(MountStep::HideFile(hide.path.clone())),
+            (HideKind::File, false) => steps.push(MountStep::HideFile(hide.path.clone())),
+            (HideKind::File, true) => continue,
+        }
+        if hide.kind == HideKind::Directory {
+            hidden.push(&hide.path);
         }
     }
 }
@@ -200,14 +225,35 @@ mod tests {
                 MountStep::HideDirectory("/srv/projects".into()),
                 MountStep::HideFile("/etc/corral.toml".into()),
                 MountStep::ExposeProject("/srv/projects/a".into()),
+                MountStep::Seal("/srv/state".into()),
+                MountStep::Seal("/srv/projects".into()),
             ]
         );
     }
 
     #[test]
-    fn a_project_under_tmp_is_exposed_and_hides_inside_tmp_are_skipped() {
-        let hides = [dir("/tmp/x/journal"), file("/tmp/x/token")];
-        let plan = MountPlan::new(Path::new("/tmp/x/project"), &scratch(), &hides);
+    fn hidden_directories_under_tmp_are_made_again_and_stay_unwritable() {
+        let hides = [
+            dir("/tmp/x/journal"),
+            dir("/tmp/x/projects"),
+            file("/tmp/x/token"),
+        ];
+        let plan = MountPlan::new(Path::new("/tmp/x/projects/p"), &scratch(), &hides);
+        assert_eq!(
+            after_scratch(&plan),
+            [
+                MountStep::HideDirectoryInScratch("/tmp/x/journal".into()),
+                MountStep::HideDirectoryInScratch("/tmp/x/projects".into()),
+                MountStep::ExposeProject("/tmp/x/projects/p".into()),
+                MountStep::Seal("/tmp/x/journal".into()),
+                MountStep::Seal("/tmp/x/projects".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_project_under_tmp_is_exposed_again() {
+        let plan = MountPlan::new(Path::new("/tmp/x/project"), &scratch(), &[]);
         assert_eq!(
             after_scratch(&plan),
             [MountStep::ExposeProject("/tmp/x/project".into())]
@@ -228,6 +274,7 @@ mod tests {
                 MountStep::ExposeProject("/tmp/p".into()),
                 MountStep::HideDirectory("/tmp/p/.corral".into()),
                 MountStep::HideFile("/tmp/p/s.jsonl".into()),
+                MountStep::Seal("/tmp/p/.corral".into()),
             ]
         );
     }
@@ -238,7 +285,10 @@ mod tests {
         let plan = MountPlan::new(Path::new("/home/p"), &scratch(), &hides);
         assert_eq!(
             after_scratch(&plan),
-            [MountStep::HideDirectory("/srv/a".into())]
+            [
+                MountStep::HideDirectory("/srv/a".into()),
+                MountStep::Seal("/srv/a".into()),
+            ]
         );
     }
 
@@ -251,6 +301,7 @@ mod tests {
             [
                 MountStep::HideDirectory("/srv/projects".into()),
                 MountStep::ExposeProject("/srv/projects".into()),
+                MountStep::Seal("/srv/projects".into()),
             ]
         );
     }
@@ -261,7 +312,10 @@ mod tests {
         let plan = MountPlan::new(Path::new("/srv/projects"), &[], &hides);
         assert_eq!(
             &plan.steps[2..],
-            [MountStep::HideDirectory("/srv/projects-old".into())]
+            [
+                MountStep::HideDirectory("/srv/projects-old".into()),
+                MountStep::Seal("/srv/projects-old".into()),
+            ]
         );
     }
 
