@@ -8,6 +8,7 @@ pub mod config;
 pub mod dashboard;
 pub mod dialect;
 pub mod hub;
+pub mod journal;
 pub mod metrics;
 pub mod notify;
 pub mod procfs;

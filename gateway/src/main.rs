@@ -1,7 +1,8 @@
 //! `corral serve` runs the gateway; `corral attach` bridges stdio to a
-//! remote project. Logs go to stderr (`CORRAL_LOG`, default `info`); stdout
-//! carries only the listen address and a generated token (serve) or the
-//! protocol (attach).
+//! remote project; `corral journal` checks or repairs a session journal.
+//! Logs go to stderr (`CORRAL_LOG`, default `info`); stdout carries only
+//! the listen address and a generated token (serve), the protocol (attach)
+//! or the report (journal).
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -36,6 +37,23 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Serve(args) => serve_main(args),
         Command::Attach(args) => run_async(corral::attach::run(args)),
+        Command::Journal(args) => journal_main(args),
+    }
+}
+
+/// `corral journal check|repair FILE`: 0 when whole (or repaired), 1 when
+/// check finds damage, 2 when the file cannot be read or repaired.
+fn journal_main(args: corral::journal::JournalArgs) -> ExitCode {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    match corral::journal::run(args, now) {
+        Ok(0) => ExitCode::SUCCESS,
+        Ok(_) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("corral journal: {e}");
+            ExitCode::from(2)
+        }
     }
 }
 

@@ -42,6 +42,8 @@ pub enum Command {
     Serve(ServeArgs),
     /// Bridge this process's stdin/stdout to a project on a remote gateway.
     Attach(AttachArgs),
+    /// Check or repair a session journal (STATE/sessions/PROJECT.jsonl).
+    Journal(crate::journal::JournalArgs),
 }
 
 const SERVE_ENV_HELP: &str = "\
@@ -245,7 +247,7 @@ mod tests {
         let argv = ["corral", "serve"].iter().chain(args);
         match Cli::try_parse_from(argv).unwrap().command {
             Command::Serve(args) => args,
-            Command::Attach(_) => panic!("expected serve"),
+            _ => panic!("expected serve"),
         }
     }
 
