@@ -14,6 +14,7 @@ use clap::Parser;
 use corral::admin::{ConfinementStatus, LimitsStatus};
 use corral::config::{self, ChildUser, Cli, Command, Config, LogFormat};
 use corral::hub::HubSettings;
+use corral::listener::ListenerLimits;
 use corral::metrics::Metrics;
 use corral::registry::Registry;
 use corral::server::{self, AppState};
@@ -21,6 +22,7 @@ use corral::supervisor::backoff::RestartPolicy;
 use corral::supervisor::env::child_env;
 use corral::supervisor::probe::Probe;
 use corral::supervisor::{Credentials, Limits};
+use corral::throttle::{AuthThrottle, ThrottlePolicy};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -202,7 +204,9 @@ async fn serve(config: Config, limits: Arc<Limits>) -> anyhow::Result<()> {
         projects_root: config.projects_root.clone(),
         allowed_origins: config.allowed_origins.clone(),
         hello_timeout: config.limits.hello_timeout,
+        max_hello_bytes: config.limits.max_hello_bytes,
         max_frame_bytes: config.limits.max_frame_bytes,
+        throttle: AuthThrottle::new(ThrottlePolicy::default()),
         shutdown: shutdown.clone(),
         metrics: metrics.clone(),
         started: std::time::Instant::now(),
@@ -211,6 +215,18 @@ async fn serve(config: Config, limits: Arc<Limits>) -> anyhow::Result<()> {
     });
     if let Some(addr) = config.metrics_listen {
         serve_metrics(addr, state.clone()).await?;
+    }
+    // Orphans of the children's tools become the gateway's, so they can
+    // be killed and reaped (the children were already checked by the probe).
+    match corral::supervisor::leftovers::become_subreaper() {
+        Ok(()) => {
+            tokio::spawn(corral::supervisor::leftovers::watch_orphans(
+                shutdown.clone(),
+            ));
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot become a child subreaper: processes that leave their agent's session survive it")
+        }
     }
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
@@ -223,10 +239,43 @@ async fn serve(config: Config, limits: Arc<Limits>) -> anyhow::Result<()> {
         trigger.cancel();
     });
     corral::notify::announce_ready();
-    server::run(listener, state, config.shutdown_grace).await?;
+    let listener_limits = listener_limits(&config);
+    server::run(listener, state, listener_limits, config.shutdown_grace).await?;
     limits.cleanup();
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Raises the open-file limit and bounds connections under it.
+fn listener_limits(config: &Config) -> ListenerLimits {
+    let fds = match corral::fdlimit::raise() {
+        Ok(fds) => fds,
+        Err((fds, e)) => {
+            tracing::warn!(error = %e, soft = fds.soft, "cannot raise the open-file limit");
+            fds
+        }
+    };
+    let max_children = config.limits.max_children;
+    let derived = corral::fdlimit::default_max_connections(fds.soft, max_children);
+    let max_connections = match config.limits.max_connections {
+        Some(n) => {
+            if n > derived {
+                tracing::warn!(max_connections = n, open_files = fds.soft, "--max-connections leaves less headroom than the children and the admin API need; connections may fail with EMFILE");
+            }
+            n
+        }
+        None => derived,
+    };
+    tracing::info!(
+        open_files = fds.soft,
+        open_files_before = fds.before,
+        max_connections,
+        "connection limits"
+    );
+    ListenerLimits {
+        max_connections,
+        header_timeout: config.limits.header_timeout,
+    }
 }
 
 /// The two lines a user (or a test) needs: the address and, when one was

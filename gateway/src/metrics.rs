@@ -56,14 +56,27 @@ pub const EXIT_REASONS: [&str; 9] = [
     "memory_limit",
     "pids_limit",
 ];
-/// Reasons of `auth_failures_total{reason}`.
-pub const AUTH_REASONS: [&str; 5] = [
+/// Reasons of `auth_failures_total{reason}`: `hello_too_large` is a
+/// client that sent more than `--max-hello-bytes` before authenticating,
+/// `throttled` an attempt refused unchecked because its source failed too
+/// often.
+pub const AUTH_REASONS: [&str; 7] = [
     "invalid_token",
     "missing_token",
     "not_hello",
     "hello_timeout",
     "origin",
+    "hello_too_large",
+    "throttled",
 ];
+/// Who sent an invalid frame (`invalid_frames_total{source}`).
+pub const FRAME_SOURCES: [&str; 2] = ["client", "child"];
+/// Why a frame was invalid (`invalid_frames_total{reason}`): not a JSON
+/// object, a binary frame, or larger than the limit.
+pub const FRAME_REASONS: [&str; 3] = ["malformed", "binary", "too_large"];
+/// Why a connection was refused or closed before its first request
+/// (`connections_refused_total{reason}`).
+pub const REFUSAL_REASONS: [&str; 2] = ["max_connections", "header_timeout"];
 /// Kinds of `tokens_total{kind}`.
 pub const TOKEN_KINDS: [&str; 5] = ["input", "output", "reasoning", "cache_read", "cache_write"];
 
@@ -85,7 +98,15 @@ pub struct Metrics {
     pub replay_gaps: IntCounter,
     pub frames: IntCounterVec,
     pub bytes: IntCounterVec,
-    pub invalid_frames: IntCounterVec,
+    /// By `source` and `reason`; count through [`Metrics::invalid_frame`].
+    invalid_frames: IntCounterVec,
+    /// Open TCP connections of the main listener.
+    pub connections: IntGauge,
+    pub connections_refused: IntCounterVec,
+    /// Authentication attempts that waited because their source failed
+    /// too often, and the total time they waited.
+    pub auth_delayed: IntCounter,
+    pub auth_delay_seconds: Counter,
     pub request_duration: HistogramVec,
     pub prompt_duration: Histogram,
     pub tokens: IntCounterVec,
@@ -146,7 +167,14 @@ impl Metrics {
             replay_gaps: IntCounter::with_opts(opts("replay_gaps_total", "Reconnects whose missed events were partly evicted."))?,
             frames: IntCounterVec::new(opts("frames_total", "Frames by hop."), &["direction"])?,
             bytes: IntCounterVec::new(opts("bytes_total", "Frame bytes by hop."), &["direction"])?,
-            invalid_frames: IntCounterVec::new(opts("invalid_frames_total", "Malformed frames by source."), &["source"])?,
+            invalid_frames: IntCounterVec::new(opts("invalid_frames_total", "Invalid frames by source and reason."), &["source", "reason"])?,
+            connections: IntGauge::with_opts(opts("connections", "Open connections of the main listener."))?,
+            connections_refused: IntCounterVec::new(opts(
+                "connections_refused_total",
+                "Connections refused over --max-connections or closed for not sending a request's headers within --header-timeout.",
+            ), &["reason"])?,
+            auth_delayed: IntCounter::with_opts(opts("auth_delayed_total", "Authentication attempts slowed because their source failed too often."))?,
+            auth_delay_seconds: Counter::with_opts(opts("auth_delay_seconds_total", "Time authentication attempts were held back by the per-source throttle."))?,
             request_duration: HistogramVec::new(
                 hopts("request_duration_seconds", "Request forwarded to the child until its response.", latency),
                 &["command"],
@@ -184,6 +212,10 @@ impl Metrics {
             Box::new(self.frames.clone()),
             Box::new(self.bytes.clone()),
             Box::new(self.invalid_frames.clone()),
+            Box::new(self.connections.clone()),
+            Box::new(self.connections_refused.clone()),
+            Box::new(self.auth_delayed.clone()),
+            Box::new(self.auth_delay_seconds.clone()),
             Box::new(self.request_duration.clone()),
             Box::new(self.prompt_duration.clone()),
             Box::new(self.tokens.clone()),
@@ -216,8 +248,13 @@ impl Metrics {
             self.frames.with_label_values(&[direction.as_str()]);
             self.bytes.with_label_values(&[direction.as_str()]);
         }
-        for source in ["client", "child"] {
-            self.invalid_frames.with_label_values(&[source]);
+        for source in FRAME_SOURCES {
+            for reason in FRAME_REASONS {
+                self.invalid_frames.with_label_values(&[source, reason]);
+            }
+        }
+        for reason in REFUSAL_REASONS {
+            self.connections_refused.with_label_values(&[reason]);
         }
         for kind in TOKEN_KINDS {
             self.tokens.with_label_values(&[kind]);
@@ -234,6 +271,36 @@ impl Metrics {
 
     pub fn auth_failure(&self, reason: &'static str) {
         self.auth_failures.with_label_values(&[reason]).inc();
+    }
+
+    /// Counts an invalid frame; `source` and `reason` come from
+    /// [`FRAME_SOURCES`] and [`FRAME_REASONS`].
+    pub fn invalid_frame(&self, source: &'static str, reason: &'static str) {
+        self.invalid_frames
+            .with_label_values(&[source, reason])
+            .inc();
+    }
+
+    /// Invalid frames from `source`, whatever the reason (for `/v1/stats`).
+    pub fn invalid_frames_from(&self, source: &str) -> u64 {
+        FRAME_REASONS
+            .iter()
+            .map(|reason| {
+                self.invalid_frames
+                    .with_label_values(&[source, reason])
+                    .get()
+            })
+            .sum()
+    }
+
+    pub fn connection_refused(&self, reason: &'static str) {
+        self.connections_refused.with_label_values(&[reason]).inc();
+    }
+
+    /// Counts an authentication attempt held back for `delay`.
+    pub fn auth_delay(&self, delay: std::time::Duration) {
+        self.auth_delayed.inc();
+        self.auth_delay_seconds.inc_by(delay.as_secs_f64());
     }
 
     pub fn child_exit(&self, reason: &'static str) {

@@ -1,4 +1,5 @@
-//! The HTTP server: routes and graceful shutdown.
+//! The HTTP server: routes and graceful shutdown. Connections are
+//! accepted and bounded by [`crate::listener`].
 //!
 //! Endpoints:
 //! - `GET /healthz` — the process is alive (always 200).
@@ -7,8 +8,6 @@
 //! - the admin API and `/metrics` ([`crate::admin`]).
 //! - `GET /` — the dashboard and console ([`crate::dashboard`]).
 
-use std::future::IntoFuture;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,7 +16,6 @@ use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::serve::ListenerExt;
 use axum::{Json, Router};
 use serde_json::json;
 use tokio::net::TcpListener;
@@ -25,8 +23,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::auth::{self, Role, Tokens};
+use crate::listener::ListenerLimits;
 use crate::metrics::Metrics;
 use crate::registry::Registry;
+use crate::throttle::AuthThrottle;
 
 /// Everything request handlers share.
 pub struct AppState {
@@ -37,7 +37,11 @@ pub struct AppState {
     pub projects_root: PathBuf,
     pub allowed_origins: Vec<String>,
     pub hello_timeout: Duration,
+    /// Bytes a WebSocket client may send before it is authenticated.
+    pub max_hello_bytes: usize,
     pub max_frame_bytes: usize,
+    /// Failed authentications per source address, to slow brute force.
+    pub throttle: AuthThrottle,
     /// Cancelled when the gateway starts shutting down.
     pub shutdown: CancellationToken,
     pub metrics: Arc<Metrics>,
@@ -97,20 +101,18 @@ pub fn admin_refusal(state: &AppState, headers: &HeaderMap) -> Option<Response> 
 pub async fn run(
     listener: TcpListener,
     state: Arc<AppState>,
+    limits: ListenerLimits,
     grace: Duration,
 ) -> std::io::Result<()> {
     let shutdown = state.shutdown.clone();
     let registry = state.registry.clone();
     let connections = state.connections.clone();
-    let app = router(state).into_make_service_with_connect_info::<SocketAddr>();
-    // Frames are small and interactive: send them without Nagle's delay.
-    let listener = listener.tap_io(|stream| {
-        if let Err(e) = stream.set_nodelay(true) {
-            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
-        }
-    });
-    let server =
-        axum::serve(listener, app).with_graceful_shutdown(shutdown.clone().cancelled_owned());
+    let metrics = state.metrics.clone();
+    let app = router(state);
+    let server = async {
+        crate::listener::serve(listener, app, limits, metrics, shutdown.clone()).await;
+        Ok::<(), std::io::Error>(())
+    };
     let drain = async {
         shutdown.cancelled().await;
         if tokio::time::timeout(grace, registry.shutdown())
@@ -135,7 +137,7 @@ pub async fn run(
         }
     };
     let both = async {
-        let (result, ()) = tokio::join!(server.into_future(), drain);
+        let (result, ()) = tokio::join!(server, drain);
         result
     };
     let deadline = async {

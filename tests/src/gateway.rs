@@ -42,6 +42,9 @@ pub struct GatewaySpawn {
     /// Replaces the default `--token`/`--observer-token`/`--admin-token`
     /// flags (e.g. to take tokens from files or the environment).
     token_args: Option<Vec<String>>,
+    /// Soft and hard `RLIMIT_NOFILE` of the gateway (set by `sh -c ulimit`
+    /// before it execs).
+    nofile: Option<u64>,
 }
 
 impl Default for GatewaySpawn {
@@ -57,6 +60,7 @@ impl Default for GatewaySpawn {
             state_dir: None,
             listen: "127.0.0.1:0".into(),
             token_args: None,
+            nofile: None,
         }
     }
 }
@@ -117,6 +121,12 @@ impl GatewaySpawn {
         self
     }
 
+    /// Starts the gateway with this open-file limit, soft and hard.
+    pub fn nofile(mut self, limit: u64) -> Self {
+        self.nofile = Some(limit);
+        self
+    }
+
     /// Writes the gateway's stderr (debug level) to [`Gateway::log`].
     pub fn capture_log(mut self) -> Self {
         self.capture_log = true;
@@ -152,7 +162,15 @@ impl GatewaySpawn {
         }
         let home = temp.path().join("home");
         std::fs::create_dir_all(&home).expect("home dir");
-        let mut command = Command::new(workspace_bin("corral"));
+        let mut command = match self.nofile {
+            Some(limit) => {
+                let mut sh = Command::new("sh");
+                let script = format!("ulimit -n {limit} && exec \"$0\" \"$@\"");
+                sh.arg("-c").arg(script).arg(workspace_bin("corral"));
+                sh
+            }
+            None => Command::new(workspace_bin("corral")),
+        };
         command
             .arg("serve")
             .args(["--listen", &self.listen, "--projects-root"])

@@ -140,7 +140,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N")]
     pub replay_events: Option<usize>,
 
-    /// Bytes kept per project for clients that reconnect [default: 8MiB].
+    /// Bytes kept per project for clients that reconnect, never below two --max-frame-bytes (so one big event cannot push out the one a client is still sending) [default: 8MiB, so 32MiB in effect].
     #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
     pub replay_bytes: Option<usize>,
 
@@ -155,6 +155,18 @@ pub struct ServeArgs {
     /// Time a client has to send its hello [default: 10s].
     #[arg(long, value_name = "DUR", value_parser = parse_duration)]
     pub hello_timeout: Option<Duration>,
+
+    /// Bytes a WebSocket client may send before it is authenticated; more closes it with 1009 [default: 64KiB].
+    #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
+    pub max_hello_bytes: Option<usize>,
+
+    /// Time a connection has to send a request's headers; slower connections are closed [default: 10s].
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub header_timeout: Option<Duration>,
+
+    /// Most connections open at once; more are refused with 503 at accept [default: the open-file limit (raised to its hard limit at start) minus headroom for children and files].
+    #[arg(long, value_name = "N")]
+    pub max_connections: Option<usize>,
 
     /// Interval between health pings [default: 30s].
     #[arg(long, value_name = "DUR", value_parser = parse_duration)]

@@ -43,6 +43,9 @@ pub struct FileConfig {
     pub outbox_frames: Option<usize>,
     pub max_frame_bytes: Option<FileBytes>,
     pub hello_timeout: Option<FileDuration>,
+    pub max_hello_bytes: Option<FileBytes>,
+    pub header_timeout: Option<FileDuration>,
+    pub max_connections: Option<usize>,
     pub ping_interval: Option<FileDuration>,
     pub ping_timeout: Option<FileDuration>,
     pub ready_timeout: Option<FileDuration>,
@@ -200,6 +203,9 @@ mod tests {
             outbox_frames = 32
             max_frame_bytes = 65536
             hello_timeout = 5
+            max_hello_bytes = "16KiB"
+            header_timeout = "3s"
+            max_connections = 500
             ping_interval = "30s"
             ping_timeout = "10s"
             ready_timeout = "15s"
@@ -229,6 +235,9 @@ mod tests {
         assert_eq!(f.idle_timeout, Some(FileDuration(Duration::from_secs(600))));
         assert_eq!(f.hello_timeout, Some(FileDuration(Duration::from_secs(5))));
         assert_eq!(f.replay_bytes, Some(FileBytes(1 << 20)));
+        assert_eq!(f.max_hello_bytes, Some(FileBytes(16 << 10)));
+        assert_eq!(f.header_timeout, Some(FileDuration(Duration::from_secs(3))));
+        assert_eq!(f.max_connections, Some(500));
         assert_eq!(f.crash_limit, Some(3));
         assert_eq!(f.sandbox, Some(OnOff::On));
         assert_eq!(

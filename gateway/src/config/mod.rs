@@ -23,6 +23,9 @@
 //! | `--outbox-frames N` | `outbox_frames` | 256 |
 //! | `--max-frame-bytes BYTES` | `max_frame_bytes` | 16MiB |
 //! | `--hello-timeout DUR` | `hello_timeout` | 10s |
+//! | `--max-hello-bytes BYTES` | `max_hello_bytes` | 64KiB (what a client may send before it is authenticated) |
+//! | `--header-timeout DUR` | `header_timeout` | 10s (time to send a request's headers) |
+//! | `--max-connections N` | `max_connections` | the open-file limit minus headroom (see [`crate::fdlimit`]) |
 //! | `--ping-interval DUR` / `--ping-timeout DUR` | `ping_interval` / `ping_timeout` | 30s / 10s |
 //! | `--ready-timeout DUR` | `ready_timeout` | 15s |
 //! | `--stop-grace DUR` / `--shutdown-grace DUR` | `stop_grace` / `shutdown_grace` | 5s / 10s |
@@ -121,6 +124,15 @@ pub struct Limits {
     pub max_frame_bytes: usize,
     /// Time a new connection has to send its `hello`.
     pub hello_timeout: Duration,
+    /// Bytes a WebSocket client may send before it is authenticated; more
+    /// closes it with 1009, so an unauthenticated socket costs at most this.
+    pub max_hello_bytes: usize,
+    /// Time a connection has to send the headers of a request; one that
+    /// has not is closed.
+    pub header_timeout: Duration,
+    /// Most connections open at once; `None` = derived from the open-file
+    /// limit at start ([`crate::fdlimit`]).
+    pub max_connections: Option<usize>,
 }
 
 /// How the supervisor runs children.
@@ -173,6 +185,10 @@ pub mod defaults {
     pub const OUTBOX_FRAMES: usize = 256;
     pub const MAX_FRAME_BYTES: usize = 16 << 20;
     pub const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+    pub const MAX_HELLO_BYTES: usize = 64 << 10;
+    pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+    /// Smallest accepted `max_hello_bytes`: a hello with a token must fit.
+    pub const MIN_HELLO_BYTES: usize = 256;
     pub const PING_INTERVAL: Duration = Duration::from_secs(30);
     pub const PING_TIMEOUT: Duration = Duration::from_secs(10);
     pub const READY_TIMEOUT: Duration = Duration::from_secs(15);
@@ -336,6 +352,28 @@ pub fn load_with_env(
                 defaults::HELLO_TIMEOUT,
             ),
         )?,
+        max_hello_bytes: at_least(
+            "--max-hello-bytes / max_hello_bytes",
+            size(
+                args.max_hello_bytes,
+                file.max_hello_bytes,
+                defaults::MAX_HELLO_BYTES,
+            ),
+            defaults::MIN_HELLO_BYTES,
+        )?,
+        header_timeout: positive(
+            "--header-timeout / header_timeout",
+            dur(
+                args.header_timeout,
+                file.header_timeout,
+                defaults::HEADER_TIMEOUT,
+            ),
+        )?,
+        max_connections: args
+            .max_connections
+            .or(file.max_connections)
+            .map(|n| at_least("--max-connections / max_connections", n, 1))
+            .transpose()?,
     };
     let ready_timeout = positive(
         "--ready-timeout / ready_timeout",

@@ -79,6 +79,9 @@ fn defaults_and_generated_token_on_loopback() {
             outbox_frames: 256,
             max_frame_bytes: 16 << 20,
             hello_timeout: Duration::from_secs(10),
+            max_hello_bytes: 64 << 10,
+            header_timeout: Duration::from_secs(10),
+            max_connections: None,
         }
     );
     let s = &config.supervisor;
@@ -313,7 +316,7 @@ fn short_token_is_refused() {
 #[test]
 fn out_of_range_values_are_refused() {
     let f = Fixture::new();
-    let cases: [(ServeArgs, &str); 5] = [
+    let cases: [(ServeArgs, &str); 8] = [
         (
             ServeArgs {
                 outbox_frames: Some(0),
@@ -334,6 +337,27 @@ fn out_of_range_values_are_refused() {
                 ..f.args()
             },
             "--hello-timeout",
+        ),
+        (
+            ServeArgs {
+                max_hello_bytes: Some(10),
+                ..f.args()
+            },
+            "--max-hello-bytes",
+        ),
+        (
+            ServeArgs {
+                header_timeout: Some(Duration::ZERO),
+                ..f.args()
+            },
+            "--header-timeout",
+        ),
+        (
+            ServeArgs {
+                max_connections: Some(0),
+                ..f.args()
+            },
+            "--max-connections",
         ),
         (
             ServeArgs {

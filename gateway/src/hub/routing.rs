@@ -153,11 +153,7 @@ impl Hub {
         match output {
             Some(ChildOutput::Line(line)) => self.child_line(&line),
             Some(ChildOutput::Invalid(what)) => {
-                self.settings
-                    .metrics
-                    .invalid_frames
-                    .with_label_values(&["child"])
-                    .inc();
+                self.settings.metrics.invalid_frame("child", "malformed");
                 tracing::warn!(project = %self.project, "dropped a line from the agent: {what}");
                 // Clients learn that something is missing.
                 let message = format!("a line from the agent was not delivered: {what}");
@@ -183,7 +179,7 @@ impl Hub {
         let dialect = self.settings.dialect;
         match dialect.outbound(line) {
             None => {
-                metrics.invalid_frames.with_label_values(&["child"]).inc();
+                metrics.invalid_frame("child", "malformed");
                 tracing::warn!(project = %self.project, "dropped an agent line that is not an object with a `type`");
             }
             Some(Outbound::Drop(why)) => {

@@ -1,0 +1,152 @@
+//! An attached client's two halves over tungstenite: a reader turning
+//! text frames into hub requests and a writer sending what the client's
+//! feed yields. A frame over `--max-frame-bytes` ends the session with
+//! 1009 (tungstenite refuses it at its header, before reading it).
+
+use std::sync::Arc;
+
+use futures_util::stream::{SplitSink, SplitStream};
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{Map, Value};
+use tokio_tungstenite::tungstenite::error::{CapacityError, Error as WsError};
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
+use tokio_tungstenite::WebSocketStream;
+
+use super::handshake::Io;
+use crate::hub::{Delivery, HubHandle};
+use crate::metrics::{Direction, Metrics};
+use crate::server::AppState;
+
+pub type Socket = WebSocketStream<Io>;
+pub type Sink = SplitSink<Socket, Message>;
+pub type Stream = SplitStream<Socket>;
+
+/// What the client sent next.
+pub enum Next {
+    Frame(Map<String, Value>),
+    /// Not a JSON object (or binary): the error message for the client.
+    Malformed(String),
+    /// Larger than `--max-frame-bytes`.
+    TooLarge,
+    /// The socket closed or failed.
+    End,
+}
+
+/// How the reader stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadEnd {
+    Closed,
+    TooLarge,
+}
+
+/// The next text frame as a JSON object.
+pub async fn next_object(stream: &mut Stream, metrics: &Metrics) -> Next {
+    loop {
+        let Some(message) = stream.next().await else {
+            return Next::End;
+        };
+        match message {
+            Ok(Message::Text(text)) => {
+                metrics.frame(Direction::ClientToGateway, text.len());
+                return match parse(text.as_str()) {
+                    Ok(frame) => Next::Frame(frame),
+                    Err(error) => {
+                        metrics.invalid_frame("client", "malformed");
+                        Next::Malformed(error)
+                    }
+                };
+            }
+            Ok(Message::Binary(_)) => {
+                metrics.invalid_frame("client", "binary");
+                return Next::Malformed(
+                    "binary frames are not supported; send JSON text frames".into(),
+                );
+            }
+            Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_)) => continue,
+            Ok(Message::Close(_)) => return Next::End,
+            Err(WsError::Capacity(CapacityError::MessageTooLong { .. })) => {
+                metrics.invalid_frame("client", "too_large");
+                return Next::TooLarge;
+            }
+            Err(_) => return Next::End,
+        }
+    }
+}
+
+pub fn parse(text: &str) -> Result<Map<String, Value>, String> {
+    let text = text.strip_suffix('\n').unwrap_or(text);
+    let text = text.strip_suffix('\r').unwrap_or(text);
+    corral_protocol::ndjson::parse_object(text.as_bytes()).map_err(|e| e.to_string())
+}
+
+/// Client frames → hub requests; malformed ones get an error reply in order.
+pub async fn read_loop(
+    stream: &mut Stream,
+    hub: &HubHandle,
+    client: u64,
+    state: Arc<AppState>,
+) -> ReadEnd {
+    loop {
+        let next = tokio::select! {
+            next = next_object(stream, &state.metrics) => next,
+            _ = state.shutdown.cancelled() => {
+                // The hub closes this client once its child has stopped;
+                // keep reading so the close handshake completes.
+                next_object(stream, &state.metrics).await
+            }
+        };
+        match next {
+            Next::End => return ReadEnd::Closed,
+            Next::TooLarge => return ReadEnd::TooLarge,
+            Next::Frame(frame) => hub.request(client, frame).await,
+            Next::Malformed(error) => hub.reply(client, state.dialect.malformed(&error)).await,
+        }
+    }
+}
+
+/// Feed → socket, until the feed says close or the socket fails.
+pub async fn write_loop(sink: &mut Sink, mut feed: crate::hub::ClientFeed, metrics: Arc<Metrics>) {
+    loop {
+        match feed.next().await {
+            Delivery::Frames(frames) => {
+                for frame in frames {
+                    metrics.frame(Direction::GatewayToClient, frame.len());
+                    if sink.feed(text(frame)).await.is_err() {
+                        return;
+                    }
+                }
+                if sink.flush().await.is_err() {
+                    return;
+                }
+            }
+            Delivery::Close { code, reason } => {
+                close(sink, code, &reason).await;
+                return;
+            }
+        }
+    }
+}
+
+pub fn text(bytes: bytes::Bytes) -> Message {
+    // Frames are built from JSON text, so they are UTF-8.
+    match Utf8Bytes::try_from(bytes) {
+        Ok(text) => Message::Text(text),
+        Err(_) => Message::Text(Utf8Bytes::from_static("{}")),
+    }
+}
+
+pub async fn close(sink: &mut Sink, code: u16, reason: &str) {
+    // Close reasons are limited to 123 bytes.
+    let mut reason = reason.to_string();
+    while reason.len() > super::frame::MAX_CLOSE_REASON {
+        reason.pop();
+    }
+    let frame = CloseFrame {
+        code: CloseCode::from(code),
+        reason: Utf8Bytes::from(reason),
+    };
+    let _ = sink.send(Message::Close(Some(frame))).await;
+    let _ = sink.close().await;
+}
