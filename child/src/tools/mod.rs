@@ -8,7 +8,6 @@ mod bash;
 mod edit;
 mod find;
 mod grep;
-pub mod group;
 mod ls;
 mod plan;
 mod read;

@@ -1,0 +1,235 @@
+//! `GET /v1/projects/{project}/rpc[?resume_after=SEQ]`: one WebSocket
+//! client of a project.
+//!
+//! Before the upgrade: origin allowlist, project name and directory, and a
+//! token in an `Authorization: Bearer` header if there is one. A client so
+//! authenticated is attached at once, in every dialect, and receives
+//! events without sending anything (resuming after `?resume_after=`). Any
+//! other client must send the dialect's hello with a token first, within
+//! `--hello-timeout` and `--max-hello-bytes` ([`preauth`]). Then the client
+//! is attached to the project's hub and [`session`] runs its reader and
+//! writer.
+//!
+//! Close codes: 1008 authentication failed, 1009 more than
+//! `--max-hello-bytes` before authentication or a frame over
+//! `--max-frame-bytes`, 1002 invalid framing before authentication, 1013
+//! try again later (no agent slot, shutting down, throttled), 1011 the
+//! agent cannot start, 1001 the gateway is going away.
+
+mod frame;
+mod handshake;
+mod hello;
+mod preauth;
+mod session;
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use axum::extract::{ConnectInfo, Path, Query, Request, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use futures_util::{SinkExt, StreamExt};
+use tokio_tungstenite::tungstenite::protocol::{Role as WsRole, WebSocketConfig};
+use tokio_tungstenite::WebSocketStream;
+
+use crate::auth::{self, Role};
+use crate::listener::ConnectionSlot;
+use crate::projects;
+use crate::registry::RegistryError;
+use crate::server::AppState;
+use handshake::Io;
+use hello::{Hello, CLOSE_TOO_BIG};
+use session::ReadEnd;
+
+const CLOSE_GOING_AWAY: u16 = 1001;
+
+/// The upgrade request's query.
+#[derive(Debug, serde::Deserialize)]
+pub struct RpcQuery {
+    /// Resume point for a client authenticated by its header.
+    resume_after: Option<u64>,
+}
+
+pub async fn upgrade(
+    Path(project): Path<String>,
+    Query(query): Query<RpcQuery>,
+    State(state): State<Arc<AppState>>,
+    mut request: Request,
+) -> Response {
+    let headers = request.headers();
+    let header = |name| headers.get(name).and_then(|v| v.to_str().ok());
+    if !auth::origin_allowed(
+        header(header::ORIGIN),
+        header(header::HOST),
+        &state.allowed_origins,
+    ) {
+        return (StatusCode::FORBIDDEN, "origin not allowed\n").into_response();
+    }
+    let dir = match projects::resolve(&state.projects_root, &project) {
+        Ok(dir) => dir,
+        Err(e) => {
+            let status = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::NOT_FOUND);
+            return (status, format!("{e}\n")).into_response();
+        }
+    };
+    let peer = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |info| info.0.ip());
+    let token = auth::bearer(header(header::AUTHORIZATION)).map(str::to_string);
+    let header_role = match token {
+        Some(token) => match hello::check_token(&state, peer, &token).await {
+            Ok(role) => Some(role),
+            Err(reason) => {
+                state.metrics.auth_failure(reason);
+                let status = if reason == "throttled" {
+                    StatusCode::TOO_MANY_REQUESTS
+                } else {
+                    StatusCode::UNAUTHORIZED
+                };
+                let message = hello::token_refusal(reason);
+                return (status, format!("{message}\n")).into_response();
+            }
+        },
+        None => None,
+    };
+    let upgrade = match handshake::prepare(&mut request) {
+        Ok(upgrade) => upgrade,
+        Err(rejection) => return rejection.into_response(),
+    };
+    // The connection's place under --max-connections, held while it lives.
+    let slot = request.extensions_mut().remove::<Arc<ConnectionSlot>>();
+    let (response, on_upgrade) = upgrade.accept();
+    let connections = state.connections.clone();
+    connections.spawn(async move {
+        let _slot = slot;
+        let io = match on_upgrade.await {
+            Ok(upgraded) => hyper_util::rt::TokioIo::new(upgraded),
+            Err(e) => {
+                tracing::debug!(%project, error = %e, "the upgrade did not complete");
+                return;
+            }
+        };
+        let header = header_role.map(|role| (role, query.resume_after));
+        connection(io, state, project, dir, peer, header).await;
+    });
+    response
+}
+
+/// `header`: the role an `Authorization` header proved, with the query's
+/// resume point.
+async fn connection(
+    mut io: Io,
+    state: Arc<AppState>,
+    project: String,
+    dir: PathBuf,
+    peer: IpAddr,
+    header: Option<(Role, Option<u64>)>,
+) {
+    let max = state.max_frame_bytes;
+    let config = WebSocketConfig::default()
+        .max_frame_size(Some(max))
+        .max_message_size(Some(max));
+    let (hello, socket) = match header {
+        Some((role, resume_after)) => {
+            let hello = Hello {
+                role,
+                resume_after,
+                answer: None,
+            };
+            let socket = WebSocketStream::from_raw_socket(io, WsRole::Server, Some(config)).await;
+            (hello, socket)
+        }
+        None => {
+            let read = tokio::select! {
+                read = hello::read_hello(&mut io, &state, peer) => read,
+                _ = state.shutdown.cancelled() => {
+                    preauth::close(&mut io, CLOSE_GOING_AWAY, "the gateway is shutting down").await;
+                    return;
+                }
+            };
+            match read {
+                Ok((hello, leftover)) => {
+                    let socket = WebSocketStream::from_partially_read(
+                        io,
+                        leftover,
+                        WsRole::Server,
+                        Some(config),
+                    )
+                    .await;
+                    (hello, socket)
+                }
+                Err(refusal) => {
+                    state.metrics.auth_failure(refusal.reason);
+                    tracing::info!(%project, %peer, "client refused: {}", refusal.message);
+                    let reply = state.dialect.refusal(
+                        refusal.id.as_ref(),
+                        "unauthorized",
+                        &refusal.message,
+                    );
+                    let _ = preauth::send_text(&mut io, &reply).await;
+                    preauth::close(&mut io, refusal.code, &refusal.message).await;
+                    return;
+                }
+            }
+        }
+    };
+    attached(socket, state, project, dir, hello).await;
+}
+
+/// Attaches an authenticated client and runs it until either side ends.
+async fn attached(
+    socket: session::Socket,
+    state: Arc<AppState>,
+    project: String,
+    dir: PathBuf,
+    hello: Hello,
+) {
+    let (mut sink, mut stream) = socket.split();
+    let attached = state
+        .registry
+        .attach(
+            &project,
+            dir,
+            hello.role,
+            hello.resume_after,
+            hello.answer.clone(),
+        )
+        .await;
+    let (hub, attached) = match attached {
+        Ok(ok) => ok,
+        Err(error) => {
+            tracing::warn!(%project, "cannot attach client: {error}");
+            let id = hello.answer.clone().flatten();
+            let message = error.to_string();
+            let reply = state.dialect.refusal(id.as_ref(), "unavailable", &message);
+            let _ = sink.send(session::text(reply)).await;
+            let code = match error {
+                RegistryError::Full(_) | RegistryError::ShuttingDown => 1013,
+                RegistryError::Attach(_) => 1011,
+            };
+            session::close(&mut sink, code, &message).await;
+            return;
+        }
+    };
+    let client = attached.client;
+    tracing::debug!(%project, client, role = hello.role.as_str(), "client attached");
+    let end = tokio::select! {
+        () = session::write_loop(&mut sink, attached.feed, state.metrics.clone()) => ReadEnd::Closed,
+        end = session::read_loop(&mut stream, &hub, client, state.clone()) => end,
+    };
+    hub.detach(client).await;
+    tracing::debug!(%project, client, "client detached");
+    if end == ReadEnd::TooLarge {
+        let reason = format!(
+            "a frame is larger than {max} bytes (--max-frame-bytes)",
+            max = state.max_frame_bytes
+        );
+        tracing::info!(%project, client, "{reason}");
+        session::close(&mut sink, CLOSE_TOO_BIG, &reason).await;
+        if let Ok(mut socket) = stream.reunite(sink) {
+            preauth::linger(socket.get_mut()).await;
+        }
+    }
+}
