@@ -216,6 +216,18 @@ async fn serve(config: Config, limits: Arc<Limits>) -> anyhow::Result<()> {
     if let Some(addr) = config.metrics_listen {
         serve_metrics(addr, state.clone()).await?;
     }
+    // Orphans of the children's tools become the gateway's, so they can
+    // be killed and reaped (the children were already checked by the probe).
+    match corral::supervisor::leftovers::become_subreaper() {
+        Ok(()) => {
+            tokio::spawn(corral::supervisor::leftovers::watch_orphans(
+                shutdown.clone(),
+            ));
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot become a child subreaper: processes that leave their agent's session survive it")
+        }
+    }
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     let trigger = shutdown.clone();

@@ -1,12 +1,19 @@
 //! The running projects: project name → hub, created on the first
-//! authenticated client, with the `--max-children` limit (least recently
-//! used idle child evicted first) and each project's event counter, which
-//! outlives its hubs so `seq` keeps increasing across restarts and reaps.
+//! authenticated client, and each project's event counter, which outlives
+//! its hubs so `seq` keeps increasing across restarts and reaps.
+//!
+//! `--max-children` is a hard bound on children that exist: starting,
+//! running, backing off, stopping and evicted-but-not-exited ones all hold
+//! a slot. A full registry evicts the least recently used idle hub (nobody
+//! attached or attaching, no run, not starting) and waits for its child to
+//! exit; with nothing to evict the attach is refused before any hello
+//! succeeds.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -28,6 +35,19 @@ pub enum RegistryError {
     ShuttingDown,
 }
 
+impl RegistryError {
+    /// The WebSocket close code a refused client gets: 1013 (try again
+    /// later) when waiting may help, 1011 otherwise.
+    pub fn close_code(&self) -> u16 {
+        match self {
+            RegistryError::Full(_)
+            | RegistryError::ShuttingDown
+            | RegistryError::Attach(AttachError::Elsewhere(_)) => 1013,
+            RegistryError::Attach(_) => 1011,
+        }
+    }
+}
+
 pub struct Registry {
     settings: Arc<HubSettings>,
     max_children: usize,
@@ -35,11 +55,60 @@ pub struct Registry {
     shutting_down: AtomicBool,
 }
 
+/// A project's hub and the attaches on their way into it.
+struct Entry {
+    hub: HubHandle,
+    /// Clients between "this hub is theirs" and a finished attach: a hub
+    /// someone is about to join is never evicted.
+    pending: usize,
+}
+
 #[derive(Default)]
 struct Inner {
-    hubs: HashMap<String, HubHandle>,
+    hubs: HashMap<String, Entry>,
+    /// Hubs evicted to make room whose child has not exited yet: they
+    /// still hold a slot.
+    leaving: Vec<HubHandle>,
     /// Per-project `seq` counters, kept for the gateway's lifetime.
     seqs: HashMap<String, Arc<AtomicU64>>,
+}
+
+impl Inner {
+    /// Forgets hubs whose task (and so whose child) has ended.
+    fn prune(&mut self) {
+        self.hubs.retain(|_, entry| !entry.hub.is_closed());
+        self.leaving.retain(|hub| !hub.is_closed());
+    }
+
+    /// Children that exist or may exist: starting, running, backing off,
+    /// stopping, or evicted and not yet exited.
+    fn slots(&self) -> usize {
+        self.hubs.len() + self.leaving.len()
+    }
+}
+
+/// What [`Registry::claim`] decided.
+enum Claim {
+    Hub(HubHandle),
+    /// No slot now; one frees when this hub's child has exited.
+    WaitFor(HubHandle),
+}
+
+/// Holds a claim on a hub until the attach is over (or abandoned).
+struct Pending<'a> {
+    registry: &'a Registry,
+    hub: HubHandle,
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        let mut inner = self.registry.inner();
+        if let Some(entry) = inner.hubs.get_mut(&self.hub.project) {
+            if entry.hub.same(&self.hub) {
+                entry.pending = entry.pending.saturating_sub(1);
+            }
+        }
+    }
 }
 
 impl Registry {
@@ -56,8 +125,16 @@ impl Registry {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// How long an attach waits for an evicted child to exit: its whole
+    /// graceful stop and a margin.
+    fn eviction_wait(&self) -> Duration {
+        self.settings.stop_grace * 2 + Duration::from_secs(2)
+    }
+
     /// Attaches a client to `project`, starting its hub (and child) if none
-    /// runs. Waits until the child is ready.
+    /// runs. Waits until the child is ready. Refused with
+    /// [`RegistryError::Full`] when `--max-children` children exist and
+    /// none of them may be evicted.
     pub async fn attach(
         &self,
         project: &str,
@@ -68,16 +145,14 @@ impl Registry {
     ) -> Result<(HubHandle, Attached), RegistryError> {
         // A hub that is stopping answers `Gone`; the retry gets a new one.
         for _ in 0..3 {
-            let hub = self.hub_for(project, &dir)?;
-            match hub.attach(role, resume_after, hello.clone()).await {
+            let pending = self.hub_for(project, &dir).await?;
+            let hub = pending.hub.clone();
+            let attached = hub.attach(role, resume_after, hello.clone()).await;
+            drop(pending);
+            match attached {
                 Ok(attached) => return Ok((hub, attached)),
                 Err(AttachError::Gone) => {
-                    {
-                        let mut inner = self.inner();
-                        if inner.hubs.get(project).is_some_and(|h| h.is_closed()) {
-                            inner.hubs.remove(project);
-                        }
-                    }
+                    self.inner().prune();
                     tokio::task::yield_now().await;
                 }
                 Err(e) => return Err(e.into()),
@@ -86,39 +161,75 @@ impl Registry {
         Err(AttachError::Gone.into())
     }
 
-    fn hub_for(&self, project: &str, dir: &std::path::Path) -> Result<HubHandle, RegistryError> {
+    /// The project's hub, claimed for one attach; waits (bounded) for an
+    /// evicted child to exit when that is what frees a slot.
+    async fn hub_for(&self, project: &str, dir: &Path) -> Result<Pending<'_>, RegistryError> {
+        let deadline = tokio::time::Instant::now() + self.eviction_wait();
+        loop {
+            match self.claim(project, dir)? {
+                Claim::Hub(hub) => {
+                    return Ok(Pending {
+                        registry: self,
+                        hub,
+                    })
+                }
+                Claim::WaitFor(leaving) => {
+                    if tokio::time::timeout_at(deadline, leaving.closed())
+                        .await
+                        .is_err()
+                    {
+                        tracing::warn!(project = %leaving.project, "an evicted agent did not exit in time");
+                        return Err(RegistryError::Full(self.max_children));
+                    }
+                }
+            }
+        }
+    }
+
+    /// One decision under the lock: the existing hub, a new one in a free
+    /// slot, or an idle hub evicted (the caller waits for it to exit).
+    fn claim(&self, project: &str, dir: &Path) -> Result<Claim, RegistryError> {
         if self.shutting_down.load(Ordering::SeqCst) {
             return Err(RegistryError::ShuttingDown);
         }
         let mut inner = self.inner();
-        inner.hubs.retain(|_, hub| !hub.is_closed());
-        if let Some(hub) = inner.hubs.get(project) {
-            return Ok(hub.clone());
+        inner.prune();
+        if let Some(entry) = inner.hubs.get_mut(project) {
+            entry.pending += 1;
+            return Ok(Claim::Hub(entry.hub.clone()));
         }
-        if inner.hubs.len() >= self.max_children {
-            let victim = inner
-                .hubs
-                .values()
-                .map(|hub| (hub.clone(), hub.status()))
-                .filter(|(_, status)| status.clients == 0 && !status.busy)
-                .min_by_key(|(_, status)| status.last_activity)
-                .map(|(hub, _)| hub);
-            let Some(victim) = victim else {
-                return Err(RegistryError::Full(self.max_children));
+        if inner.slots() < self.max_children {
+            let seq = inner.seqs.entry(project.to_string()).or_default().clone();
+            let hub = HubHandle::spawn(
+                project.to_string(),
+                dir.to_path_buf(),
+                self.settings.clone(),
+                seq,
+            );
+            let entry = Entry {
+                hub: hub.clone(),
+                pending: 1,
             };
+            inner.hubs.insert(project.to_string(), entry);
+            return Ok(Claim::Hub(hub));
+        }
+        let candidates = inner
+            .hubs
+            .values()
+            .filter(|entry| entry.pending == 0)
+            .map(|entry| (entry.hub.clone(), entry.hub.status()));
+        if let Some(victim) = pick_victim(candidates) {
             tracing::info!(project = %victim.project, "stopping the least recently used idle agent to make room");
             inner.hubs.remove(&victim.project);
-            tokio::spawn(async move { victim.stop(StopReason::Evicted).await });
+            inner.leaving.push(victim.clone());
+            let stopping = victim.clone();
+            tokio::spawn(async move { stopping.stop(StopReason::Evicted).await });
+            return Ok(Claim::WaitFor(victim));
         }
-        let seq = inner.seqs.entry(project.to_string()).or_default().clone();
-        let hub = HubHandle::spawn(
-            project.to_string(),
-            dir.to_path_buf(),
-            self.settings.clone(),
-            seq,
-        );
-        inner.hubs.insert(project.to_string(), hub.clone());
-        Ok(hub)
+        match inner.leaving.first() {
+            Some(leaving) => Ok(Claim::WaitFor(leaving.clone())),
+            None => Err(RegistryError::Full(self.max_children)),
+        }
     }
 
     /// Status of every live hub, sorted by project.
@@ -127,8 +238,8 @@ impl Registry {
             .inner()
             .hubs
             .values()
-            .filter(|hub| !hub.is_closed())
-            .map(HubHandle::status)
+            .filter(|entry| !entry.hub.is_closed())
+            .map(|entry| entry.hub.status())
             .filter(|status| status.state != ChildState::Exited)
             .collect();
         all.sort_by(|a, b| a.project.cmp(&b.project));
@@ -139,8 +250,8 @@ impl Registry {
         self.inner()
             .hubs
             .get(project)
-            .filter(|h| !h.is_closed())
-            .cloned()
+            .filter(|entry| !entry.hub.is_closed())
+            .map(|entry| entry.hub.clone())
     }
 
     pub fn is_shutting_down(&self) -> bool {
@@ -150,8 +261,29 @@ impl Registry {
     /// Refuses new clients and stops every child gracefully, concurrently.
     pub async fn shutdown(&self) {
         self.shutting_down.store(true, Ordering::SeqCst);
-        let hubs: Vec<HubHandle> = self.inner().hubs.drain().map(|(_, hub)| hub).collect();
+        let hubs: Vec<HubHandle> = {
+            let mut inner = self.inner();
+            let mut hubs: Vec<HubHandle> = inner.hubs.drain().map(|(_, entry)| entry.hub).collect();
+            hubs.append(&mut inner.leaving);
+            hubs
+        };
         let stops = hubs.iter().map(|hub| hub.stop(StopReason::Shutdown));
         futures_util::future::join_all(stops).await;
     }
+}
+
+/// The hub to evict for a new project: the least recently used one that
+/// nobody is attached or attaching to, with no run active and no child
+/// starting.
+fn pick_victim(candidates: impl Iterator<Item = (HubHandle, HubStatus)>) -> Option<HubHandle> {
+    candidates
+        .filter(|(_, status)| evictable(status))
+        .min_by_key(|(_, status)| status.last_activity)
+        .map(|(hub, _)| hub)
+}
+
+fn evictable(status: &HubStatus) -> bool {
+    status.clients == 0
+        && !status.busy
+        && !matches!(status.state, ChildState::Starting | ChildState::Stopping)
 }

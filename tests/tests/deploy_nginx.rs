@@ -374,7 +374,8 @@ async fn two_gateways_on_one_journal_run_one_child_and_the_other_gets_an_error()
     assert_eq!(reply["success"], false, "{reply}");
     let error = reply["error"].as_str().unwrap();
     assert!(error.contains("the agent failed to start"), "{error}");
-    assert!(matches!(refused.closed().await, Some((1011, _))));
+    // Try again later: the project may move back here (deploy/README.md).
+    assert!(matches!(refused.closed().await, Some((1013, _))));
     // The operator sees why in the second gateway's log.
     let log = std::fs::read_to_string(&second.log).unwrap();
     assert!(

@@ -146,7 +146,7 @@ pub async fn serve<F: Frontend>(
     let end_of_input = |server: &F| match server.eof_policy() {
         EofPolicy::Drain => options.eof_grace,
         EofPolicy::Abort => {
-            server.agent().stop();
+            abort_now(server);
             server.settle_grace()
         }
     };
@@ -169,35 +169,57 @@ pub async fn serve<F: Frontend>(
             },
             _ = term.recv() => {
                 tracing::info!("SIGTERM: aborting the active run and exiting");
-                server.agent().stop();
+                abort_now(&server);
                 break (0, ABORT_GRACE);
             }
             _ = int.recv() => {
                 tracing::info!("SIGINT: aborting the active run and exiting");
-                server.agent().stop();
+                abort_now(&server);
                 break (0, ABORT_GRACE);
             }
         }
     };
-    shutdown(server, worker, writer, grace).await;
+    let signals = async {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM while winding down: aborting"),
+            _ = int.recv() => tracing::info!("SIGINT while winding down: aborting"),
+        }
+    };
+    shutdown(server, worker, writer, grace, signals).await;
     code
 }
 
-/// Lets queued work finish within `grace`, aborting what remains, sends
-/// the frontend's farewell, then waits for the writer to flush everything.
+/// Aborts every run and kills the running commands' process groups at
+/// once, rather than when the aborted tool gets to it: the process is
+/// about to exit, and nothing it started may outlive it.
+fn abort_now<F: Frontend>(server: &F) {
+    server.agent().stop();
+    crate::tools::group::kill_all();
+}
+
+/// Lets queued work finish within `grace` (cut short by `signals`),
+/// aborting what remains, sends the frontend's farewell, then waits for
+/// the writer to flush everything.
 async fn shutdown<F: Frontend>(
     mut server: F,
     mut worker: JoinHandle<()>,
     writer: JoinHandle<()>,
     grace: Duration,
+    signals: impl std::future::Future<Output = ()>,
 ) {
     server.agent_mut().close();
-    if tokio::time::timeout(grace, &mut worker).await.is_err() {
+    // A signal during the grace (a supervisor's stop escalating, its death)
+    // ends the wait at once.
+    let finished = tokio::select! {
+        done = tokio::time::timeout(grace, &mut worker) => done.is_ok(),
+        () = signals => false,
+    };
+    if !finished {
         tracing::warn!(
             grace_ms = grace.as_millis() as u64,
-            "queued runs did not finish in time; aborting"
+            "queued runs did not finish in time or a signal came; aborting"
         );
-        server.agent().stop();
+        abort_now(&server);
         if tokio::time::timeout(ABORT_GRACE, &mut worker)
             .await
             .is_err()

@@ -11,12 +11,11 @@ use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
-use nix::sys::signal::{killpg, Signal};
-use nix::unistd::Pid;
 use serde_json::{json, Value};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::{Child, ChildStderr, ChildStdout, Command};
 
+use super::group::ProcessGroup;
 use super::{Args, HeadTail, Tool, ToolContext, ToolOutput};
 use crate::provider::ToolSpec;
 
@@ -32,6 +31,8 @@ pub const MAX_OUTPUT_LINES: usize = 2000;
 const MAX_PENDING_LINE: usize = 8 * 1024;
 /// How long to wait, once the group is killed, for the pipes to close.
 const KILL_GRACE: Duration = Duration::from_secs(2);
+/// The same after an abort.
+const ABORT_DRAIN: Duration = Duration::from_millis(200);
 
 pub struct BashTool;
 
@@ -123,7 +124,13 @@ async fn run_command(command: String, timeout_secs: u64, ctx: ToolContext) -> To
     };
     // Ends background jobs once the shell is done, and everything on abort.
     run.group.kill();
-    let drained = tokio::time::timeout(KILL_GRACE, async {
+    // An aborted run is waited for (an agent stopping): its output matters
+    // less than ending soon.
+    let grace = match ending {
+        Ending::Aborted => ABORT_DRAIN,
+        _ => KILL_GRACE,
+    };
+    let drained = tokio::time::timeout(grace, async {
         while !run.finished() {
             run.step().await;
         }
@@ -136,7 +143,7 @@ async fn run_command(command: String, timeout_secs: u64, ctx: ToolContext) -> To
         text.push_str(&format!(
             "\n(output still open {}s after the process group was killed; a process that \
              left the group may still be running)",
-            KILL_GRACE.as_secs()
+            grace.as_secs_f32()
         ));
     }
     let (status_line, is_error) = match ending {
@@ -196,10 +203,7 @@ impl Running {
             stdout: child.stdout.take(),
             stderr: child.stderr.take(),
             child,
-            group: ProcessGroup {
-                pgid: Pid::from_raw(pgid),
-                killed: false,
-            },
+            group: ProcessGroup::new(pgid),
             out_buf: Box::new([0; 8192]),
             err_buf: Box::new([0; 8192]),
             status: None,
@@ -271,28 +275,6 @@ async fn read_some<R: AsyncRead + Unpin>(
     match pipe {
         Some(pipe) => pipe.read(buf).await,
         None => std::future::pending().await,
-    }
-}
-
-/// The command's process group, SIGKILLed at most once.
-struct ProcessGroup {
-    pgid: Pid,
-    killed: bool,
-}
-
-impl ProcessGroup {
-    fn kill(&mut self) {
-        if !self.killed {
-            self.killed = true;
-            // ESRCH (group already gone) is fine.
-            let _ = killpg(self.pgid, Signal::SIGKILL);
-        }
-    }
-}
-
-impl Drop for ProcessGroup {
-    fn drop(&mut self) {
-        self.kill();
     }
 }
 

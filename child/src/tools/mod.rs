@@ -8,6 +8,7 @@ mod bash;
 mod edit;
 mod find;
 mod grep;
+pub mod group;
 mod ls;
 mod plan;
 mod read;

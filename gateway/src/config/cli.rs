@@ -140,7 +140,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N")]
     pub replay_events: Option<usize>,
 
-    /// Bytes kept per project for clients that reconnect [default: 8MiB].
+    /// Bytes kept per project for clients that reconnect, never below two --max-frame-bytes (so one big event cannot push out the one a client is still sending) [default: 8MiB, so 32MiB in effect].
     #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
     pub replay_bytes: Option<usize>,
 

@@ -103,7 +103,7 @@ impl Hub {
     ) -> Hub {
         let ring = ReplayRing::new(
             settings.replay_events,
-            settings.replay_bytes,
+            super::ring::byte_budget(settings.replay_bytes, settings.max_line),
             seq.load(Ordering::SeqCst),
         );
         Hub {
@@ -366,18 +366,22 @@ impl Hub {
             gap,
             feed,
         };
-        let shared_cursor = attached.feed.shared_cursor();
+        // Counted before the reply, so the registry never sees a moment
+        // where the client is neither attaching nor attached.
+        self.clients.insert(
+            client,
+            Client {
+                role: waiting.role,
+                unicast,
+                cursor: attached.feed.shared_cursor(),
+            },
+        );
+        self.publish();
         if waiting.reply.send(Ok(attached)).is_ok() {
             self.settings.metrics.client_connections.inc();
-            self.clients.insert(
-                client,
-                Client {
-                    role: waiting.role,
-                    unicast,
-                    cursor: shared_cursor,
-                },
-            );
             self.idle_since = None;
+        } else {
+            self.clients.remove(&client);
             self.publish();
         }
     }

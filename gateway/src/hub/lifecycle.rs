@@ -62,10 +62,12 @@ impl Hub {
                 kind,
             }) => {
                 tracing::error!(project = %self.project, "agent failed to start: {error}");
+                let refusal = match kind {
+                    StartFailure::Elsewhere => AttachError::Elsewhere(error.clone()),
+                    _ => AttachError::StartFailed(error.clone()),
+                };
                 for waiting in std::mem::take(&mut self.waiting_attach) {
-                    let _ = waiting
-                        .reply
-                        .send(Err(AttachError::StartFailed(error.clone())));
+                    let _ = waiting.reply.send(Err(refusal.clone()));
                 }
                 let pending: Vec<_> = self.waiting_requests.drain(..).collect();
                 let dialect = self.settings.dialect;

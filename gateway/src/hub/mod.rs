@@ -147,6 +147,10 @@ pub struct Attached {
 pub enum AttachError {
     #[error("the agent failed to start: {0}")]
     StartFailed(String),
+    /// The session journal is held by another agent process (another
+    /// gateway runs this project).
+    #[error("the agent failed to start: {0}")]
+    Elsewhere(String),
     #[error("the agent is in a crash loop; automatic restarts resume in {0} s (or an admin restarts it)")]
     CrashLoop(u64),
     /// The hub is stopping or gone; ask the registry again.
@@ -315,9 +319,20 @@ impl HubHandle {
         let _ = self.commands.send(HubCommand::Abort).await;
     }
 
-    /// Whether the hub task has ended.
+    /// Whether the hub task has ended (its child, if any, has exited).
     pub fn is_closed(&self) -> bool {
         self.commands.is_closed()
+    }
+
+    /// Waits until the hub task has ended.
+    pub async fn closed(&self) {
+        self.commands.closed().await;
+    }
+
+    /// Whether both handles address the same hub (not just the same
+    /// project).
+    pub fn same(&self, other: &HubHandle) -> bool {
+        self.commands.same_channel(&other.commands)
     }
 
     pub fn status(&self) -> HubStatus {

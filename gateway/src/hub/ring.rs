@@ -1,5 +1,8 @@
 //! The replay ring: the most recent events of one project, bounded by count
-//! and by bytes, each stamped with its `seq`.
+//! and by bytes, each stamped with its `seq`. The byte bound is never below
+//! two maximum frames ([`byte_budget`]), so an event stays until at least
+//! one maximum frame of newer events followed it: a client busy sending the
+//! previous event, however big, still finds it.
 //!
 //! Clients read it through a cursor (the last `seq` they have), so live
 //! delivery, catch-up of a slow client and replay after a reconnect are all
@@ -21,6 +24,15 @@ pub struct Frame {
 pub struct Evicted {
     /// The oldest `seq` still retained (or the next one, if empty).
     pub first_retained: u64,
+}
+
+/// The ring's byte bound for `replay_bytes` (`--replay-bytes`) and the
+/// largest event a child may write (`--max-frame-bytes`): at least two of
+/// those. With less, one big event evicts the one before it while a
+/// client that keeps up is still writing that one, and the client is
+/// closed as fallen behind although it never was.
+pub fn byte_budget(replay_bytes: usize, max_frame: usize) -> usize {
+    replay_bytes.max(max_frame.saturating_mul(2))
 }
 
 /// A bounded FIFO of frames with strictly increasing `seq`.
@@ -161,6 +173,28 @@ mod tests {
             [3],
             "an oversized frame is still kept"
         );
+    }
+
+    #[test]
+    fn big_events_wait_for_a_reader_busy_with_the_previous_one() {
+        // A 15 MiB echo: the user message, a few deltas, the reply.
+        let max_frame = 16 << 20;
+        let big = 15 << 20;
+        let mut ring = ReplayRing::new(10_000, byte_budget(8 << 20, max_frame), 0);
+        ring.push(frame(1, big));
+        // The reader took event 1 and is sending it; the rest arrives.
+        let in_hand = 1;
+        ring.push(frame(2, 40));
+        for seq in 3..=6 {
+            ring.push(frame(seq, big / 4));
+        }
+        ring.push(frame(7, big));
+        ring.push(frame(8, 20));
+        assert_eq!(
+            seqs(&ring.after(in_hand, 100).unwrap()),
+            [2, 3, 4, 5, 6, 7, 8]
+        );
+        assert_eq!(ring.first_seq(), 2, "event 1 made room");
     }
 
     #[test]

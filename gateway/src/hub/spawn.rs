@@ -100,6 +100,7 @@ impl Hub {
                 cwd_dir: Some(Arc::new(dir_fd)),
                 credentials: self.settings.credentials.clone(),
                 limits: self.settings.limits.clone(),
+                sandboxed: !self.settings.sandbox_args.is_empty(),
             },
         })
     }

@@ -11,6 +11,8 @@
 //! - [`handshake`] – the supervisor's `hello` and its random token.
 //! - [`limits`] – per-child memory and pids limits (cgroup v2, cgroup v1
 //!   or rlimits) and the task that kills a child that hit one.
+//! - [`leftovers`] – finds and kills every process an ended child started
+//!   (its session, and orphans reparented to the gateway as subreaper).
 //! - [`probe`] – the start-up check that the agent sandbox works here.
 //! - `sys` – the `pre_exec` hook: directory, cgroups, rlimits, user,
 //!   no-new-privileges, parent-death signal.
@@ -18,6 +20,7 @@
 pub mod backoff;
 pub mod env;
 pub mod handshake;
+pub mod leftovers;
 pub mod limits;
 mod pipes;
 pub mod probe;

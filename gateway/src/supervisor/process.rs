@@ -1,9 +1,10 @@
-//! One child process: spawned in its own process group with a scrubbed
+//! One child process: spawned in its own session with a scrubbed
 //! environment and confined before `exec` (`sys`: project directory,
 //! cgroups or rlimits, user, no-new-privileges, parent-death signal), its
 //! limits watched (`limits::watch`), its stdio pumped by tasks (`pipes`),
-//! reaped by one task that also kills whatever is left of its group and
-//! cgroups, and stopped gracefully (stdin EOF → SIGTERM → SIGKILL).
+//! reaped by one task that also kills whatever is left of its session,
+//! group and cgroups (`leftovers`), and stopped gracefully (stdin EOF →
+//! SIGTERM → SIGKILL).
 
 use std::fmt;
 use std::process::Stdio;
@@ -18,6 +19,7 @@ use tokio::process::{Child, Command};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
+use super::leftovers;
 use super::limits::{self, ChildLimits, LimitHit};
 use super::pipes::{self, ChildTag};
 pub use super::spec::{ChildGone, ChildOutput, Confine, ExitInfo, SpawnError, SpawnSpec};
@@ -27,6 +29,10 @@ use super::sys::{self, PreExec};
 pub const OUTPUT_QUEUE: usize = 1024;
 /// Capacity of the stdin queue towards the child, in lines.
 pub const INPUT_QUEUE: usize = 256;
+/// How long a child may take to exit after SIGTERM (an agent aborts its
+/// run and kills its tools at once) before it is killed: a stop ends
+/// within the stop grace plus this.
+pub const TERM_GRACE: Duration = Duration::from_millis(900);
 /// How long stdout is still read after the child exited.
 const STDOUT_DRAIN: Duration = Duration::from_millis(500);
 
@@ -76,7 +82,6 @@ impl ChildProcess {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .process_group(0)
             .kill_on_drop(true);
         if spec.confine.cwd_dir.is_none() {
             command.current_dir(&spec.cwd);
@@ -87,8 +92,14 @@ impl ChildProcess {
                 cwd: spec.confine.cwd_dir.clone(),
                 limits: limits.clone(),
                 credentials: spec.confine.credentials.clone(),
+                parent_death: Some(match spec.confine.sandboxed {
+                    true => Signal::SIGKILL,
+                    false => Signal::SIGTERM,
+                }),
             },
         );
+        // From the fork until the pid is known, no sweep may run.
+        let mut live = leftovers::Registry::lock();
         let mut child = match command.spawn() {
             Ok(child) => child,
             Err(e) => {
@@ -109,6 +120,8 @@ impl ChildProcess {
             let _ = child.start_kill();
             return Err(io_error("a stdio pipe"));
         };
+        live.add(pid);
+        drop(live);
         let tag = ChildTag {
             project: spec.project.clone(),
             pid,
@@ -204,7 +217,8 @@ impl ChildProcess {
     }
 
     /// Stops the child: closes stdin, then after `grace` SIGTERMs the group,
-    /// then after another `grace` SIGKILLs it, and returns how it ended.
+    /// then after at most [`TERM_GRACE`] more SIGKILLs it, and returns how
+    /// it ended (with everything it started gone).
     pub async fn stop(&self, grace: Duration) -> ExitInfo {
         self.close_stdin();
         if let Ok(exit) = tokio::time::timeout(grace, self.wait()).await {
@@ -212,7 +226,7 @@ impl ChildProcess {
         }
         tracing::info!(project = %self.project, pid = self.pid, "child still running after stdin closed: sending SIGTERM");
         self.signal_group(Signal::SIGTERM);
-        if let Ok(exit) = tokio::time::timeout(grace, self.wait()).await {
+        if let Ok(exit) = tokio::time::timeout(grace.min(TERM_GRACE), self.wait()).await {
             return exit;
         }
         tracing::warn!(project = %self.project, pid = self.pid, "child ignored SIGTERM: sending SIGKILL");
@@ -290,6 +304,10 @@ async fn reap(
     // Killing first lets stdout reach EOF at once when only grandchildren
     // held it open; what the child already wrote stays in the pipe.
     kill_group(tag.pid, Signal::SIGKILL, &tag.project);
+    leftovers::forget(tag.pid);
+    if !leftovers::kill_session(tag.pid).await {
+        tracing::warn!(project = %tag.project, pid = tag.pid, "processes of the child's session survived SIGKILL");
+    }
     if let Some(limits) = &limits {
         // A limit hit just before the exit still names the reason.
         if let (None, Some(hit)) = (limits.hit(), limits.check()) {

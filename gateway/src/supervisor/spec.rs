@@ -43,6 +43,9 @@ pub struct Confine {
     pub credentials: Option<Credentials>,
     /// The limits every child gets.
     pub limits: Option<Arc<Limits>>,
+    /// The child confines itself in a pid namespace (the agent sandbox):
+    /// when it dies, the kernel kills whatever it started.
+    pub sandboxed: bool,
 }
 
 /// What the child said on stdout, in order; `Exited` is always last.

@@ -1,9 +1,11 @@
 //! The supervisor's only `unsafe`: the `pre_exec` hook that runs in the
-//! forked child before `exec`. In order it enters the project directory
-//! (a descriptor opened without following symlinks), joins the child's
-//! cgroups, sets its rlimits, switches to the child user, sets
-//! `PR_SET_NO_NEW_PRIVS`, and ties the child's life to the gateway's with
-//! the parent-death signal (last: a credential change clears it).
+//! forked child before `exec`. In order it starts a session of its own
+//! (so everything it starts can be found and killed: `leftovers`), enters
+//! the project directory (a descriptor opened without following symlinks),
+//! joins the child's cgroups, sets its rlimits, switches to the child
+//! user, sets `PR_SET_NO_NEW_PRIVS`, and ties the child's life to the
+//! gateway's with the parent-death signal (last: a credential change
+//! clears it).
 #![allow(unsafe_code)]
 
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -13,7 +15,7 @@ use nix::errno::Errno;
 use nix::sys::prctl;
 use nix::sys::resource::setrlimit;
 use nix::sys::signal::Signal;
-use nix::unistd::{fchdir, getpid, getppid, setgid, setgroups, setuid, write, Gid, Uid};
+use nix::unistd::{fchdir, getpid, getppid, setgid, setgroups, setsid, setuid, write, Gid, Uid};
 
 use super::limits::ChildLimits;
 
@@ -35,6 +37,10 @@ pub(super) struct PreExec {
     pub cwd: Option<Arc<OwnedFd>>,
     pub limits: Option<Arc<ChildLimits>>,
     pub credentials: Option<Credentials>,
+    /// Sent to the child when the gateway dies: SIGKILL for a sandboxed
+    /// agent (its pid namespace takes its tools along), SIGTERM for one
+    /// without, so it kills its tools before it exits.
+    pub parent_death: Option<Signal>,
 }
 
 /// Installs the hook on `command`.
@@ -52,7 +58,9 @@ pub(super) fn install(command: &mut std::process::Command, setup: PreExec) {
         .as_ref()
         .map(|c| c.groups.iter().copied().map(Gid::from_raw).collect())
         .unwrap_or_default();
+    let parent_death = setup.parent_death.unwrap_or(Signal::SIGKILL);
     let hook = move || -> std::io::Result<()> {
+        setsid()?;
         if let Some(dir) = &setup.cwd {
             fchdir(dir.as_raw_fd())?;
         }
@@ -70,7 +78,7 @@ pub(super) fn install(command: &mut std::process::Command, setup: PreExec) {
             setuid(Uid::from_raw(user.uid))?;
         }
         prctl::set_no_new_privs()?;
-        prctl::set_pdeathsig(Signal::SIGKILL)?;
+        prctl::set_pdeathsig(parent_death)?;
         // If the gateway died before the signal was armed, the child has
         // already been reparented: give up now.
         if getppid() != parent {
@@ -81,7 +89,7 @@ pub(super) fn install(command: &mut std::process::Command, setup: PreExec) {
     // SAFETY: the hook runs in the forked child before exec, where only
     // async-signal-safe operations are allowed. Everything it uses was
     // prepared before the fork and is only read here (descriptors, ids, the
-    // group list, limit values); it makes plain syscalls (fchdir, write,
+    // group list, limit values); it makes plain syscalls (setsid, fchdir, write,
     // setrlimit, setgroups, setgid, setuid, prctl, getppid) and converts an
     // errno into an `io::Error` (a tagged integer, no allocation). It takes
     // no locks, touches no shared mutable state and does not allocate, so

@@ -36,7 +36,6 @@ use tokio_tungstenite::WebSocketStream;
 use crate::auth::{self, Role};
 use crate::listener::ConnectionSlot;
 use crate::projects;
-use crate::registry::RegistryError;
 use crate::server::AppState;
 use handshake::Io;
 use hello::{Hello, CLOSE_TOO_BIG};
@@ -205,11 +204,7 @@ async fn attached(
             let message = error.to_string();
             let reply = state.dialect.refusal(id.as_ref(), "unavailable", &message);
             let _ = sink.send(session::text(reply)).await;
-            let code = match error {
-                RegistryError::Full(_) | RegistryError::ShuttingDown => 1013,
-                RegistryError::Attach(_) => 1011,
-            };
-            session::close(&mut sink, code, &message).await;
+            session::close(&mut sink, error.close_code(), &message).await;
             return;
         }
     };

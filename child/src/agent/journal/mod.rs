@@ -5,7 +5,7 @@
 //! process killed at any moment leaves every completed message on disk and at
 //! worst a torn last line, which loading ignores. A write the disk refuses
 //! (full, I/O error) is cut off again and retried with the next append
-//! ([`append`]). Replaying the entries in order rebuilds the transcript.
+//! (`append`). Replaying the entries in order rebuilds the transcript.
 //!
 //! An open journal holds an exclusive `flock` on its file for as long as it
 //! lives (the kernel drops it when the process dies), so two agents never
