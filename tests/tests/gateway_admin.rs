@@ -140,11 +140,17 @@ async fn metrics_move_with_prompts_crashes_and_reconnects() {
         );
     }
     assert_eq!(
-        get(&after, "corral_invalid_frames_total{source=\"client\"}"),
+        get(
+            &after,
+            "corral_invalid_frames_total{reason=\"malformed\",source=\"client\"}"
+        ),
         1.0
     );
     assert_eq!(
-        get(&after, "corral_invalid_frames_total{source=\"child\"}"),
+        get(
+            &after,
+            "corral_invalid_frames_total{reason=\"malformed\",source=\"child\"}"
+        ),
         0.0
     );
     assert_eq!(get(&after, "corral_crash_loops_total"), 0.0);
