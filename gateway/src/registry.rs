@@ -287,3 +287,49 @@ fn evictable(status: &HubStatus) -> bool {
         && !status.busy
         && !matches!(status.state, ChildState::Starting | ChildState::Stopping)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::SystemTime;
+
+    fn status(state: ChildState, clients: usize, busy: bool) -> HubStatus {
+        HubStatus {
+            project: "p".into(),
+            pid: None,
+            state,
+            busy,
+            busy_since: None,
+            clients,
+            client_list: Vec::new(),
+            restarts: 0,
+            ready_since: None,
+            last_activity: SystemTime::UNIX_EPOCH,
+            last_seq: 0,
+            last_exit: None,
+            model: None,
+            usage: None,
+            stderr_tail: None,
+        }
+    }
+
+    #[test]
+    fn only_idle_settled_hubs_are_evicted() {
+        assert!(evictable(&status(ChildState::Ready, 0, false)));
+        assert!(evictable(&status(ChildState::Backoff, 0, false)));
+        assert!(!evictable(&status(ChildState::Ready, 1, false)), "a client");
+        assert!(!evictable(&status(ChildState::Ready, 0, true)), "a run");
+        assert!(!evictable(&status(ChildState::Starting, 0, false)));
+        assert!(!evictable(&status(ChildState::Stopping, 0, false)));
+    }
+
+    #[test]
+    fn refusals_say_when_to_try_again() {
+        assert_eq!(RegistryError::Full(2).close_code(), 1013);
+        assert_eq!(RegistryError::ShuttingDown.close_code(), 1013);
+        let elsewhere = AttachError::Elsewhere("in use".into());
+        assert_eq!(RegistryError::Attach(elsewhere).close_code(), 1013);
+        let failed = AttachError::StartFailed("exit 3".into());
+        assert_eq!(RegistryError::Attach(failed).close_code(), 1011);
+    }
+}

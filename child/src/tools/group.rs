@@ -18,7 +18,10 @@ fn running() -> std::sync::MutexGuard<'static, BTreeSet<i32>> {
 
 /// SIGKILLs the group of every running command.
 pub fn kill_all() {
-    let groups = std::mem::take(&mut *running());
+    kill_groups(std::mem::take(&mut *running()));
+}
+
+fn kill_groups(groups: BTreeSet<i32>) {
     for pgid in groups {
         // ESRCH (the group is already gone) is fine.
         let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
@@ -62,8 +65,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn kill_all_ends_every_running_group() {
+    fn running_groups_are_tracked_until_killed_and_killed_together() {
         use std::os::unix::process::CommandExt;
+        // Not `kill_all`: other tests of this process run commands too.
         let mut children: Vec<std::process::Child> = (0..2)
             .map(|_| {
                 std::process::Command::new("sleep")
@@ -73,15 +77,21 @@ mod tests {
                     .unwrap()
             })
             .collect();
-        let groups: Vec<ProcessGroup> = children
+        let pgids: Vec<i32> = children
             .iter()
-            .map(|c| ProcessGroup::new(i32::try_from(c.id()).unwrap()))
+            .map(|c| i32::try_from(c.id()).unwrap())
             .collect();
-        kill_all();
+        let mut groups: Vec<ProcessGroup> = pgids.iter().map(|&p| ProcessGroup::new(p)).collect();
+        assert!(pgids.iter().all(|p| running().contains(p)));
+        kill_groups(pgids.iter().copied().collect());
+        // Before reaping: an unreaped group id cannot be reused.
+        for group in &mut groups {
+            group.kill();
+        }
         for child in &mut children {
             let status = child.wait().unwrap();
             assert!(!status.success(), "killed: {status:?}");
         }
-        drop(groups);
+        assert!(pgids.iter().all(|p| !running().contains(p)));
     }
 }
