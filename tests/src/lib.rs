@@ -7,6 +7,7 @@ pub mod cdp;
 pub mod gateway;
 pub mod harness;
 pub mod mock_llm;
+pub mod raw_ws;
 
 /// A fresh directory outside `/tmp`, for tests of what the sandbox hides:
 /// inside the sandbox `/tmp` is a private, empty tmpfs, so anything under
