@@ -6,8 +6,8 @@
 //! authenticated is attached at once, in every dialect, and receives
 //! events without sending anything (resuming after `?resume_after=`). Any
 //! other client must send the dialect's hello with a token first, within
-//! `--hello-timeout` and `--max-hello-bytes` ([`preauth`]). Then the client
-//! is attached to the project's hub and [`session`] runs its reader and
+//! `--hello-timeout` and `--max-hello-bytes` (`preauth`). Then the client
+//! is attached to the project's hub and `session` runs its reader and
 //! writer.
 //!
 //! Close codes: 1008 authentication failed, 1009 more than
