@@ -35,25 +35,46 @@ async fn token_auth_accepts_the_right_token_only() {
         true
     );
 
-    // Wrong token.
+    // Wrong token: refused, and the process exits 1 (as zut's does).
     let mut agent = echo().env("ZUTCORE_RPC_TOKEN", "s3cret").spawn().await;
     let hello = agent
         .send_recv(json!({"id":"0","type":"hello","token":"guess"}))
         .await;
-    assert_eq!(hello["success"], false);
-    assert_eq!(hello["id"], "0");
-    assert!(hello["error"]
-        .as_str()
-        .unwrap()
-        .contains("authentication failed"));
-    assert_ne!(agent.wait().await, Some(0));
+    assert_eq!(
+        hello,
+        json!({"type":"response","id":"0","command":"hello","success":false,"error":"invalid token"})
+    );
+    assert_eq!(agent.wait().await, Some(1));
 
-    // Missing hello.
+    // No hello yet: each command is refused under its own id and name,
+    // and the process keeps reading until the hello comes.
     let mut agent = echo().env("ZUTCORE_RPC_TOKEN", "s3cret").spawn().await;
     let reply = agent.send_recv(json!({"id":"1","type":"ping"})).await;
+    assert_eq!(
+        reply,
+        json!({"type":"response","id":"1","command":"ping","success":false,
+               "error":"auth required: send hello with token first"})
+    );
+    agent.send_raw(b"{not json\n").await;
+    let reply = agent.recv().await;
     assert_eq!(reply["success"], false);
-    assert!(reply["error"].as_str().unwrap().contains("hello"));
-    assert_ne!(agent.wait().await, Some(0));
+    assert!(reply["error"].as_str().unwrap().contains("invalid JSON"));
+    let reply = agent
+        .send_recv(json!({"id":"2","type":"prompt","message":"hi"}))
+        .await;
+    assert_eq!(reply["command"], "prompt");
+    assert_eq!(reply["success"], false);
+    let hello = agent
+        .send_recv(json!({"id":"3","type":"hello","token":"s3cret"}))
+        .await;
+    assert_eq!(hello["success"], true, "{hello}");
+    assert_eq!(
+        agent.send_recv(json!({"id":"4","type":"ping"})).await["success"],
+        true
+    );
+    agent.close_stdin();
+    assert_eq!(agent.try_recv().await, None, "the refused prompt never ran");
+    assert_eq!(agent.wait().await, Some(0));
 
     // Without a token configured, hello is optional and any token is fine.
     let mut agent = echo().spawn().await;
@@ -155,7 +176,7 @@ async fn state_models_reasoning_and_clear() {
     assert_eq!(data["provider"], "echo");
     assert_eq!(data["busy"], false);
     assert_eq!(data["message_count"], 0);
-    assert_eq!(data["reasoning"], "off");
+    assert_eq!(data["reasoning"], "", "zut reports off as the empty string");
     assert!(data["cwd"].as_str().unwrap().ends_with("project"));
     for field in [
         "input",

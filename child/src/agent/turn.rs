@@ -16,11 +16,20 @@ use crate::transcript::{Block, Message, Role};
 const DEFAULT_MAX_OUTPUT: u64 = 8192;
 const MAX_OUTPUT_CAP: u64 = 32_000;
 
+/// The error of a run whose prompt has neither text nor images.
+pub(crate) const EMPTY_PROMPT: &str = "prompt is empty";
+
 /// The continuation prompt appended when a step ends without an answer.
 const RECOVERY_PROMPT: &str =
     "Your previous turn ended without a final answer. Please give your final answer to the user now.";
 
 pub(crate) async fn run_prompt(ctx: &RunCtx<'_>, text: String, images: Vec<Block>) {
+    // A prompt with nothing in it fails as a run (its `done` follows), so a
+    // client that waits for `done` is not left waiting; nothing is recorded.
+    if text.trim().is_empty() && images.is_empty() {
+        ctx.emit(AgentEvent::Error(EMPTY_PROMPT.into())).await;
+        return;
+    }
     let mut content = Vec::with_capacity(1 + images.len());
     if !text.is_empty() {
         content.push(Block::text(text));

@@ -81,9 +81,12 @@ fn event_kind(kind: &str) -> EventKind {
     }
 }
 
+/// The end of a run the child can no longer finish, as the child ends a
+/// failed run: `turn_end {stop:"error"}`, then `error`, then `done`.
 pub fn run_aborted(error: &str) -> Vec<(&'static str, Value)> {
     vec![
         ("turn_end", json!({"stop": "error", "error": error})),
+        ("error", json!({"message": error})),
         ("done", json!({})),
     ]
 }

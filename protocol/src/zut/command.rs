@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::message::ImageInput;
-use super::reasoning::ReasoningLevel;
+use super::reasoning::{ReasoningLevel, SET_REASONING_ERROR};
 use crate::ndjson::json_kind;
 
 /// A request id: a string or a number, echoed exactly as given.
@@ -75,10 +75,30 @@ pub enum Command {
         model: String,
     },
     SetReasoning {
+        /// Read as zut reads it: aliases, any case, and missing, `null`
+        /// or `""` for off ([`ReasoningLevel::from_alias`]).
+        #[serde(default, deserialize_with = "reasoning_alias")]
         reasoning: ReasoningLevel,
     },
     GetModels,
     Ping,
+}
+
+/// The `reasoning` field of `set_reasoning`: a string read through the
+/// zut aliases; absent or `null` means off.
+fn reasoning_alias<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<ReasoningLevel, D::Error> {
+    use serde::de::Error as _;
+    match Value::deserialize(deserializer)? {
+        Value::Null => Ok(ReasoningLevel::Off),
+        Value::String(text) => ReasoningLevel::from_alias(&text)
+            .ok_or_else(|| D::Error::custom(format!("{SET_REASONING_ERROR}, got {text:?}"))),
+        other => Err(D::Error::custom(format!(
+            "`reasoning` must be a string, got {}",
+            json_kind(&other)
+        ))),
+    }
 }
 
 /// Names of all commands, as they appear in `type`.
@@ -192,5 +212,51 @@ impl Request {
             out.extend(fields);
         }
         Value::Object(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn parse(value: Value) -> Result<Request, RequestError> {
+        let Value::Object(object) = value else {
+            panic!("not an object")
+        };
+        Request::from_object(object)
+    }
+
+    fn level(value: Value) -> ReasoningLevel {
+        match parse(value).expect("parses").command {
+            Command::SetReasoning { reasoning } => reasoning,
+            other => panic!("not set_reasoning: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn set_reasoning_reads_zut_aliases_and_defaults_to_off() {
+        let set = |reasoning: Value| json!({"type":"set_reasoning","reasoning":reasoning});
+        assert_eq!(level(set(json!("MAXIMUM"))), ReasoningLevel::Xhigh);
+        assert_eq!(level(set(json!(" min "))), ReasoningLevel::Minimum);
+        assert_eq!(level(set(json!("none"))), ReasoningLevel::Off);
+        assert_eq!(level(set(json!(""))), ReasoningLevel::Off);
+        assert_eq!(level(set(Value::Null)), ReasoningLevel::Off);
+        assert_eq!(
+            level(json!({"id":"1","type":"set_reasoning"})),
+            ReasoningLevel::Off
+        );
+    }
+
+    #[test]
+    fn set_reasoning_refuses_other_values_with_the_zut_text() {
+        let error = parse(json!({"id":"r","type":"set_reasoning","reasoning":"extreme"}))
+            .expect_err("refused");
+        assert_eq!(error.id, Some(RequestId::from("r")));
+        assert_eq!(error.command.as_deref(), Some("set_reasoning"));
+        assert!(error.message.contains(SET_REASONING_ERROR), "{error}");
+        let error = parse(json!({"type":"set_reasoning","reasoning":3})).expect_err("refused");
+        assert!(error.message.contains("must be a string"), "{error}");
     }
 }

@@ -17,7 +17,7 @@ pub use message::{
     ContentBlock, Extra, ImageBlock, ImageInput, Message, ModelInfo, PlanItem, TextBlock,
     ToolCallBlock, ToolResultBlock, Usage,
 };
-pub use reasoning::{InvalidReasoningLevel, ReasoningLevel};
+pub use reasoning::{InvalidReasoningLevel, ReasoningLevel, SET_REASONING_ERROR};
 pub use response::{HelloData, MessagesData, ModelsData, Response, ResponseTag, StateData};
 
 /// The major version reported in the `hello` response.

@@ -1,19 +1,23 @@
-//! The zut RPC v1 dialect: request handling (auth, commands, queued runs)
-//! and the encoder; the wire shapes of events and messages are in
+//! The zut RPC v1 dialect: request handling (commands, queued runs) here;
+//! token auth in `auth`, the encoder (which ends a failed run with
+//! `error`) in `encoder`, the wire shapes of events and messages in
 //! `wire`.
 
 use base64::Engine as _;
 use corral_protocol::ndjson::FrameError;
 use corral_protocol::zut::{self, Command, Request, RequestId, Response};
 use serde_json::{json, Map, Value};
-use subtle::ConstantTimeEq;
 use tokio::sync::mpsc;
 
+mod auth;
+mod encoder;
 mod wire;
 
+pub use encoder::ZutEncoder;
 pub use wire::{wire_blocks, wire_event, wire_message};
 
-use super::{line_of, Encoder, Flow, Frontend};
+use self::auth::{Parsed, Unreadable, Verdict};
+use super::{Flow, Frontend};
 use crate::agent::{Agent, Output, RunKind, RunRequest};
 use crate::provider::catalogue;
 use crate::transcript::Block;
@@ -21,7 +25,8 @@ use crate::transcript::Block;
 /// Options fixed at start.
 #[derive(Debug, Clone)]
 pub struct ZutOptions {
-    /// `ZUTCORE_RPC_TOKEN`: when set, the first line must be a matching hello.
+    /// `ZUTCORE_RPC_TOKEN`: when set, nothing but a matching hello is
+    /// served until one has come.
     pub token: Option<String>,
     /// Models outside the catalogue are accepted (custom `--base-url`).
     pub allow_unknown_models: bool,
@@ -32,29 +37,38 @@ pub struct ZutServer {
     agent: Agent,
     out: mpsc::Sender<Output>,
     options: ZutOptions,
-    /// Whether the first line has been seen (auth happens there).
-    seen_first: bool,
+    /// Whether a hello with the token has come (always, without a token).
+    authenticated: bool,
 }
 
 impl ZutServer {
     pub fn new(agent: Agent, out: mpsc::Sender<Output>, options: ZutOptions) -> ZutServer {
+        let authenticated = options.token.is_none();
         ZutServer {
             agent,
             out,
             options,
-            seen_first: false,
+            authenticated,
         }
     }
 
     /// Handles one input line (or the framing error it produced).
     pub async fn handle_line(&mut self, line: Result<Map<String, Value>, FrameError>) -> Flow {
-        let first = !std::mem::replace(&mut self.seen_first, true);
-        let parsed = line
-            .map_err(|e| (None, None, e.to_string()))
-            .and_then(|object| {
-                Request::from_object(object).map_err(|e| (e.id, e.command, e.message))
-            });
-        if first && self.options.token.is_some() {
+        let parsed: Parsed = match line {
+            Ok(object) => Request::from_object(object).map_err(|e| Unreadable {
+                id: e.id,
+                command: e.command,
+                message: e.message,
+                framing: false,
+            }),
+            Err(e) => Err(Unreadable {
+                id: None,
+                command: None,
+                message: e.to_string(),
+                framing: true,
+            }),
+        };
+        if !self.authenticated {
             return self.authenticate(parsed).await;
         }
         match parsed {
@@ -64,54 +78,34 @@ impl ZutServer {
                     self.send(&response).await;
                 }
             }
-            Err((id, command, message)) => {
-                self.send(&Response::error(id, command.as_deref(), message))
-                    .await;
+            Err(line) => {
+                self.send(&Response::error(
+                    line.id,
+                    line.command.as_deref(),
+                    line.message,
+                ))
+                .await;
             }
         }
         Flow::Continue
     }
 
-    async fn authenticate(
-        &mut self,
-        parsed: Result<Request, (Option<RequestId>, Option<String>, String)>,
-    ) -> Flow {
+    async fn authenticate(&mut self, parsed: Parsed) -> Flow {
         let expected = self.options.token.as_deref().unwrap_or_default();
-        let (id, outcome) = match parsed {
-            Ok(Request {
-                id,
-                command: Command::Hello { token },
-            }) => {
-                let given = token.unwrap_or_default();
-                let ok = bool::from(given.as_bytes().ct_eq(expected.as_bytes()));
-                (
-                    id,
-                    if ok {
-                        Ok(())
-                    } else {
-                        Err("authentication failed: wrong token")
-                    },
-                )
-            }
-            Ok(Request { id, .. }) => (
-                id,
-                Err("authentication required: the first message must be a hello with the token"),
-            ),
-            Err((id, _, _)) => (
-                id,
-                Err("authentication required: the first message must be a hello with the token"),
-            ),
-        };
-        match outcome {
-            Ok(()) => {
+        match auth::judge(expected, parsed) {
+            Verdict::Welcome(id) => {
+                self.authenticated = true;
                 let response = Response::ok(id, "hello", Some(self.hello_data()));
                 self.send(&response).await;
                 Flow::Continue
             }
-            Err(message) => {
-                tracing::warn!("{message}");
-                self.send(&Response::error(id, Some("hello"), message))
-                    .await;
+            Verdict::Refuse(response) => {
+                self.send(&response).await;
+                Flow::Continue
+            }
+            Verdict::Reject(response) => {
+                tracing::warn!("hello with a wrong token; exiting");
+                self.send(&response).await;
                 Flow::Exit(1)
             }
         }
@@ -131,9 +125,6 @@ impl ZutServer {
                     Ok(images) => images,
                     Err(e) => return fail(e),
                 };
-                if message.trim().is_empty() && images.is_empty() {
-                    return fail("prompt `message` is empty".into());
-                }
                 self.queue(
                     id.clone(),
                     name,
@@ -185,7 +176,7 @@ impl ZutServer {
             }
             Command::SetReasoning { reasoning } => {
                 self.agent.session().reasoning = reasoning;
-                ok(Some(json!({ "reasoning": reasoning })))
+                ok(Some(json!({ "reasoning": reasoning.zut_name() })))
             }
             Command::GetModels => {
                 let provider = self.agent.provider().name();
@@ -232,7 +223,7 @@ impl ZutServer {
             "cwd": self.agent.settings().cwd.to_string_lossy(),
             "message_count": session.messages().len(),
             "busy": self.agent.busy(),
-            "reasoning": session.reasoning,
+            "reasoning": session.reasoning.zut_name(),
             "usage": session.usage,
         })
     }
@@ -259,21 +250,6 @@ impl Frontend for ZutServer {
 
     fn output(&self) -> &mpsc::Sender<Output> {
         &self.out
-    }
-}
-
-/// zut frames: events map one to one; frontend frames are written as
-/// they are.
-#[derive(Debug, Default)]
-pub struct ZutEncoder;
-
-impl Encoder for ZutEncoder {
-    fn encode(&mut self, output: Output, lines: &mut Vec<Vec<u8>>) {
-        let line = match output {
-            Output::Event(event) => line_of(&wire_event(&event)),
-            Output::Frame(frame) => line_of(&frame),
-        };
-        lines.extend(line);
     }
 }
 
@@ -307,7 +283,7 @@ pub async fn serve_stdio(
     transport: super::TransportOptions,
 ) -> u8 {
     let (out, out_rx) = mpsc::channel(super::OUTPUT_QUEUE);
-    let writer = super::spawn_writer(out_rx, Box::new(ZutEncoder));
+    let writer = super::spawn_writer(out_rx, Box::new(ZutEncoder::default()));
     let (agent, worker) = Agent::start(
         setup.provider,
         setup.tools,
