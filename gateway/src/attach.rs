@@ -44,6 +44,10 @@
 //! a letscode session sends `bye` and ends when the gateway closes it,
 //! after the active run (its `agent_end`, then `bye` on stdout); a Zi
 //! session closes at once (the client left).
+//!
+//! `--own-runs` asks the gateway for this session's own runs only (the
+//! `own_runs=true` query parameter): another client's reply and its
+//! `done` never reach the tool.
 
 mod bridge;
 mod connect;
@@ -86,7 +90,7 @@ pub async fn run(args: AttachArgs) -> anyhow::Result<i32> {
         Err(e) => return Ok(fail(&e)),
     };
     let session = tokio::select! {
-        session = connect::open(&args.url, &token, args.dialect) => session,
+        session = connect::open(&args.url, &token, args.dialect, args.own_runs) => session,
         exit = signals.next() => return Ok(exit),
     };
     let mut session = match session {

@@ -15,11 +15,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use serde_json::Value;
-
-use crate::auth::Role;
 use crate::hub::{
-    AttachError, Attached, ChildState, HubHandle, HubSettings, HubStatus, StopReason,
+    AttachError, Attached, ChildState, HubHandle, HubSettings, HubStatus, Join, StopReason,
 };
 
 /// Why a client could not be attached.
@@ -139,15 +136,13 @@ impl Registry {
         &self,
         project: &str,
         dir: PathBuf,
-        role: Role,
-        resume_after: Option<u64>,
-        hello: Option<Option<Value>>,
+        join: Join,
     ) -> Result<(HubHandle, Attached), RegistryError> {
         // A hub that is stopping answers `Gone`; the retry gets a new one.
         for _ in 0..3 {
             let pending = self.hub_for(project, &dir).await?;
             let hub = pending.hub.clone();
-            let attached = hub.attach(role, resume_after, hello.clone()).await;
+            let attached = hub.attach(join.clone()).await;
             drop(pending);
             match attached {
                 Ok(attached) => return Ok((hub, attached)),

@@ -3,7 +3,7 @@
 //! `Authorization: Bearer`, and the greeting: zut's hello and its answer,
 //! or the `ready` a letscode or Zi gateway sends at once (it is the first
 //! line the tool reads). Every failure is an [`AttachError`] that knows
-//! its exit code.
+//! its exit code. `--own-runs` adds `own_runs=true` to the URL's query.
 
 use std::time::Duration;
 
@@ -107,8 +107,18 @@ pub fn token(args: &AttachArgs) -> Result<Secret, AttachError> {
 }
 
 /// Connects and waits for the greeting (after a hello, for zut).
-pub async fn open(url: &str, token: &Secret, dialect: Dialect) -> Result<Session, AttachError> {
-    let request = upgrade_request(url, token)?;
+/// `own_runs`: receive only the events of this session's runs.
+pub async fn open(
+    url: &str,
+    token: &Secret,
+    dialect: Dialect,
+    own_runs: bool,
+) -> Result<Session, AttachError> {
+    let request = if own_runs {
+        upgrade_request(&with_own_runs(url), token)?
+    } else {
+        upgrade_request(url, token)?
+    };
     let config = WebSocketConfig::default()
         .max_message_size(Some(MAX_FRAME_IN))
         .max_frame_size(Some(MAX_FRAME_IN));
@@ -148,6 +158,20 @@ async fn within<T>(
             what,
             limit,
         })
+}
+
+/// `url` asking for this session's own runs only.
+fn with_own_runs(url: &str) -> String {
+    let (base, fragment) = url
+        .split_once('#')
+        .map_or((url, None), |(b, f)| (b, Some(f)));
+    let separator = if base.contains('?') { '&' } else { '?' };
+    let mut out = format!("{base}{separator}own_runs=true");
+    if let Some(fragment) = fragment {
+        out.push('#');
+        out.push_str(fragment);
+    }
+    out
 }
 
 /// The upgrade request for a ws:// or wss:// URL, with the bearer header.
@@ -275,6 +299,7 @@ mod tests {
             token_file,
             token: token.map(Secret::new),
             dialect: Dialect::Zut,
+            own_runs: false,
         }
     }
 
@@ -291,6 +316,18 @@ mod tests {
         let err = token(&args(Some(dir.path().join("missing")), None)).unwrap_err();
         assert_eq!(err.exit_code(), EXIT_USAGE);
         assert!(err.to_string().contains("missing"), "{err}");
+    }
+
+    #[test]
+    fn own_runs_goes_in_the_query() {
+        assert_eq!(
+            with_own_runs("ws://h/v1/projects/p/rpc"),
+            "ws://h/v1/projects/p/rpc?own_runs=true"
+        );
+        assert_eq!(
+            with_own_runs("ws://h/p/rpc?resume_after=3"),
+            "ws://h/p/rpc?resume_after=3&own_runs=true"
+        );
     }
 
     #[test]

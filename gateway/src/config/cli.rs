@@ -248,6 +248,11 @@ pub struct AttachArgs {
     /// The gateway's dialect, spoken on stdio too.
     #[arg(long, value_enum, default_value_t = crate::dialect::Dialect::Zut)]
     pub dialect: crate::dialect::Dialect,
+
+    /// Receive only the events of runs this session started (plus events
+    /// outside runs), not those of other clients of the project.
+    #[arg(long)]
+    pub own_runs: bool,
 }
 
 #[cfg(test)]
@@ -357,5 +362,6 @@ mod tests {
         };
         assert_eq!(args.url, "ws://h/v1/projects/p/rpc");
         assert_eq!(args.token_file, Some(PathBuf::from("/t")));
+        assert!(!args.own_runs);
     }
 }

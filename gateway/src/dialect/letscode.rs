@@ -12,12 +12,15 @@
 //!   `error` closing that client on a major-version mismatch);
 //! - `bye` is answered `ack`, then, once no run is active, `done`, `bye`,
 //!   and that client's socket closes; the child goes on;
-//! - observers may send `hello` and `bye` only.
+//! - observers may send `hello` and `bye` only;
+//! - own runs: `hello` may carry `own_runs` and `client_id`; events of a
+//!   run carry `run_id`, and so do the `ack` and `done` of the command
+//!   that started or queued it.
 
 use bytes::Bytes;
 use serde_json::{json, Map, Value};
 
-use super::{to_bytes, ClientHello, EventKind, Inbound, Outbound};
+use super::{to_bytes, Answer, Claim, ClientHello, EventKind, Inbound, Outbound};
 
 /// The protocol spoken.
 pub const PROTOCOL: &str = "letscode-rpc/1";
@@ -57,11 +60,15 @@ pub fn inbound(frame: &Map<String, Value>, observer: bool) -> Inbound {
         return Inbound::Reject(error(id.as_ref(), "missing field `cmd`", false));
     };
     match command.as_str() {
-        "hello" => Inbound::Hello {
-            refusal: check_protocol(frame.get("protocol"))
-                .err()
-                .map(|e| error(id.as_ref(), &e, true)),
-            id,
+        "hello" => match super::zut::own_runs(frame) {
+            Ok(own_runs) => Inbound::Hello {
+                refusal: check_protocol(frame.get("protocol"))
+                    .err()
+                    .map(|e| error(id.as_ref(), &e, true)),
+                id,
+                own_runs,
+            },
+            Err(e) => Inbound::Reject(error(id.as_ref(), &e, false)),
         },
         "bye" => Inbound::Bye { id },
         _ if observer => Inbound::Reject(error(
@@ -152,4 +159,39 @@ pub fn error(id: Option<&Value>, message: &str, fatal: bool) -> Bytes {
         frame["fatal"] = json!(true);
     }
     to_bytes(&frame)
+}
+
+/// `prompt` and `follow_up` start runs; `steer` joins the active one, or
+/// queues a run like `follow_up` when none is active.
+pub fn run_claim(command: &str) -> Claim {
+    match command {
+        "prompt" | "follow_up" => Claim::May,
+        "steer" => Claim::Join,
+        _ => Claim::None,
+    }
+}
+
+/// A prompt's `ack` comes just before its `agent_start`; a `follow_up`'s
+/// (or a queued `steer`'s) `ack` queues a run; an `error` starts none.
+pub fn run_answer(command: &str, line: &[u8]) -> Answer {
+    if run_claim(command) == Claim::None {
+        return Answer::Nothing;
+    }
+    let kind = super::runs::object(line).and_then(|frame| {
+        frame
+            .get("type")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    });
+    match (kind.as_deref(), command) {
+        (Some("ack"), "prompt") => Answer::Next,
+        (Some("ack"), _) => Answer::Queued,
+        (Some("error"), _) => Answer::NoRun,
+        _ => Answer::Nothing,
+    }
+}
+
+/// `run_id` on a control message.
+pub fn name_run(frame: &mut Map<String, Value>, run: &str) {
+    frame.insert(super::zut::RUN_FIELD.into(), json!(run));
 }

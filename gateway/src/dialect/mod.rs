@@ -11,8 +11,13 @@
 //! Zi frames carry a connection-local `sequence`, so the hub stores and
 //! queues Zi frames *unstamped* (`{"version":1,…}` without `sequence`) and
 //! each client's feed stamps them on the way out ([`zi::stamp`]).
+//!
+//! The own-runs extension ([`runs`]): every event of a run carries the
+//! gateway's run id, the answer that starts or queues a run names it, and a
+//! client may ask for the events of its own runs only.
 
 pub mod letscode;
+pub mod runs;
 pub mod zi;
 pub mod zut;
 
@@ -21,6 +26,8 @@ use std::ffi::OsString;
 use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::{Map, Value};
+
+pub use runs::{Answer, Claim, OwnRuns};
 
 /// A wire protocol.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
@@ -47,6 +54,7 @@ pub enum Inbound {
     Hello {
         id: Option<Value>,
         refusal: Option<Bytes>,
+        own_runs: OwnRuns,
     },
     /// letscode `bye`: this client leaves, the child stays.
     Bye { id: Option<Value> },
@@ -78,6 +86,8 @@ pub enum EventKind {
     RunEnd,
     /// zut `usage` (cumulative token counts for metrics).
     Usage,
+    /// Trails the run that just ended (Zi `agent_settled`).
+    RunTail,
     Other,
 }
 
@@ -87,6 +97,7 @@ pub struct ClientHello {
     pub id: Option<Value>,
     pub token: Option<String>,
     pub resume_after: Option<u64>,
+    pub own_runs: OwnRuns,
 }
 
 impl Dialect {
@@ -156,11 +167,24 @@ impl Dialect {
     }
 
     /// A child's answer as its client should see it: the client's own id
-    /// back. `None` when the line is not a JSON object.
-    pub fn restore_id(self, line: &[u8], original: Option<Value>) -> Option<Bytes> {
+    /// back, and the run it started or queued (`run`). `None` when the
+    /// line is not a JSON object.
+    pub fn restore_id(
+        self,
+        line: &[u8],
+        original: Option<Value>,
+        run: Option<&str>,
+    ) -> Option<Bytes> {
         let Ok(Value::Object(mut frame)) = serde_json::from_slice::<Value>(line) else {
             return None;
         };
+        if let Some(run) = run {
+            match self {
+                Dialect::Zut => zut::name_run(&mut frame, run),
+                Dialect::Letscode => letscode::name_run(&mut frame, run),
+                Dialect::Zi => zi::name_run(&mut frame, run),
+            }
+        }
         Some(match self {
             Dialect::Zut => {
                 match original {
@@ -181,20 +205,39 @@ impl Dialect {
     }
 
     /// A child event as it goes into the replay ring: with the project's
-    /// `seq` (and, for Zi, without the child's own `sequence`).
-    pub fn event_bytes(self, line: &[u8], seq: u64) -> Option<Bytes> {
+    /// `seq`, the id of the run it belongs to (`run`), and, for Zi,
+    /// without the child's own `sequence`.
+    pub fn event_bytes(self, line: &[u8], seq: u64, run: Option<&str>) -> Option<Bytes> {
         match self {
-            Dialect::Zi => zi::event_bytes(line, seq),
-            _ => zut::stamp_seq(line, seq),
+            Dialect::Zi => zi::event_bytes(line, seq, run),
+            _ => zut::stamp(line, seq, run.map(|run| (zut::RUN_FIELD, run))),
         }
     }
 
-    /// A lifecycle event the gateway makes up (`child_started`,
-    /// `child_exited`, `error`), with its `seq`.
-    pub fn gateway_event(self, kind: &str, fields: Value, seq: u64) -> Bytes {
+    /// An event the gateway makes up (`child_started`, `child_exited`,
+    /// `error`, the end of a run cut short), with its `seq` and its run.
+    pub fn gateway_event(self, kind: &str, fields: Value, seq: u64, run: Option<&str>) -> Bytes {
         match self {
-            Dialect::Zi => zi::session_event(kind, fields, seq),
-            _ => zut::event(kind, fields, seq),
+            Dialect::Zi => zi::session_event(kind, fields, seq, run),
+            _ => zut::event(kind, fields, seq, run),
+        }
+    }
+
+    /// What a request for the child may do to runs.
+    pub fn run_claim(self, command: &str, frame: &Map<String, Value>) -> Claim {
+        match self {
+            Dialect::Zut => zut::run_claim(command),
+            Dialect::Letscode => letscode::run_claim(command),
+            Dialect::Zi => zi::run_claim(command, frame),
+        }
+    }
+
+    /// What the child's answer `line` to a `command` says of runs.
+    pub fn run_answer(self, command: &str, line: &[u8]) -> Answer {
+        match self {
+            Dialect::Zut => zut::run_answer(command, line),
+            Dialect::Letscode => letscode::run_answer(command, line),
+            Dialect::Zi => zi::run_answer(command, line),
         }
     }
 
@@ -363,3 +406,5 @@ fn token_field(value: Option<&Value>) -> Result<Option<String>, String> {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_runs;

@@ -57,6 +57,7 @@ fn zut_lines_and_requests() {
         .restore_id(
             br#"{"type":"response","id":"corral-9","success":true}"#,
             None,
+            None,
         )
         .unwrap();
     assert_eq!(text(&restored), r#"{"type":"response","success":true}"#);
@@ -73,7 +74,7 @@ fn zut_made_up_frames() {
         text(&r),
         r#"{"type":"response","id":"1","command":"prompt","success":false,"error":"observers may not prompt"}"#
     );
-    let e = zut::event("child_started", json!({"pid": 42, "restarts": 0}), 3);
+    let e = zut::event("child_started", json!({"pid": 42, "restarts": 0}), 3, None);
     assert_eq!(
         text(&e),
         r#"{"type":"child_started","pid":42,"restarts":0,"seq":3}"#
@@ -116,7 +117,7 @@ fn letscode_tells_control_messages_from_events() {
         Some(Outbound::Drop(_))
     ));
     let restored = d
-        .restore_id(br#"{"type":"done","id":"corral-4"}"#, None)
+        .restore_id(br#"{"type":"done","id":"corral-4"}"#, None, None)
         .unwrap();
     assert_eq!(text(&restored), r#"{"type":"done","id":null}"#);
 }
@@ -130,7 +131,8 @@ fn letscode_commands_hello_and_bye() {
         Some(Ok(ClientHello {
             id: Some(json!("h")),
             token: Some("t".into()),
-            resume_after: Some(4)
+            resume_after: Some(4),
+            own_runs: OwnRuns::default(),
         }))
     );
     let wrong = object(json!({"cmd": "hello", "protocol": "letscode-rpc/2"}));
@@ -186,7 +188,7 @@ fn zi_frames_are_stamped_per_connection() {
         Dialect::Zi.outbound(line),
         Some(Outbound::Event(EventKind::RunEnd))
     );
-    let event = Dialect::Zi.event_bytes(line, 7).unwrap();
+    let event = Dialect::Zi.event_bytes(line, 7, None).unwrap();
     assert_eq!(
         text(&event),
         r#"{"version":1,"type":"session_event","event":{"type":"agent_end"},"seq":7}"#
@@ -195,13 +197,14 @@ fn zi_frames_are_stamped_per_connection() {
     // Another field order takes the slow path to the same form.
     let other = br#"{"type":"session_event","sequence":3,"version":1,"event":{}}"#;
     assert_eq!(
-        text(&Dialect::Zi.event_bytes(other, 8).unwrap()),
+        text(&Dialect::Zi.event_bytes(other, 8, None).unwrap()),
         r#"{"version":1,"type":"session_event","event":{},"seq":8}"#
     );
     let restored = Dialect::Zi
         .restore_id(
             br#"{"version":1,"sequence":5,"type":"response","id":"corral-2","ok":true}"#,
             Some(json!("mine")),
+            None,
         )
         .unwrap();
     assert_eq!(
@@ -222,7 +225,8 @@ fn zi_requests() {
         Some(Ok(ClientHello {
             id: Some(json!("a")),
             token: Some("t".into()),
-            resume_after: Some(3)
+            resume_after: Some(3),
+            own_runs: OwnRuns::default(),
         }))
     );
     let set = object(

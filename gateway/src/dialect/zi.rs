@@ -18,12 +18,16 @@
 //!   client may have [`CLIENT_IN_FLIGHT`] operations in flight besides one
 //!   `session.interrupt` (`capacity` beyond);
 //! - gateway events are `session_event`s (`child_started`,
-//!   `child_exited`, `error`).
+//!   `child_exited`, `error`);
+//! - own runs: `connection.hello` may carry `ownRuns` and `clientId`;
+//!   `session_event`s of a run carry `runId` beside `seq`, and the
+//!   `session.prompt` (or `command.invoke compact`) response that started
+//!   or queued a run names it in `result.runId`.
 
 use bytes::Bytes;
 use serde_json::{json, Map, Value};
 
-use super::{to_bytes, ClientHello, EventKind, Inbound, Outbound};
+use super::{to_bytes, Answer, Claim, ClientHello, EventKind, Inbound, Outbound, OwnRuns};
 
 /// Longest request id, in bytes.
 pub const MAX_ID_BYTES: usize = 256;
@@ -45,6 +49,8 @@ pub const OBSERVER_METHODS: [&str; 9] = [
     "model.list",
     "thinking.list",
 ];
+/// The run id field of session events and prompt results.
+pub const RUN_FIELD: &str = "runId";
 /// The unstamped frame prefix (`sequence` goes after it).
 const VERSION_PREFIX: &[u8] = br#"{"version":1,"#;
 
@@ -67,6 +73,7 @@ pub fn client_hello(frame: &Map<String, Value>) -> Option<Result<ClientHello, St
             id: frame.get("id").cloned(),
             token: super::token_field(params.get("token"))?,
             resume_after: super::resume_field(params.get("resumeAfter"), "resumeAfter")?,
+            own_runs: own_runs(params)?,
         })
     })())
 }
@@ -99,9 +106,13 @@ pub fn inbound(frame: &Map<String, Value>, observer: bool) -> Inbound {
     }
     let id_value = Value::String(id.clone());
     match method.as_str() {
-        "connection.hello" => Inbound::Hello {
-            id: Some(id_value),
-            refusal: None,
+        "connection.hello" => match own_runs(params(frame)) {
+            Ok(own_runs) => Inbound::Hello {
+                id: Some(id_value),
+                refusal: None,
+                own_runs,
+            },
+            Err(e) => reject(Some(&id), e),
         },
         "connection.set_events" => match params(frame).get("mode") {
             None | Some(Value::Null) => Inbound::SetEvents {
@@ -158,6 +169,7 @@ fn event_kind(kind: Option<&str>) -> EventKind {
     match kind {
         Some("agent_start") => EventKind::RunStart,
         Some("agent_end") => EventKind::RunEnd,
+        Some("agent_settled") => EventKind::RunTail,
         _ => EventKind::Other,
     }
 }
@@ -217,19 +229,24 @@ pub fn stamp(frame: &[u8], sequence: u64) -> Bytes {
 /// A child's event line for the ring: its `sequence` removed (each client
 /// gets its own) and the project's `seq` added, in one copy when the child
 /// wrote `{"version":1,"sequence":N,…}` as it does.
-pub fn event_bytes(line: &[u8], seq: u64) -> Option<Bytes> {
+pub fn event_bytes(line: &[u8], seq: u64, run: Option<&str>) -> Option<Bytes> {
     let line = super::trim(line);
+    let run = run.map(|run| (RUN_FIELD, run));
     let Some(body) = after_sequence(line).and_then(|rest| rest.strip_suffix(b"}")) else {
         return match serde_json::from_slice::<Value>(line) {
-            Ok(Value::Object(frame)) => super::zut::stamp_seq(&unstamped(frame), seq),
+            Ok(Value::Object(frame)) => super::zut::stamp(&unstamped(frame), seq, run),
             _ => None,
         };
     };
     let seq = seq.to_string();
-    let mut out = Vec::with_capacity(line.len() + seq.len() + 8);
+    let mut out = Vec::with_capacity(line.len() + seq.len() + 40);
     out.extend_from_slice(VERSION_PREFIX);
     out.extend_from_slice(body);
-    out.extend_from_slice(b",\"seq\":");
+    out.push(b',');
+    if let Some((key, run)) = run {
+        out.extend_from_slice(&super::runs::field(key, run));
+    }
+    out.extend_from_slice(b"\"seq\":");
     out.extend_from_slice(seq.as_bytes());
     out.push(b'}');
     Some(Bytes::from(out))
@@ -262,14 +279,20 @@ pub fn get_state_line(id: &str) -> String {
     )
 }
 
-/// A gateway event as a `session_event`, with the project's `seq`.
-pub fn session_event(kind: &str, fields: Value, seq: u64) -> Bytes {
+/// A gateway event as a `session_event`, with the project's `seq` and
+/// the run it belongs to.
+pub fn session_event(kind: &str, fields: Value, seq: u64, run: Option<&str>) -> Bytes {
     let mut event = Map::new();
     event.insert("type".into(), json!(kind));
     if let Value::Object(fields) = fields {
         event.extend(fields);
     }
-    build(json!({"type": "session_event", "event": event, "seq": seq}))
+    let mut frame = json!({"type": "session_event", "event": event});
+    if let Some(run) = run {
+        frame[RUN_FIELD] = json!(run);
+    }
+    frame["seq"] = json!(seq);
+    build(frame)
 }
 
 /// A `protocol_error` (unstamped); `id` when it could be read.
@@ -306,4 +329,55 @@ pub fn is_session_event(frame: &[u8]) -> bool {
     frame
         .strip_prefix(VERSION_PREFIX)
         .is_some_and(|rest| rest.starts_with(br#""type":"session_event""#))
+}
+
+fn own_runs(params: &Map<String, Value>) -> Result<OwnRuns, String> {
+    OwnRuns::read(params, "ownRuns", "clientId")
+}
+
+/// A `direct` (or `prompt`) delivery and `command.invoke compact` may
+/// start a run; `continue` starts one when idle and joins the active one
+/// otherwise; `steer` and `follow_up` are input for the active run or the
+/// next one; `session.interrupt` discards what was queued before it.
+pub fn run_claim(method: &str, frame: &Map<String, Value>) -> Claim {
+    let params = params(frame);
+    match method {
+        "session.prompt" => match params.get("delivery").and_then(Value::as_str) {
+            Some("continue") => Claim::Join,
+            Some("steer" | "follow_up") => Claim::Input,
+            _ => Claim::May,
+        },
+        "command.invoke" if params.get("name") == Some(&json!("compact")) => Claim::May,
+        "session.interrupt" => Claim::Interrupt,
+        _ => Claim::None,
+    }
+}
+
+/// An admitted prompt starts, queues or joins a run; a refused one
+/// starts none; a settled interruption discards what was queued.
+pub fn run_answer(method: &str, line: &[u8]) -> Answer {
+    if !matches!(
+        method,
+        "session.prompt" | "command.invoke" | "session.interrupt"
+    ) {
+        return Answer::Nothing;
+    }
+    let Some(frame) = super::runs::object(line) else {
+        return Answer::Nothing;
+    };
+    let ok = frame.get("ok") == Some(&Value::Bool(true));
+    match method {
+        "session.interrupt" if ok => Answer::Interrupted,
+        "session.interrupt" => Answer::Nothing,
+        "session.prompt" if ok => Answer::Queued,
+        _ if ok => Answer::Nothing,
+        _ => Answer::NoRun,
+    }
+}
+
+/// `result.runId` in the response that started or queued a run.
+pub fn name_run(frame: &mut Map<String, Value>, run: &str) {
+    if let Some(Value::Object(result)) = frame.get_mut("result") {
+        result.insert(RUN_FIELD.into(), json!(run));
+    }
 }

@@ -2,12 +2,19 @@
 //! answers, and every other `type` an event. The gateway reads only the
 //! envelope (`type`, `id`) and leaves every other byte of an event as the
 //! child wrote it, adding `"seq"` last.
+//!
+//! Own runs: a hello may carry `own_runs` and `client_id`; every event of
+//! a run carries `run_id` (before `seq`), and a `prompt`/`compact`
+//! response with `started:true` names it in `data.run_id`.
 
 use bytes::Bytes;
 use serde_json::{json, Map, Value};
 
-use super::{to_bytes, trim, ClientHello};
+use super::{to_bytes, trim, Answer, Claim, ClientHello, OwnRuns};
 use super::{EventKind, Inbound, Outbound};
+
+/// The run id field of events (and of a response's `data`).
+pub const RUN_FIELD: &str = "run_id";
 
 /// Commands an observer may send.
 pub const OBSERVER_COMMANDS: [&str; 5] =
@@ -30,7 +37,13 @@ pub(super) fn hello_fields(
         id,
         token: super::token_field(fields.get("token"))?,
         resume_after: super::resume_field(fields.get("resume_after"), "resume_after")?,
+        own_runs: own_runs(fields)?,
     })
+}
+
+/// `own_runs` and `client_id` (zut and letscode spell them alike).
+pub(super) fn own_runs(fields: &Map<String, Value>) -> Result<OwnRuns, String> {
+    OwnRuns::read(fields, "own_runs", "client_id")
 }
 
 pub fn inbound(frame: &Map<String, Value>, observer: bool) -> Inbound {
@@ -50,7 +63,14 @@ pub fn inbound(frame: &Map<String, Value>, observer: bool) -> Inbound {
         return Inbound::Reject(response(id.as_ref(), Some(command), Err(error)));
     }
     if command == "hello" {
-        return Inbound::Hello { id, refusal: None };
+        return match own_runs(frame) {
+            Ok(own_runs) => Inbound::Hello {
+                id,
+                refusal: None,
+                own_runs,
+            },
+            Err(error) => Inbound::Reject(response(id.as_ref(), Some(command), Err(error))),
+        };
     }
     Inbound::Forward {
         id,
@@ -94,6 +114,12 @@ pub fn run_aborted(error: &str) -> Vec<(&'static str, Value)> {
 /// Adds `"seq":N` as the last field of a JSON object line, leaving every
 /// other byte as the child wrote it.
 pub fn stamp_seq(line: &[u8], seq: u64) -> Option<Bytes> {
+    stamp(line, seq, None)
+}
+
+/// [`stamp_seq`], with `"key":"run"` just before `seq` when `run` is
+/// `Some((key, run))`.
+pub fn stamp(line: &[u8], seq: u64, run: Option<(&str, &str)>) -> Option<Bytes> {
     let trimmed = trim(line);
     if trimmed.len() < 2 || trimmed[0] != b'{' || trimmed[trimmed.len() - 1] != b'}' {
         return None;
@@ -104,6 +130,9 @@ pub fn stamp_seq(line: &[u8], seq: u64) -> Option<Bytes> {
     out.extend_from_slice(body);
     if !empty {
         out.push(b',');
+    }
+    if let Some((key, run)) = run {
+        out.extend_from_slice(&super::runs::field(key, run));
     }
     out.extend_from_slice(b"\"seq\":");
     out.extend_from_slice(seq.to_string().as_bytes());
@@ -140,13 +169,49 @@ pub fn response(
     to_bytes(&Value::Object(map))
 }
 
-/// A gateway event (`child_started`, `turn_end`, ...) with its `seq`.
-pub fn event(kind: &str, fields: Value, seq: u64) -> Bytes {
+/// A gateway event (`child_started`, `turn_end`, ...) with its `seq` and
+/// the run it belongs to.
+pub fn event(kind: &str, fields: Value, seq: u64, run: Option<&str>) -> Bytes {
     let mut map = Map::new();
     map.insert("type".into(), json!(kind));
     if let Value::Object(fields) = fields {
         map.extend(fields);
     }
+    if let Some(run) = run {
+        map.insert(RUN_FIELD.into(), json!(run));
+    }
     map.insert("seq".into(), json!(seq));
     to_bytes(&Value::Object(map))
+}
+
+/// `prompt` and `compact` start runs.
+pub fn run_claim(command: &str) -> Claim {
+    match command {
+        "prompt" | "compact" => Claim::May,
+        _ => Claim::None,
+    }
+}
+
+/// A run starts with its `started:true` response; a failed one starts
+/// none.
+pub fn run_answer(command: &str, line: &[u8]) -> Answer {
+    if run_claim(command) == Claim::None {
+        return Answer::Nothing;
+    }
+    let Some(frame) = super::runs::object(line) else {
+        return Answer::Nothing;
+    };
+    let started = frame.get("data").and_then(|d| d.get("started")) == Some(&Value::Bool(true));
+    match frame.get("success") {
+        Some(Value::Bool(true)) if started => Answer::Now,
+        Some(Value::Bool(false)) => Answer::NoRun,
+        _ => Answer::Nothing,
+    }
+}
+
+/// `data.run_id` in the response that started a run.
+pub fn name_run(frame: &mut Map<String, Value>, run: &str) {
+    if let Some(Value::Object(data)) = frame.get_mut("data") {
+        data.insert(RUN_FIELD.into(), json!(run));
+    }
 }

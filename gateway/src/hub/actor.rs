@@ -18,18 +18,27 @@ use super::feed::{ClientFeed, Feed, Unicast};
 use super::ids::IdMap;
 use super::lifecycle::Running;
 use super::ring::ReplayRing;
+use super::runs::RunBook;
 use super::{
-    AttachError, Attached, ChildState, ClientInfo, HubCommand, HubSettings, HubStatus, LastExit,
+    AttachError, Attached, ChildState, ClientInfo, HubCommand, HubSettings, HubStatus, Join,
+    LastExit,
 };
 use crate::auth::Role;
-use crate::dialect::{letscode, zi, zut, Dialect};
+use crate::dialect::{letscode, zi, zut, Dialect, Inbound};
 use crate::metrics::Direction;
 use crate::supervisor::backoff::CrashHistory;
 use crate::supervisor::ChildOutput;
 
+/// Client ids issued by this process: unique across projects and hubs, so
+/// a client id named to resume never means another project's client.
+static CLIENT_IDS: AtomicU64 = AtomicU64::new(0);
+
 /// An attached client.
 pub(super) struct Client {
     pub role: Role,
+    /// The client id its runs are attributed to: its own, or the one of
+    /// an earlier connection it resumes (`client_id` in its hello).
+    pub owner: u64,
     pub unicast: mpsc::Sender<Unicast>,
     /// The client's delivery cursor, for its lag.
     pub cursor: Arc<AtomicU64>,
@@ -37,9 +46,7 @@ pub(super) struct Client {
 
 /// An attach that waits for the child to become ready.
 pub(super) struct WaitingAttach {
-    pub role: Role,
-    pub resume_after: Option<u64>,
-    pub hello: Option<Option<Value>>,
+    pub join: Join,
     pub reply: oneshot::Sender<Result<Attached, AttachError>>,
 }
 
@@ -54,8 +61,9 @@ pub(super) struct Hub {
     pub status: Arc<Mutex<HubStatus>>,
     pub feed: Arc<Feed>,
     pub clients: HashMap<u64, Client>,
-    pub next_client: u64,
     pub ids: IdMap,
+    /// Which client each run belongs to.
+    pub runbook: RunBook,
     pub child: Option<Running>,
     pub state: ChildState,
     /// Runs in flight: from a started `prompt`/`compact` to its `done`.
@@ -114,8 +122,8 @@ impl Hub {
             seq,
             status,
             clients: HashMap::new(),
-            next_client: 0,
             ids: IdMap::default(),
+            runbook: RunBook::default(),
             child: None,
             state: ChildState::Starting,
             busy: 0,
@@ -237,18 +245,8 @@ impl Hub {
 
     async fn command(&mut self, command: HubCommand) {
         match command {
-            HubCommand::Attach {
-                role,
-                resume_after,
-                hello,
-                reply,
-            } => {
-                let waiting = WaitingAttach {
-                    role,
-                    resume_after,
-                    hello,
-                    reply,
-                };
+            HubCommand::Attach { join, reply } => {
+                let waiting = WaitingAttach { join, reply };
                 match self.state {
                     ChildState::Ready => self.attach(waiting).await,
                     ChildState::Failed => {
@@ -275,17 +273,33 @@ impl Hub {
             HubCommand::Reply { client, bytes } => self.unicast(client, bytes),
             HubCommand::Restart => self.restart().await,
             HubCommand::Abort => {
-                if let Some(child) = &self.child {
+                if self.child.is_some() {
                     self.aborts += 1;
                     let id = format!("corral-abort-{}", self.aborts);
                     let line = self.settings.dialect.abort_line(&id);
+                    self.abort_claim(&id, &line);
                     self.settings
                         .metrics
                         .frame(Direction::GatewayToChild, line.len());
-                    let _ = child.process.send(Bytes::from(line)).await;
+                    if let Some(child) = &self.child {
+                        let _ = child.process.send(Bytes::from(line)).await;
+                    }
                 }
             }
             HubCommand::Stop { .. } => {}
+        }
+    }
+
+    /// Notes what an admin abort (request `line`, id `id`) does to runs
+    /// (a Zi interrupt discards the runs queued before it).
+    fn abort_claim(&mut self, id: &str, line: &str) {
+        let dialect = self.settings.dialect;
+        let Ok(Value::Object(frame)) = serde_json::from_str::<Value>(line) else {
+            return;
+        };
+        if let Inbound::Forward { command, .. } = dialect.inbound(&frame, false) {
+            let claim = dialect.run_claim(&command, &frame);
+            self.runbook.forwarded(id, &command, 0, claim);
         }
     }
 
@@ -328,13 +342,14 @@ impl Hub {
     /// Registers the client and queues its greeting: the dialect's first
     /// frames (`state` is the Zi snapshot).
     pub(super) fn finish_attach(&mut self, waiting: WaitingAttach, state: Value) {
-        self.next_client += 1;
-        let client = self.next_client;
+        let client = CLIENT_IDS.fetch_add(1, Ordering::Relaxed) + 1;
+        let own_runs = waiting.join.own_runs;
+        let owner = own_runs.client_id.unwrap_or(client);
         let (unicast, rx) = mpsc::channel(self.settings.outbox_frames.max(4));
-        let (cursor, gap) = self.feed.start_cursor(waiting.resume_after);
+        let (cursor, gap) = self.feed.start_cursor(waiting.join.resume_after);
         let last_seq = self.feed.last_seq();
         let metrics = &self.settings.metrics;
-        if waiting.resume_after.is_some() {
+        if waiting.join.resume_after.is_some() {
             metrics
                 .replayed_events
                 .inc_by(last_seq.saturating_sub(cursor));
@@ -343,7 +358,7 @@ impl Hub {
             metrics.replay_gaps.inc();
         }
         // Due before any event after the cursor: the first frames out.
-        for bytes in self.greeting(client, &waiting, gap, state) {
+        for bytes in self.greeting(owner, &waiting.join, gap, state) {
             let _ = unicast.try_send(Unicast::Frame {
                 after_seq: cursor,
                 bytes,
@@ -355,7 +370,8 @@ impl Hub {
             rx,
             self.settings.metrics.clone(),
             self.settings.outbox_frames,
-        );
+        )
+        .with_owner((own_runs.on == Some(true)).then_some(owner));
         if self.settings.dialect == Dialect::Zi {
             feed = feed.with_sequence();
         }
@@ -371,7 +387,8 @@ impl Hub {
         self.clients.insert(
             client,
             Client {
-                role: waiting.role,
+                role: waiting.join.role,
+                owner,
                 unicast,
                 cursor: attached.feed.shared_cursor(),
             },
@@ -387,22 +404,17 @@ impl Hub {
     }
 
     /// A new client's first frames: zut answers its hello (if it sent
-    /// one); letscode and Zi send `ready`, then answer the hello.
-    fn greeting(
-        &self,
-        client: u64,
-        waiting: &WaitingAttach,
-        gap: bool,
-        state: Value,
-    ) -> Vec<Bytes> {
-        let gateway = self.gateway_info(client, waiting.role, gap);
+    /// one); letscode and Zi send `ready`, then answer the hello. `owner`
+    /// is the client id it is known by.
+    fn greeting(&self, owner: u64, join: &Join, gap: bool, state: Value) -> Vec<Bytes> {
+        let gateway = self.gateway_info(owner, join.role, gap);
         let mut frames = match self.settings.dialect {
             Dialect::Zut => Vec::new(),
             Dialect::Letscode => vec![letscode::ready(&self.hello, gateway)],
             Dialect::Zi => vec![zi::ready(state, gateway)],
         };
-        if let Some(id) = &waiting.hello {
-            frames.extend(self.hello_answer(client, waiting.role, id.as_ref(), gap));
+        if let Some(id) = &join.hello {
+            frames.extend(self.hello_answer(owner, join.role, id.as_ref(), gap));
         }
         frames
     }

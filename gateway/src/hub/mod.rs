@@ -6,8 +6,9 @@
 //! responses go back to the one client that asked; events get a `seq` and go
 //! into the shared [`feed`] that every client reads at its own pace
 //! (`routing`). Child lifecycle (spawn, hello, health, restart, stop) is
-//! in `lifecycle`. What frames mean (ids, answers, runs, greetings) is the
-//! business of the project's [`Dialect`].
+//! in `lifecycle`. Which client each run belongs to is in [`runs`]. What
+//! frames mean (ids, answers, runs, greetings) is the business of the
+//! project's [`Dialect`].
 
 mod actor;
 pub mod feed;
@@ -15,6 +16,7 @@ pub mod ids;
 mod lifecycle;
 pub mod ring;
 mod routing;
+pub mod runs;
 mod spawn;
 
 use std::ffi::OsString;
@@ -28,7 +30,7 @@ use serde_json::{Map, Value};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::auth::Role;
-use crate::dialect::Dialect;
+use crate::dialect::{Dialect, OwnRuns};
 use crate::metrics::Metrics;
 use crate::supervisor::backoff::RestartPolicy;
 use crate::supervisor::{Credentials, Limits, StderrTail};
@@ -74,16 +76,24 @@ pub struct HubSettings {
     pub metrics: Arc<Metrics>,
 }
 
+/// How a client joins a hub.
+#[derive(Debug, Clone)]
+pub struct Join {
+    pub role: Role,
+    pub resume_after: Option<u64>,
+    /// `Some(id)` when the client sent a hello to answer (its `id`, if
+    /// any): the answer comes first (after a letscode or Zi `ready`).
+    pub hello: Option<Option<Value>>,
+    /// Whether it receives only its own runs' events, and as which client.
+    pub own_runs: OwnRuns,
+}
+
 /// What a connection asks of a hub.
 #[derive(Debug)]
 pub enum HubCommand {
     /// Join; the reply comes once the child is ready (or failed to start).
     Attach {
-        role: Role,
-        resume_after: Option<u64>,
-        /// `Some(id)` when the client sent a hello to answer (its `id`, if
-        /// any): the answer comes first (after a letscode or Zi `ready`).
-        hello: Option<Option<Value>>,
+        join: Join,
         reply: oneshot::Sender<Result<Attached, AttachError>>,
     },
     /// A frame for one client, in order with everything else it receives
@@ -261,20 +271,10 @@ impl HubHandle {
     }
 
     /// Joins the hub; waits until its child is ready.
-    pub async fn attach(
-        &self,
-        role: Role,
-        resume_after: Option<u64>,
-        hello: Option<Option<Value>>,
-    ) -> Result<Attached, AttachError> {
+    pub async fn attach(&self, join: Join) -> Result<Attached, AttachError> {
         let (reply, rx) = oneshot::channel();
         self.commands
-            .send(HubCommand::Attach {
-                role,
-                resume_after,
-                hello,
-                reply,
-            })
+            .send(HubCommand::Attach { join, reply })
             .await
             .map_err(|_| AttachError::Gone)?;
         rx.await.unwrap_or(Err(AttachError::Gone))

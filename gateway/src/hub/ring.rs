@@ -12,11 +12,15 @@ use std::collections::VecDeque;
 
 use bytes::Bytes;
 
+use super::runs::Audience;
+
 /// One event as sent to clients (a JSON line without the LF, `seq` inside).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Frame {
     pub seq: u64,
     pub bytes: Bytes,
+    /// Who gets it among clients that receive their own runs only.
+    pub audience: Audience,
 }
 
 /// The frames after a cursor were partly evicted.
@@ -127,6 +131,7 @@ mod tests {
         Frame {
             seq,
             bytes: Bytes::from(vec![b'x'; len]),
+            audience: Audience::Everyone,
         }
     }
 

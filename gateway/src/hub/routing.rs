@@ -15,9 +15,10 @@ use super::actor::Hub;
 use super::feed::Unicast;
 use super::ids::Pending;
 use super::ring::Frame;
+use super::runs::{Audience, Run};
 use super::ChildState;
 use crate::auth::Role;
-use crate::dialect::{letscode, to_bytes, zi, Dialect, EventKind, Inbound, Outbound};
+use crate::dialect::{letscode, to_bytes, zi, Dialect, EventKind, Inbound, Outbound, OwnRuns};
 use crate::metrics::Direction;
 use crate::supervisor::ChildOutput;
 
@@ -40,7 +41,11 @@ impl Hub {
         }
         match dialect.inbound(&frame, role == Role::Observer) {
             Inbound::Reject(reply) => self.unicast(client, reply),
-            Inbound::Hello { id, refusal } => self.hello(client, role, id, refusal),
+            Inbound::Hello {
+                id,
+                refusal,
+                own_runs,
+            } => self.hello(client, role, id, refusal, own_runs),
             Inbound::Bye { id } => {
                 self.unicast(client, letscode::ack(id.as_ref()));
                 self.leaving.push((client, id));
@@ -83,14 +88,34 @@ impl Hub {
         None
     }
 
-    /// A hello after attach, answered by the gateway.
-    fn hello(&mut self, client: u64, role: Role, id: Option<Value>, refusal: Option<Bytes>) {
+    /// A hello after attach, answered by the gateway; it may switch
+    /// own runs on or off and name the client id runs count for.
+    fn hello(
+        &mut self,
+        client: u64,
+        role: Role,
+        id: Option<Value>,
+        refusal: Option<Bytes>,
+        own_runs: OwnRuns,
+    ) {
         if let Some(refusal) = refusal {
             self.unicast(client, refusal);
             self.close_client(client, CLOSE_PROTOCOL, "protocol version mismatch");
             return;
         }
-        for reply in self.hello_answer(client, role, id.as_ref(), false) {
+        let Some(entry) = self.clients.get_mut(&client) else {
+            return;
+        };
+        if let Some(owner) = own_runs.client_id {
+            entry.owner = owner;
+        }
+        let owner = entry.owner;
+        if let Some(on) = own_runs.on {
+            let after_seq = self.feed.last_seq();
+            let owner = on.then_some(owner);
+            self.unicast_item(client, Unicast::OwnRuns { after_seq, owner });
+        }
+        for reply in self.hello_answer(owner, role, id.as_ref(), false) {
             self.unicast(client, reply);
         }
     }
@@ -121,13 +146,16 @@ impl Hub {
             }
             return;
         };
+        let claim = self.settings.dialect.run_claim(&command, &frame);
+        let owner = self.clients.get(&client).map_or(client, |c| c.owner);
         let gateway_id = self.ids.insert(Pending {
             client,
             original: id,
-            command,
+            command: command.clone(),
             sent: StdInstant::now(),
             acked: false,
         });
+        self.runbook.forwarded(&gateway_id, &command, owner, claim);
         frame.insert("id".into(), Value::String(gateway_id));
         let mut line = to_bytes(&Value::Object(frame)).to_vec();
         line.push(b'\n');
@@ -156,8 +184,10 @@ impl Hub {
                 self.settings.metrics.invalid_frame("child", "malformed");
                 tracing::warn!(project = %self.project, "dropped a line from the agent: {what}");
                 // Clients learn that something is missing.
+                // Most likely a line of the run in progress: part of it.
                 let message = format!("a line from the agent was not delivered: {what}");
-                self.emit("error", json!({ "message": message }));
+                let run = self.runbook.active().cloned();
+                self.emit_for(run.as_ref(), "error", json!({ "message": message }));
             }
             Some(ChildOutput::Exited(exit)) => self.child_exited(exit).await,
             None => {
@@ -188,14 +218,28 @@ impl Hub {
             Some(Outbound::Reply { id, last }) => self.child_reply(line, id, last),
             Some(Outbound::Event(kind)) => {
                 let seq = self.next_seq();
-                if let Some(bytes) = dialect.event_bytes(line, seq) {
-                    self.feed.push(Frame { seq, bytes });
+                let run = match kind {
+                    EventKind::RunStart => Some(self.runbook.start().clone()),
+                    EventKind::RunTail => self.runbook.last().cloned(),
+                    _ => self.runbook.active().cloned(),
+                };
+                let run_id = run.as_ref().map(|r| &*r.id);
+                if let Some(bytes) = dialect.event_bytes(line, seq, run_id) {
+                    let audience = run.as_ref().map_or(Audience::Everyone, Run::audience);
+                    self.feed.push(Frame {
+                        seq,
+                        bytes,
+                        audience,
+                    });
                 }
                 // After the push: what a run's end releases (a leaving
                 // letscode client's `done`) comes after its last event.
                 match kind {
                     EventKind::RunStart => self.run_started(),
-                    EventKind::RunEnd => self.run_done(),
+                    EventKind::RunEnd => {
+                        self.runbook.end();
+                        self.run_done();
+                    }
                     EventKind::Usage => {
                         if let Ok(usage) = serde_json::from_slice::<Value>(line) {
                             metrics.usage(&usage);
@@ -203,7 +247,7 @@ impl Hub {
                             self.publish();
                         }
                     }
-                    EventKind::Other => {}
+                    EventKind::RunTail | EventKind::Other => {}
                 }
             }
         }
@@ -274,16 +318,24 @@ impl Hub {
             self.finish_attach(waiting, state);
             return;
         }
+        let dialect = self.settings.dialect;
         let pending = if last {
             self.ids.take(&id)
         } else {
             self.ids.ack(&id).cloned()
         };
         let Some(pending) = pending else {
+            // What it says of runs still counts (an admin abort, a prompt
+            // of a client that left).
+            if let Some(command) = self.runbook.command(&id).map(str::to_string) {
+                let answer = dialect.run_answer(&command, line);
+                self.runbook.answered(&id, answer, last);
+            }
             tracing::debug!(project = %self.project, %id, "dropped an answer nobody waits for");
             return;
         };
-        let dialect = self.settings.dialect;
+        let answer = dialect.run_answer(&pending.command, line);
+        let run = self.runbook.answered(&id, answer, last);
         if last {
             self.settings
                 .metrics
@@ -292,7 +344,7 @@ impl Hub {
         if dialect == Dialect::Zut {
             self.zut_response(line, &pending.command);
         }
-        if let Some(bytes) = dialect.restore_id(line, pending.original) {
+        if let Some(bytes) = dialect.restore_id(line, pending.original, run.as_deref()) {
             self.unicast(pending.client, bytes);
         }
         if last {
@@ -326,12 +378,22 @@ impl Hub {
         self.seq.fetch_add(1, Ordering::SeqCst) + 1
     }
 
-    /// Appends a gateway-made event to the feed.
+    /// Appends a gateway-made event for everyone to the feed.
     pub(super) fn emit(&self, kind: &str, fields: Value) {
+        self.emit_for(None, kind, fields);
+    }
+
+    /// Appends a gateway-made event to the feed, as part of `run`.
+    fn emit_for(&self, run: Option<&Run>, kind: &str, fields: Value) {
         let seq = self.next_seq();
+        let run_id = run.map(|r| &*r.id);
         self.feed.push(Frame {
             seq,
-            bytes: self.settings.dialect.gateway_event(kind, fields, seq),
+            bytes: self
+                .settings
+                .dialect
+                .gateway_event(kind, fields, seq, run_id),
+            audience: run.map_or(Audience::Everyone, Run::audience),
         });
     }
 
@@ -385,11 +447,13 @@ impl Hub {
     /// Ends the run in flight for clients: the child cannot any more.
     pub(super) fn end_runs(&mut self, error: &str) {
         if self.busy > 0 {
+            let run = self.runbook.active().cloned();
             for (kind, fields) in self.settings.dialect.run_aborted(error) {
-                self.emit(kind, fields);
+                self.emit_for(run.as_ref(), kind, fields);
             }
             self.busy = 0;
         }
+        self.runbook.reset();
         self.runs.clear();
         self.busy_since = None;
         self.dismiss_leaving();

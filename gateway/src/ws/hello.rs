@@ -13,7 +13,7 @@ use super::handshake::Io;
 use super::preauth::{self, PreAuthError};
 use super::session::parse;
 use crate::auth::Role;
-use crate::dialect::Dialect;
+use crate::dialect::{Dialect, OwnRuns};
 use crate::server::AppState;
 use crate::throttle::Admission;
 
@@ -33,6 +33,8 @@ pub struct Hello {
     pub resume_after: Option<u64>,
     /// `Some(id)` when there is a hello to answer.
     pub answer: Option<Option<Value>>,
+    /// Own runs only (hello fields or query parameters).
+    pub own_runs: OwnRuns,
 }
 
 /// A refused client: the id to answer, the metric reason, the message
@@ -135,6 +137,7 @@ pub async fn read_hello(
         role,
         resume_after: hello.resume_after,
         answer: Some(hello.id),
+        own_runs: hello.own_runs,
     };
     Ok((hello, first.leftover))
 }

@@ -1,10 +1,12 @@
-//! `GET /v1/projects/{project}/rpc[?resume_after=SEQ]`: one WebSocket
-//! client of a project.
+//! `GET /v1/projects/{project}/rpc[?resume_after=SEQ][&own_runs=true]
+//! [&client_id=ID]`: one WebSocket client of a project.
 //!
 //! Before the upgrade: origin allowlist, project name and directory, and a
 //! token in an `Authorization: Bearer` header if there is one. A client so
 //! authenticated is attached at once, in every dialect, and receives
-//! events without sending anything (resuming after `?resume_after=`). Any
+//! events without sending anything (resuming after `?resume_after=`, only
+//! its own runs' events with `?own_runs=true`, as the earlier connection
+//! `?client_id=` names). Any
 //! other client must send the dialect's hello with a token first, within
 //! `--hello-timeout` and `--max-hello-bytes` (`preauth`). Then the client
 //! is attached to the project's hub and `session` runs its reader and
@@ -33,7 +35,9 @@ use futures_util::{SinkExt, StreamExt};
 use tokio_tungstenite::tungstenite::protocol::{Role as WsRole, WebSocketConfig};
 use tokio_tungstenite::WebSocketStream;
 
-use crate::auth::{self, Role};
+use crate::auth;
+use crate::dialect::OwnRuns;
+use crate::hub::Join;
 use crate::listener::ConnectionSlot;
 use crate::projects;
 use crate::server::AppState;
@@ -48,6 +52,10 @@ const CLOSE_GOING_AWAY: u16 = 1001;
 pub struct RpcQuery {
     /// Resume point for a client authenticated by its header.
     resume_after: Option<u64>,
+    /// Own runs only, for a client authenticated by its header.
+    own_runs: Option<String>,
+    /// The client id of an earlier connection whose runs are this one's.
+    client_id: Option<String>,
 }
 
 pub async fn upgrade(
@@ -65,6 +73,11 @@ pub async fn upgrade(
     ) {
         return (StatusCode::FORBIDDEN, "origin not allowed\n").into_response();
     }
+    let own_runs = match OwnRuns::from_query(query.own_runs.as_deref(), query.client_id.as_deref())
+    {
+        Ok(own_runs) => own_runs,
+        Err(e) => return (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response(),
+    };
     let dir = match projects::resolve(&state.projects_root, &project) {
         Ok(dir) => dir,
         Err(e) => {
@@ -110,33 +123,33 @@ pub async fn upgrade(
                 return;
             }
         };
-        let header = header_role.map(|role| (role, query.resume_after));
+        let header = header_role.map(|role| Hello {
+            role,
+            resume_after: query.resume_after,
+            answer: None,
+            own_runs,
+        });
         connection(io, state, project, dir, peer, header).await;
     });
     response
 }
 
-/// `header`: the role an `Authorization` header proved, with the query's
-/// resume point.
+/// `header`: the client an `Authorization` header proved, with the
+/// query's resume point and own-runs wish.
 async fn connection(
     mut io: Io,
     state: Arc<AppState>,
     project: String,
     dir: PathBuf,
     peer: IpAddr,
-    header: Option<(Role, Option<u64>)>,
+    header: Option<Hello>,
 ) {
     let max = state.max_frame_bytes;
     let config = WebSocketConfig::default()
         .max_frame_size(Some(max))
         .max_message_size(Some(max));
     let (hello, socket) = match header {
-        Some((role, resume_after)) => {
-            let hello = Hello {
-                role,
-                resume_after,
-                answer: None,
-            };
+        Some(hello) => {
             let socket = WebSocketStream::from_raw_socket(io, WsRole::Server, Some(config)).await;
             (hello, socket)
         }
@@ -191,9 +204,12 @@ async fn attached(
         .attach(
             &project,
             dir,
-            hello.role,
-            hello.resume_after,
-            hello.answer.clone(),
+            Join {
+                role: hello.role,
+                resume_after: hello.resume_after,
+                hello: hello.answer.clone(),
+                own_runs: hello.own_runs,
+            },
         )
         .await;
     let (hub, attached) = match attached {
