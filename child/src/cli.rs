@@ -1,6 +1,7 @@
 //! Command-line interface: `corral-agent rpc`, `corral-agent run` and
 //! `corral-agent sandbox-probe`.
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
@@ -131,8 +132,12 @@ pub struct AgentArgs {
     #[arg(long)]
     pub no_context_files: bool,
     /// Session journal (JSONL): loaded at start, appended on every change.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", overrides_with = "no_session")]
     pub session: Option<PathBuf>,
+    /// Keep no journal (the default; Zi's spelling). The later of
+    /// --session and --no-session wins.
+    #[arg(long, overrides_with = "session")]
+    pub no_session: bool,
     /// Confine the agent and its tools to the project (Landlock + user,
     /// mount, pid and ipc namespaces): writes only in the project and a
     /// private /tmp, no view of other processes. Off unless given: a
@@ -150,9 +155,95 @@ pub struct AgentArgs {
     pub tool_network: ToolNetwork,
 }
 
+/// `corral-agent --mode rpc …` (letscode's and Zi's spelling, also
+/// `--mode=rpc`) means `corral-agent rpc …`. Other arguments keep their
+/// order; every other command line is left alone.
+pub fn mode_flag_as_subcommand(mut args: Vec<OsString>) -> Vec<OsString> {
+    let position = args.iter().position(|a| a == "--mode" || a == "--mode=rpc");
+    let Some(at) = position.filter(|&at| at > 0) else {
+        return args;
+    };
+    let split = args[at] == "--mode";
+    if split && args.get(at + 1).is_none_or(|v| v != "rpc") {
+        return args;
+    }
+    args.drain(at..at + 1 + usize::from(split));
+    if args.get(1).is_none_or(|first| first != "rpc") {
+        args.insert(1, "rpc".into());
+    }
+    args
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn rewritten(args: &[&str]) -> Result<Cli, clap::Error> {
+        let args = std::iter::once("corral-agent")
+            .chain(args.iter().copied())
+            .map(OsString::from)
+            .collect();
+        Cli::try_parse_from(mode_flag_as_subcommand(args))
+    }
+
+    #[test]
+    fn zi_command_lines_in_either_order() {
+        for args in [
+            &[
+                "--dialect",
+                "zi",
+                "--no-session",
+                "--cwd",
+                "/d",
+                "--mode",
+                "rpc",
+            ][..],
+            &[
+                "--dialect",
+                "zi",
+                "--mode",
+                "rpc",
+                "--no-session",
+                "--cwd",
+                "/d",
+            ],
+            &[
+                "rpc",
+                "--dialect",
+                "zi",
+                "--no-session",
+                "--cwd",
+                "/d",
+                "--mode=rpc",
+            ],
+            &[
+                "--mode=rpc",
+                "--dialect",
+                "zi",
+                "--no-session",
+                "--cwd",
+                "/d",
+            ],
+        ] {
+            let cli = rewritten(args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+            let Mode::Rpc { agent, dialect, .. } = cli.mode else {
+                panic!("{args:?} is not rpc");
+            };
+            assert_eq!(dialect, Dialect::Zi);
+            assert_eq!(agent.cwd, Some(PathBuf::from("/d")));
+            assert!(agent.no_session && agent.session.is_none(), "{args:?}");
+        }
+    }
+
+    #[test]
+    fn the_later_of_session_and_no_session_wins() {
+        let args = |cli: Cli| cli.mode.agent_args().cloned().unwrap();
+        let last = args(parse(&["rpc", "--session", "s.jsonl", "--no-session"]).unwrap());
+        assert_eq!(last.session, None);
+        let last = args(parse(&["rpc", "--no-session", "--session", "s.jsonl"]).unwrap());
+        assert_eq!(last.session, Some(PathBuf::from("s.jsonl")));
+        assert!(parse(&["rpc", "--no-session=x"]).is_err());
+    }
 
     fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
         Cli::try_parse_from(std::iter::once("corral-agent").chain(args.iter().copied()))

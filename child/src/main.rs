@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use corral_agent::agent::{Agent, AgentEvent, Output, RunKind, RunRequest};
-use corral_agent::cli::{AgentArgs, Cli, Dialect, Mode, ToolNetwork};
+use corral_agent::cli::{self, AgentArgs, Cli, Dialect, Mode, ToolNetwork};
 use corral_agent::rpc::{self, TransportOptions};
 use corral_agent::sandbox::{self, SandboxConfig, ToolConfinement};
 use corral_agent::setup::{self, Prepared, SetupError};
@@ -30,7 +30,7 @@ fn main() -> ExitCode {
     // thread or tool process exists, so nothing the agent runs inherits it.
     let token = std::env::var("ZUTCORE_RPC_TOKEN").ok();
     std::env::remove_var("ZUTCORE_RPC_TOKEN");
-    let mut cli = Cli::parse_from(mode_flag_as_subcommand(std::env::args_os().collect()));
+    let mut cli = Cli::parse_from(cli::mode_flag_as_subcommand(std::env::args_os().collect()));
     init_logging();
     let prepared = match &mut cli.mode {
         Mode::SandboxProbe {
@@ -118,23 +118,6 @@ fn prepare(args: &mut AgentArgs) -> Result<Prepared, u8> {
         journal,
         tool_confinement: confined.tools,
     })
-}
-
-/// letscode compatibility: `corral-agent --mode rpc …` (letscode's own
-/// spelling, also `--mode=rpc`) means `corral-agent rpc …`. Other
-/// arguments keep their order; every other command line is left alone.
-fn mode_flag_as_subcommand(mut args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
-    let position = args.iter().position(|a| a == "--mode" || a == "--mode=rpc");
-    let Some(at) = position.filter(|&at| at > 0) else {
-        return args;
-    };
-    let split = args[at] == "--mode";
-    if split && args.get(at + 1).is_none_or(|v| v != "rpc") {
-        return args;
-    }
-    args.drain(at..at + 1 + usize::from(split));
-    args.insert(1, "rpc".into());
-    args
 }
 
 fn init_logging() {

@@ -50,9 +50,8 @@ pub fn apply(messages: &mut Vec<Message>, entry: Entry) {
             match messages.last_mut() {
                 Some(last) if last.role == Role::Tool => last.content.push(block),
                 _ => messages.push(Message {
-                    role: Role::Tool,
-                    content: vec![block],
                     time,
+                    ..Message::new(Role::Tool, vec![block])
                 }),
             }
         }

@@ -18,6 +18,22 @@ pub enum Role {
     Tool,
 }
 
+/// Why an assistant step ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// The model gave its answer.
+    Stop,
+    /// The model hit its output limit.
+    Length,
+    /// The model asked for tools.
+    ToolUse,
+    /// The model call failed; `error` says why.
+    Error,
+    /// The run was aborted during this step.
+    Aborted,
+}
+
 /// One transcript entry.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Message {
@@ -25,6 +41,13 @@ pub struct Message {
     pub content: Vec<Block>,
     /// RFC 3339 UTC timestamp of when the message was added.
     pub time: String,
+    /// How the assistant step that wrote this message ended; `None` for
+    /// other roles and in journals written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_reason: Option<StopReason>,
+    /// Why a failed or aborted step ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// One piece of a message's content.
@@ -74,7 +97,39 @@ impl Message {
             role,
             content,
             time: now_rfc3339(),
+            stop_reason: None,
+            error: None,
         }
+    }
+
+    /// An assistant message that ended with `stop`.
+    pub fn assistant(content: Vec<Block>, stop: StopReason) -> Message {
+        Message {
+            stop_reason: Some(stop),
+            ..Message::new(Role::Assistant, content)
+        }
+    }
+
+    /// The record of a step that failed or was aborted (`stop` is
+    /// [`StopReason::Error`] or [`StopReason::Aborted`]): an assistant
+    /// message holding what was streamed, if anything, and why it ended.
+    pub fn failed_step(content: Vec<Block>, stop: StopReason, error: String) -> Message {
+        Message {
+            error: Some(error),
+            ..Message::assistant(content, stop)
+        }
+    }
+
+    /// Whether this only records that a step failed or was aborted: an
+    /// assistant message with nothing in it. Such records stay out of
+    /// model requests.
+    pub fn is_failure_record(&self) -> bool {
+        self.role == Role::Assistant
+            && self.content.is_empty()
+            && matches!(
+                self.stop_reason,
+                Some(StopReason::Error | StopReason::Aborted)
+            )
     }
 
     /// The concatenated text blocks of this message.
@@ -127,5 +182,25 @@ mod tests {
         assert_eq!(back, msg);
         assert!(msg.time.ends_with('Z'));
         assert_eq!(msg.tool_calls().count(), 1);
+        assert!(!json.contains("stop_reason"), "{json}");
+    }
+
+    #[test]
+    fn failure_records_round_trip_and_old_lines_still_load() {
+        let failed = Message::failed_step(Vec::new(), StopReason::Error, "down".into());
+        let json = serde_json::to_string(&failed).unwrap();
+        assert!(json.contains(r#""stop_reason":"error""#), "{json}");
+        let back: Message = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, failed);
+        assert!(back.is_failure_record());
+        let partial =
+            Message::failed_step(vec![Block::text("so")], StopReason::Aborted, "x".into());
+        assert!(
+            !partial.is_failure_record(),
+            "streamed text stays in context"
+        );
+        let old = r#"{"role":"assistant","content":[],"time":"2024-01-01T00:00:00Z"}"#;
+        let old: Message = serde_json::from_str(old).unwrap();
+        assert_eq!((old.stop_reason, old.error), (None, None));
     }
 }

@@ -75,9 +75,14 @@ impl Zi {
         }
     }
 
+    /// One request and its answer; `params` is left out when empty (the
+    /// methods without parameters refuse even `{}`).
     async fn call(&mut self, id: &str, method: &str, params: Value) -> Value {
-        self.send(json!({"version": 1, "id": id, "method": method, "params": params}))
-            .await;
+        let mut request = json!({"version": 1, "id": id, "method": method});
+        if params != json!({}) {
+            request["params"] = params;
+        }
+        self.send(request).await;
         self.until(id).await.pop().unwrap()
     }
 }
@@ -136,39 +141,50 @@ async fn rejected_records_are_recoverable_protocol_errors() {
     zi.proc.send_raw(b"{not json\n").await;
     let e = zi.recv().await;
     assert_eq!(e["type"], "protocol_error");
-    assert_eq!(e["error"]["code"], "invalid_request");
-    for (record, id) in [
+    assert_eq!(e["code"], "invalid_json", "{e}");
+    assert!(e["message"].is_string() && e.get("error").is_none(), "{e}");
+    for (record, code, id) in [
         (
             json!({"version": 2, "id": "v2", "method": "session.get_state"}),
+            "unsupported_version",
             json!("v2"),
         ),
         (
             json!({"version": 1, "id": "u", "method": "session.nope"}),
+            "unknown_method",
             json!("u"),
         ),
         (
             json!({"version": 1, "method": "session.get_state"}),
+            "invalid_request",
             Value::Null,
         ),
         (
             json!({"id": "nov", "method": "session.get_state"}),
+            "unsupported_version",
             json!("nov"),
         ),
         (
             json!({"version": 1, "id": "x".repeat(257), "method": "model.list"}),
+            "invalid_request",
             Value::Null,
         ),
         (
-            json!({"version": 1, "id": "p", "method": "session.prompt", "params": {"delivery": "prompt"}}),
+            json!({"version": 1, "id": "p", "method": "session.prompt",
+                "params": {"delivery": "prompt", "text": "hi"}}),
+            "invalid_request",
             json!("p"),
         ),
     ] {
         zi.send(record).await;
         let e = zi.recv().await;
         assert_eq!(e["type"], "protocol_error", "{e}");
-        assert_eq!(e["error"]["code"], "invalid_request");
+        assert_eq!(e["code"], code, "{e}");
         assert_eq!(e.get("id").cloned().unwrap_or(Value::Null), id);
     }
+    zi.proc.send_raw(b"[1]\n").await;
+    let e = zi.recv().await;
+    assert_eq!(e["code"], "invalid_request", "{e}");
     let ok = zi.call("after", "session.get_state", json!({})).await;
     assert_eq!(ok["ok"], true);
 }
@@ -184,14 +200,19 @@ async fn prompt_then_await_idle_returns_the_cycle_completion() {
     // before the later requests are answered.
     let mut frames = Vec::new();
     zi.send(json!({"version": 1, "id": "p1", "method": "session.prompt",
-                   "params": {"delivery": "prompt", "text": "hi", "completionId": "cycle"}}))
+                   "params": {"delivery": "direct", "text": "hi", "completionId": "cycle"}}))
         .await;
     frames.extend(zi.until("p1").await);
     let r = frames.last().unwrap().clone();
     assert_eq!(r["ok"], true, "{r}");
-    assert_eq!(r["result"]["completionRevision"], 1);
+    assert_eq!(
+        r["result"],
+        json!({"delivery": "direct", "completionRevision": 1})
+    );
+    // Whether the first run is still going (a follow-up of it) or over (a
+    // new run), `continue` joins the cycle.
     zi.send(json!({"version": 1, "id": "p2", "method": "session.prompt",
-                   "params": {"delivery": "follow_up", "text": "more", "completionId": "cycle"}}))
+                   "params": {"delivery": "continue", "text": "more", "completionId": "cycle"}}))
         .await;
     frames.extend(zi.until("p2").await);
     let r = frames.last().unwrap().clone();
@@ -209,6 +230,7 @@ async fn prompt_then_await_idle_returns_the_cycle_completion() {
         "message_end",
         "turn_end",
         "agent_end",
+        "agent_settled",
     ] {
         assert!(
             events.iter().any(|e| e == expected),
@@ -223,10 +245,20 @@ async fn prompt_then_await_idle_returns_the_cycle_completion() {
     assert_eq!(delta, "first answerthe final answer");
     let idle = frames.last().unwrap();
     assert_eq!(idle["ok"], true, "{idle}");
-    let completion = &idle["result"]["completion"];
-    assert_eq!(completion["revision"], 2);
-    assert_eq!(completion["messageCount"], 4);
-    assert_eq!(completion["message"]["text"], "the final answer");
+    assert_eq!(
+        idle["result"],
+        json!({"completionRevision": 2, "messageCount": 4, "completion": {
+            "text": "the final answer", "stopReason": "stop",
+            "originalBytes": 16, "omittedBytes": 0}})
+    );
+    let settled = frames
+        .iter()
+        .rposition(|f| f["event"]["type"] == "agent_settled");
+    assert_eq!(
+        settled,
+        Some(frames.len() - 2),
+        "agent_settled just before the answer"
+    );
 
     let page = zi
         .call("m", "session.get_messages", json!({"start": 1, "limit": 2}))
@@ -255,10 +287,19 @@ async fn capacity_duplicates_and_interrupt() {
         .call(
             "p",
             "session.prompt",
-            json!({"delivery": "prompt", "text": "go"}),
+            json!({"delivery": "direct", "text": "go"}),
         )
         .await;
-    assert_eq!(r["result"]["admitted"], "started");
+    assert_eq!(r["result"], json!({"delivery": "direct"}));
+    let busy = zi
+        .call(
+            "p2",
+            "session.prompt",
+            json!({"delivery": "direct", "text": "again"}),
+        )
+        .await;
+    assert_eq!(busy["ok"], false, "{busy}");
+    assert_eq!(busy["error"]["code"], "operation_failed");
     for i in 0..32 {
         zi.send(json!({"version": 1, "id": format!("w{i}"), "method": "session.await_idle"}))
             .await;
@@ -269,7 +310,7 @@ async fn capacity_duplicates_and_interrupt() {
     // Reusing an in-flight id, even for the reserved interruption slot.
     let dup = zi.call("w0", "session.interrupt", json!({})).await;
     assert_eq!(dup["type"], "protocol_error");
-    assert_eq!(dup["error"]["code"], "invalid_request");
+    assert_eq!(dup["code"], "invalid_request");
     let state = zi.call("s", "session.get_state", json!({})).await;
     assert_eq!(
         state["result"]["activity"]["type"], "running",
@@ -315,7 +356,7 @@ async fn events_none_suppresses_only_session_events() {
     zi.call(
         "p",
         "session.prompt",
-        json!({"delivery": "prompt", "text": "hi"}),
+        json!({"delivery": "direct", "text": "hi"}),
     )
     .await;
     zi.send(json!({"version": 1, "id": "i", "method": "session.await_idle"}))
@@ -326,7 +367,11 @@ async fn events_none_suppresses_only_session_events() {
         "{frames:?}"
     );
     let r = zi.call("e2", "connection.set_events", json!({})).await;
-    assert_eq!(r["result"], json!({"mode": "all"}));
+    assert_eq!(r["type"], "protocol_error", "the mode is required");
+    let r = zi
+        .call("e3", "connection.set_events", json!({"mode": "activity"}))
+        .await;
+    assert_eq!(r["result"], json!({"mode": "activity"}));
 }
 
 #[tokio::test]
@@ -386,7 +431,7 @@ async fn models_thinking_commands_and_outcomes() {
         .await;
     assert_eq!(
         t["result"],
-        json!({"requested": "high", "effective": "high", "scope": "project", "persisted": false})
+        json!({"scope": "project", "requested": "high", "effective": "high"})
     );
     let state = zi.call("s", "session.get_state", json!({})).await;
     assert_eq!(state["result"]["thinkingLevel"], "high");
@@ -402,7 +447,11 @@ async fn models_thinking_commands_and_outcomes() {
         .await;
     assert_eq!(unknown["error"]["code"], "not_found");
     let clear = zi
-        .call("cc", "command.invoke", json!({"name": "clear"}))
+        .call(
+            "cc",
+            "command.invoke",
+            json!({"name": "clear", "arguments": ""}),
+        )
         .await;
     assert_eq!(clear["ok"], true);
 
@@ -420,7 +469,12 @@ async fn an_oversized_record_is_fatal_invalid_framing() {
     record.push(b'\n');
     zi.proc.send_raw(&record).await;
     let frame = zi.recv().await;
-    assert_eq!(frame["type"], "invalid_framing");
+    assert_eq!(frame["type"], "protocol_error");
+    assert_eq!(frame["code"], "invalid_framing");
+    assert_eq!(
+        frame["message"],
+        "RPC input records cannot exceed 16777216 bytes"
+    );
     assert_eq!(zi.proc.wait().await, Some(1));
 }
 
@@ -429,7 +483,10 @@ async fn invalid_utf8_is_fatal_invalid_framing() {
     let (mut zi, _) = Zi::echo().await;
     zi.proc.send_raw(b"{\"version\":1,\"id\":\"\xff\"}\n").await;
     let frame = zi.recv().await;
-    assert_eq!(frame["type"], "invalid_framing");
+    assert_eq!(frame["type"], "protocol_error");
+    assert_eq!(frame["code"], "invalid_framing");
+    assert_eq!(frame["message"], "RPC input must be valid UTF-8");
+    assert!(frame.get("id").is_none());
     assert_eq!(zi.proc.wait().await, Some(1));
 }
 
@@ -444,7 +501,7 @@ async fn eof_interrupts_active_work_and_exits_zero() {
     zi.call(
         "p",
         "session.prompt",
-        json!({"delivery": "prompt", "text": "go"}),
+        json!({"delivery": "direct", "text": "go"}),
     )
     .await;
     let started = std::time::Instant::now();
@@ -473,7 +530,7 @@ async fn the_snapshot_reports_context_usage_and_compaction() {
     zi.call(
         "p",
         "session.prompt",
-        json!({"delivery": "prompt", "text": "go"}),
+        json!({"delivery": "direct", "text": "go"}),
     )
     .await;
     zi.call("w", "session.await_idle", json!({})).await;
@@ -497,9 +554,9 @@ async fn the_snapshot_reports_context_usage_and_compaction() {
     assert_eq!(state["result"]["contextUsage"]["type"], "unavailable");
 }
 
-/// `session.interrupt` aborts the active run and discards the work queued
-/// behind it: the queued prompt never starts (no second `agent_start`, no
-/// second model request), and the session is idle when it answers.
+/// `session.interrupt` aborts the active run and discards the input queued
+/// for it: the follow-up never runs (no second model request), and the
+/// session is idle with an empty queue when it answers.
 #[tokio::test]
 async fn interrupt_discards_queued_work() {
     let mock = MockLlm::start().await;
@@ -514,12 +571,15 @@ async fn interrupt_discards_queued_work() {
         json!({"version": 1, "id": id, "method": "session.prompt",
             "params": {"delivery": delivery, "text": "some text"}})
     };
-    zi.send(prompt("p1", "prompt")).await;
+    zi.send(prompt("p1", "direct")).await;
     frames.extend(zi.until("p1").await);
     zi.send(prompt("p2", "follow_up")).await;
     frames.extend(zi.until("p2").await);
-    let queued = frames.last().unwrap().clone();
-    assert_eq!(queued["result"]["admitted"], "queued", "{queued}");
+    zi.send(json!({"version": 1, "id": "q", "method": "session.get_state"}))
+        .await;
+    frames.extend(zi.until("q").await);
+    let queued = &frames.last().unwrap()["result"]["queuedInputs"];
+    assert_eq!(queued["followUp"][0]["text"], "some text", "{queued}");
     while !frames
         .iter()
         .any(|f| f["event"]["type"] == "message_update")
@@ -533,6 +593,10 @@ async fn interrupt_discards_queued_work() {
     assert_eq!(idle["ok"], true, "{idle}");
     let state = zi.call("s", "session.get_state", json!({})).await;
     assert_eq!(state["result"]["activity"]["type"], "idle");
+    assert_eq!(
+        state["result"]["queuedInputs"],
+        json!({"steering": [], "followUp": []})
+    );
     let events = session_events(&frames);
     let starts = events.iter().filter(|e| *e == "agent_start").count();
     let ends = events.iter().filter(|e| *e == "agent_end").count();

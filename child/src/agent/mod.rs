@@ -33,6 +33,9 @@ use crate::sandbox::ToolConfinement;
 use crate::tools::ToolSet;
 use crate::transcript::Block;
 
+/// The `error` of the transcript record of an aborted step.
+pub const ABORTED: &str = "the run was aborted";
+
 /// Prompts and compactions that may wait behind the active run.
 pub const MAX_QUEUED_RUNS: usize = 64;
 
@@ -135,6 +138,24 @@ pub(crate) struct Steering {
     /// cleared (under this lock) when it decides to end.
     pub open: bool,
     pub pending: Vec<String>,
+    /// Input for when the run would otherwise end: the first becomes
+    /// steering then, and the run goes on (see [`Agent::queue_input`]).
+    pub follow_up: Vec<String>,
+    /// A prompt run executes (open or not).
+    pub active: bool,
+    /// Input was queued while the active run was closed but not yet
+    /// over: the run goes on with it rather than leave it for a run that
+    /// may never come.
+    pub late: bool,
+}
+
+/// Where [`Agent::queue_input`] puts text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Queue {
+    /// Taken before the next model call.
+    Steering,
+    /// Taken, one at a time, when the run would otherwise end.
+    FollowUp,
 }
 
 /// Handle to a running agent.
@@ -203,6 +224,36 @@ impl Agent {
     /// Drops steering messages the active run has not taken yet.
     pub fn clear_steering(&self) {
         self.shared.steering().pending.clear();
+    }
+
+    /// Queues `text` for the active prompt run, or for the next one when
+    /// none can take it (idle, or the run has decided to end): steering is
+    /// added before that run's next model call; a follow-up when it would
+    /// otherwise end. Input left when a run ends abnormally (aborted,
+    /// failed, out of steps) is dropped and reported.
+    pub fn queue_input(&self, queue: Queue, text: String) {
+        let mut input = self.shared.steering();
+        match queue {
+            Queue::Steering => input.pending.push(text),
+            Queue::FollowUp => input.follow_up.push(text),
+        }
+        if input.active && !input.open {
+            input.late = true;
+        }
+    }
+
+    /// The queued input not yet taken: `(steering, follow-ups)`.
+    pub fn queued_input(&self) -> (Vec<String>, Vec<String>) {
+        let input = self.shared.steering();
+        (input.pending.clone(), input.follow_up.clone())
+    }
+
+    /// Drops all queued input (steering and follow-ups).
+    pub fn discard_input(&self) {
+        let mut input = self.shared.steering();
+        input.pending.clear();
+        input.follow_up.clear();
+        input.late = false;
     }
 
     /// No run is executing and none waits in the queue.
@@ -288,17 +339,34 @@ async fn worker(
         };
         match run.kind {
             RunKind::Prompt { text, images } => {
-                ctx.shared.steering().open = true;
+                {
+                    let mut input = ctx.shared.steering();
+                    (input.open, input.active, input.late) = (true, true, false);
+                }
                 turn::run_prompt(&ctx, text, images).await;
+                while std::mem::take(&mut ctx.shared.steering().late) {
+                    turn::resume(&ctx).await;
+                }
+                // A run that ended normally closed its input itself, and
+                // what came later waits for the next run; one that did not
+                // (aborted, failed, out of steps) leaves input behind.
                 let left = {
-                    let mut steering = ctx.shared.steering();
-                    steering.open = false;
-                    std::mem::take(&mut steering.pending)
+                    let mut input = ctx.shared.steering();
+                    let left = if input.open {
+                        input.pending.len() + input.follow_up.len()
+                    } else {
+                        0
+                    };
+                    if input.open {
+                        input.pending.clear();
+                        input.follow_up.clear();
+                    }
+                    (input.open, input.active, input.late) = (false, false, false);
+                    left
                 };
-                if !left.is_empty() {
+                if left > 0 {
                     ctx.emit(AgentEvent::Error(format!(
-                        "{} steering message(s) were not delivered: the run ended first",
-                        left.len()
+                        "{left} steering message(s) were not delivered: the run ended first"
                     )))
                     .await;
                 }

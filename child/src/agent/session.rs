@@ -47,7 +47,17 @@ impl Session {
         self
     }
 
-    pub fn messages(&self) -> &[Message] {
+    /// The conversation: every message except the records of failed or
+    /// aborted steps ([`Message::is_failure_record`]). This is what the
+    /// model is sent, and what the zut and letscode front-ends show (their
+    /// references keep no such records).
+    pub fn messages(&self) -> Conversation<'_> {
+        Conversation(&self.messages)
+    }
+
+    /// Every message, failure records included (Zi pages them: its
+    /// clients read a run's outcome from its last assistant message).
+    pub fn transcript(&self) -> &[Message] {
         &self.messages
     }
 
@@ -106,6 +116,28 @@ impl Session {
     }
 }
 
+/// The transcript without its failure records (see [`Session::messages`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Conversation<'a>(&'a [Message]);
+
+impl<'a> Conversation<'a> {
+    pub fn iter(&self) -> impl Iterator<Item = &'a Message> + 'a {
+        self.0.iter().filter(|m| !m.is_failure_record())
+    }
+
+    pub fn len(&self) -> usize {
+        self.iter().count()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.iter().next().is_none()
+    }
+
+    pub fn to_vec(&self) -> Vec<Message> {
+        self.iter().cloned().collect()
+    }
+}
+
 /// The text of the message that replaces a compacted transcript.
 pub fn summary_message(summary: &str) -> String {
     format!(
@@ -116,6 +148,7 @@ pub fn summary_message(summary: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::transcript::StopReason;
     use serde_json::json;
 
     fn open(path: &std::path::Path) -> Session {
@@ -125,7 +158,7 @@ mod tests {
 
     fn results(session: &Session) -> Vec<(String, bool, String)> {
         session
-            .messages()
+            .transcript()
             .iter()
             .flat_map(|m| &m.content)
             .filter_map(|b| match b {
@@ -141,6 +174,19 @@ mod tests {
                 _ => None,
             })
             .collect()
+    }
+
+    #[test]
+    fn failure_records_stay_out_of_the_conversation() {
+        let mut session = Session::new("m".into(), ReasoningLevel::default());
+        session
+            .push(Message::new(Role::User, vec![Block::text("hi")]))
+            .unwrap();
+        let failed = Message::failed_step(Vec::new(), StopReason::Error, "down".into());
+        session.push(failed).unwrap();
+        assert_eq!(session.transcript().len(), 2);
+        assert_eq!(session.messages().len(), 1);
+        assert_eq!(session.messages().to_vec()[0].role, Role::User);
     }
 
     #[test]
@@ -174,11 +220,11 @@ mod tests {
         ];
         assert_eq!(results(&session), expected);
         assert_eq!(session.messages().len(), 3, "one tool message");
-        let in_memory = session.messages().to_vec();
+        let in_memory = session.transcript().to_vec();
         drop(session);
 
         let session = open(&path);
         assert_eq!(results(&session), expected, "answered once, not again");
-        assert_eq!(session.messages(), &in_memory[..], "journal == memory");
+        assert_eq!(session.transcript(), &in_memory[..], "journal == memory");
     }
 }

@@ -6,10 +6,10 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::call::{call_model, CallError};
-use super::{usage, AgentEvent, RunCtx};
+use super::{usage, AgentEvent, RunCtx, ABORTED};
 use crate::provider::{catalogue, ModelRequest, ModelResponse, ModelStop};
 use crate::tools::{ToolContext, ToolOutput};
-use crate::transcript::{Block, Message, Role};
+use crate::transcript::{Block, Message, Role, StopReason};
 
 /// Output tokens requested per call when the catalogue does not know the
 /// model, and the cap for known ones (longer answers come as more steps).
@@ -38,7 +38,19 @@ pub(crate) async fn run_prompt(ctx: &RunCtx<'_>, text: String, images: Vec<Block
     let user = Message::new(Role::User, content);
     ctx.record(user.clone()).await;
     ctx.emit(AgentEvent::UserMessage(user)).await;
+    steps(ctx).await;
+}
 
+/// Goes on with input that came after the run had decided to end (see
+/// [`super::Agent::queue_input`]), as more steps of the same run.
+pub(crate) async fn resume(ctx: &RunCtx<'_>) {
+    if input_waits(ctx) {
+        steps(ctx).await;
+    }
+}
+
+/// Model calls and tool calls until the run ends.
+async fn steps(ctx: &RunCtx<'_>) {
     let max_steps = ctx.shared.settings.max_steps;
     let mut recovered = false;
     for step in 1..=max_steps {
@@ -49,14 +61,20 @@ pub(crate) async fn run_prompt(ctx: &RunCtx<'_>, text: String, images: Vec<Block
         let response = match call_model(ctx, request, step > 1).await {
             Ok(response) => response,
             Err(CallError::Aborted { partial }) => {
-                if !partial.is_empty() {
-                    ctx.record(Message::new(Role::Assistant, vec![Block::text(partial)]))
-                        .await;
-                }
+                // What was streamed stays in context; an empty record does not.
+                let content = if partial.is_empty() {
+                    Vec::new()
+                } else {
+                    vec![Block::text(partial)]
+                };
+                let record = Message::failed_step(content, StopReason::Aborted, ABORTED.into());
+                ctx.record(record).await;
                 end_turn(ctx, Stop::Aborted, None).await;
                 return;
             }
             Err(CallError::Failed(error)) => {
+                let record = Message::failed_step(Vec::new(), StopReason::Error, error.clone());
+                ctx.record(record).await;
                 end_turn(ctx, Stop::Error, Some(error)).await;
                 return;
             }
@@ -64,7 +82,7 @@ pub(crate) async fn run_prompt(ctx: &RunCtx<'_>, text: String, images: Vec<Block
         match finish_step(ctx, response, &model).await {
             StepEnd::Continue => continue,
             StepEnd::Aborted => return,
-            StepEnd::Answered if steering_waits(ctx) => continue,
+            StepEnd::Answered if input_waits(ctx) => continue,
             StepEnd::Answered => return,
             StepEnd::MissingAnswer if !recovered => {
                 recovered = true;
@@ -79,7 +97,7 @@ pub(crate) async fn run_prompt(ctx: &RunCtx<'_>, text: String, images: Vec<Block
             }
             StepEnd::MissingAnswer => {
                 end_turn(ctx, Stop::End, None).await;
-                if !steering_waits(ctx) {
+                if !input_waits(ctx) {
                     return;
                 }
             }
@@ -101,12 +119,18 @@ async fn take_steering(ctx: &RunCtx<'_>) {
     }
 }
 
-/// Whether steering waits for another step; when none does, the run stops
-/// taking steering (atomically, so nothing sent later is stranded).
-fn steering_waits(ctx: &RunCtx<'_>) -> bool {
-    let mut steering = ctx.shared.steering();
-    steering.open = !steering.pending.is_empty();
-    steering.open
+/// Whether input waits for another step: steering, else the next queued
+/// follow-up (which becomes steering, one per step). When nothing waits,
+/// the run stops taking input, atomically, so that nothing sent later is
+/// stranded: it waits for the next run instead.
+fn input_waits(ctx: &RunCtx<'_>) -> bool {
+    let mut input = ctx.shared.steering();
+    if input.pending.is_empty() && !input.follow_up.is_empty() {
+        let next = input.follow_up.remove(0);
+        input.pending.push(next);
+    }
+    input.open = !input.pending.is_empty();
+    input.open
 }
 
 enum StepEnd {
@@ -124,7 +148,12 @@ enum StepEnd {
 /// before any tool runs, so a crash mid-tool leaves the call on disk to be
 /// answered "interrupted" on restart, never run again by itself.
 async fn finish_step(ctx: &RunCtx<'_>, response: ModelResponse, model: &str) -> StepEnd {
-    let assistant = Message::new(Role::Assistant, response.content);
+    let stop = match response.stop {
+        _ if has_tool_calls(&response.content) => StopReason::ToolUse,
+        ModelStop::MaxTokens => StopReason::Length,
+        _ => StopReason::Stop,
+    };
+    let assistant = Message::assistant(response.content, stop);
     let calls: Vec<(String, String, Value)> = assistant
         .tool_calls()
         .map(|(id, name, args)| (id.to_string(), name.to_string(), args.clone()))
@@ -167,6 +196,8 @@ async fn finish_step(ctx: &RunCtx<'_>, response: ModelResponse, model: &str) -> 
     report_usage(ctx, &response.usage, model).await;
 
     if aborted {
+        let record = Message::failed_step(Vec::new(), StopReason::Aborted, ABORTED.into());
+        ctx.record(record).await;
         end_turn(ctx, Stop::Aborted, None).await;
         return StepEnd::Aborted;
     }
@@ -241,6 +272,10 @@ async fn report_usage(ctx: &RunCtx<'_>, tokens: &crate::provider::TokenUsage, mo
         session.usage.clone()
     };
     ctx.emit(AgentEvent::Usage { turn, cumulative }).await;
+}
+
+fn has_tool_calls(content: &[Block]) -> bool {
+    content.iter().any(|b| matches!(b, Block::ToolCall { .. }))
 }
 
 async fn end_turn(ctx: &RunCtx<'_>, stop: Stop, error: Option<String>) {

@@ -1,14 +1,17 @@
 //! The Zi encoder: stamps `version` and the connection-local `sequence` on
 //! every server frame in output order, wraps agent events as
 //! `session_event` frames (dropped under `connection.set_events none`,
-//! which takes effect at its response's place in the output), and
-//! records what settlement needs: finished runs, completion evidence, the
-//! work plan and compaction summaries.
+//! which takes effect at its response's place in the output), sends
+//! `agent_settled` after the `agent_end` that leaves no run active or
+//! queued, and records what settlement needs: finished runs, completion
+//! evidence (the latest assistant `message_end`, snapshotted at
+//! `agent_settled`), the work plan and compaction summaries.
 
 use serde_json::{json, Map, Value};
 
-use super::event::{plan_steps, text_of, EventMapper};
-use super::state::Connection;
+use super::event::{plan_steps, EventMapper};
+use super::message::Latest;
+use super::state::{Connection, Settled};
 use crate::agent::{AgentEvent, Output};
 use crate::rpc::{line_of, Encoder};
 
@@ -24,9 +27,14 @@ pub const EVENTS_MODE: &str = "zi.events";
 /// Longest output record, in bytes (without its LF).
 pub const MAX_RECORD: usize = corral_protocol::ndjson::DEFAULT_MAX_LINE;
 
+/// Reads the session's message count.
+pub type MessageCount = Box<dyn Fn() -> usize + Send>;
+
 /// Writes Zi frames.
 pub struct ZiEncoder {
     connection: Connection,
+    /// The session's message count, read when it settles.
+    message_count: MessageCount,
     /// The last sequence written (the first frame gets 1).
     sequence: u64,
     mapper: EventMapper,
@@ -35,9 +43,10 @@ pub struct ZiEncoder {
 }
 
 impl ZiEncoder {
-    pub fn new(connection: Connection) -> ZiEncoder {
+    pub fn new(connection: Connection, message_count: MessageCount) -> ZiEncoder {
         ZiEncoder {
             connection,
+            message_count,
             sequence: 0,
             mapper: EventMapper::default(),
             events: true,
@@ -74,19 +83,8 @@ impl ZiEncoder {
     /// Updates settlement state before the event is written.
     fn observe(&mut self, event: &AgentEvent) {
         let mut inner = self.connection.lock();
+        self.mapper.compacting = inner.compacting;
         match event {
-            AgentEvent::AssistantMessage(message) => {
-                if let Some(watch) = inner.watch.as_mut() {
-                    watch.text = Some(text_of(message));
-                }
-            }
-            AgentEvent::TurnEnd {
-                error: Some(error), ..
-            } => {
-                if let Some(watch) = inner.watch.as_mut() {
-                    watch.error = Some(error.clone());
-                }
-            }
             AgentEvent::PlanUpdate { update, .. } => {
                 inner.plan.0 += 1;
                 inner.plan.1 = plan_steps(update);
@@ -116,6 +114,36 @@ impl ZiEncoder {
             }
             _ => {}
         }
+    }
+
+    /// An assistant `message_end` becomes the watch's latest evidence.
+    fn watch_message(&mut self, event: &Value) {
+        let message = &event["message"];
+        if event["type"] != "message_end" || message["role"] != "assistant" {
+            return;
+        }
+        if let Some(watch) = self.connection.lock().watch.as_mut() {
+            watch.latest = Some(Latest::of(message));
+        }
+    }
+
+    /// After a run's `agent_end`: when no run is left, `agent_settled` and
+    /// the watch's settled snapshot. The count of finished runs goes up
+    /// last, so idle waiters (and new prompts) come after both.
+    fn run_ended(&mut self, lines: &mut Vec<Vec<u8>>) {
+        let completed = self.connection.completed() + 1;
+        if completed >= self.connection.submitted() {
+            let message_count = (self.message_count)();
+            if let Some(watch) = self.connection.lock().watch.as_mut() {
+                watch.settled = Some(Settled {
+                    revision: watch.revision,
+                    latest: watch.latest.clone(),
+                    message_count,
+                });
+            }
+            self.push(session_event(json!({"type": "agent_settled"})), lines);
+        }
+        self.connection.completed.send_modify(|n| *n = completed);
     }
 }
 
@@ -168,11 +196,11 @@ impl Encoder for ZiEncoder {
             Output::Event(event) => {
                 self.observe(&event);
                 for value in self.mapper.map(&event) {
+                    self.watch_message(&value);
                     self.push(session_event(value), lines);
                 }
                 if event == AgentEvent::Done {
-                    // After the `agent_end` line: idle waiters respond after it.
-                    self.connection.completed.send_modify(|n| *n += 1);
+                    self.run_ended(lines);
                 }
             }
             Output::Frame(Value::String(marker)) if marker == RUN_STARTED => {
@@ -204,7 +232,7 @@ mod tests {
     #[test]
     fn sequences_every_frame_and_suppresses_only_session_events() {
         let connection = Connection::new();
-        let mut encoder = ZiEncoder::new(connection.clone());
+        let mut encoder = ZiEncoder::new(connection.clone(), Box::new(|| 0));
         let mut lines = Vec::new();
         encoder.encode(Output::Frame(json!({"type": "ready"})), &mut lines);
         encoder.encode(Output::Event(AgentEvent::TextDelta("a".into())), &mut lines);
@@ -227,9 +255,49 @@ mod tests {
     }
 
     #[test]
+    fn the_last_run_end_settles_the_session_and_the_watch() {
+        let connection = Connection::new();
+        connection
+            .submitted
+            .store(2, std::sync::atomic::Ordering::SeqCst);
+        connection.lock().watch = Some(super::super::state::CompletionWatch::new("c"));
+        let mut encoder = ZiEncoder::new(connection.clone(), Box::new(|| 7));
+        let mut lines = Vec::new();
+        let failed = AgentEvent::TurnEnd {
+            stop: corral_protocol::zut::Stop::Error,
+            error: Some("down".into()),
+        };
+        encoder.encode(Output::Event(failed), &mut lines);
+        encoder.encode(Output::Event(AgentEvent::Done), &mut lines);
+        assert_eq!(connection.completed(), 1);
+        assert!(connection.lock().watch.as_ref().unwrap().settled.is_none());
+        encoder.encode(Output::Event(AgentEvent::Done), &mut lines);
+        let kinds: Vec<String> = frames(&lines)
+            .iter()
+            .map(|f| f["event"]["type"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "message_start",
+                "message_end",
+                "turn_end",
+                "agent_end",
+                "agent_end",
+                "agent_settled"
+            ]
+        );
+        let inner = connection.lock();
+        let settled = inner.watch.as_ref().unwrap().settled.as_ref().unwrap();
+        assert_eq!(settled.message_count, 7);
+        assert_eq!(settled.result()["completion"]["error"], "down");
+        assert_eq!(connection.completed(), 2);
+    }
+
+    #[test]
     fn a_scheduled_retry_shows_until_the_next_request() {
         let connection = Connection::new();
-        let mut encoder = ZiEncoder::new(connection.clone());
+        let mut encoder = ZiEncoder::new(connection.clone(), Box::new(|| 0));
         let mut lines = Vec::new();
         let retry = AgentEvent::RetryScheduled {
             attempt: 2,
@@ -253,7 +321,7 @@ mod tests {
 
     #[test]
     fn records_over_the_bound_are_replaced_in_place() {
-        let mut encoder = ZiEncoder::new(Connection::new());
+        let mut encoder = ZiEncoder::new(Connection::new(), Box::new(|| 0));
         let mut lines = Vec::new();
         let huge = "x".repeat(MAX_RECORD);
         let response = json!({"type": "response", "id": "m", "method": "session.get_messages",

@@ -3,17 +3,18 @@
 //! | agent event                     | session event(s)                                   |
 //! |---------------------------------|----------------------------------------------------|
 //! | run start (`started` marker)    | `agent_start`                                      |
-//! | `Done`                          | `agent_end`                                        |
+//! | `Done`                          | `agent_end` (and `agent_settled`, from the encoder, when no run is left) |
 //! | `UserMessage`                   | `message_start` + `message_end` (role `user`)      |
 //! | `TurnStart{step}`               | `turn_start {step}`                                |
 //! | `AssistantStart`                | `message_start` (empty assistant message)          |
 //! | `TextDelta` / `ThinkingDelta`   | `message_update {assistantMessageEvent: {type: text_delta / thinking_delta, delta}}` |
 //! | `ToolUseStart/Args/End`         | `message_update` `toolcall_start/toolcall_delta/toolcall_end` |
-//! | `AssistantMessage`              | `message_end` (role `assistant`)                   |
+//! | `AssistantMessage`              | `message_end` (role `assistant`, with `stopReason`) |
 //! | `ToolExecutionStarted`          | `tool_execution_start {toolCallId, toolName, args}`|
 //! | `ToolProgress`                  | `tool_execution_update {toolCallId, toolName, partialResult}` |
 //! | `ToolResult`                    | `tool_execution_end {toolCallId, toolName, result, isError}` |
 //! | `PlanUpdate`                    | `work_plan_changed {plan}`                         |
+//! | `TurnEnd` (failed or aborted step) | `message_start`? + `message_end` of the step's record (`stopReason` `error`/`aborted`, `errorMessage`), then `turn_end` |
 //! | `TurnEnd`                       | `turn_end {stopReason, errorMessage?}`             |
 //! | `RequestStarted`/`RetryScheduled` | `request_start` / `auto_retry_start`             |
 //! | `Usage`                         | `usage {turn, cumulative}`                         |
@@ -22,19 +23,29 @@
 //! | `CompactDone`                   | `compaction_end {summary}`                         |
 //! | `ToolCall`, `CacheDiagnostics`  | nothing (folded into the above / internal)         |
 //!
-//! Messages use the transcript wire shape of [`super::super::zut::wire_message`].
+//! Messages are in the shape of [`super::message::message`].
 
 use std::collections::HashMap;
 
 use serde_json::{json, Value};
 
-use crate::agent::AgentEvent;
-use crate::rpc::zut::{wire_blocks, wire_message};
+use corral_protocol::zut::Stop;
 
-/// Remembers tool calls so execution events can name their tool and args.
+use super::message::{self, failed_step};
+use crate::agent::{AgentEvent, ABORTED};
+use crate::rpc::zut::wire_blocks;
+use crate::transcript::StopReason;
+
+/// Remembers tool calls so execution events can name their tool and args,
+/// and the text the current step has streamed.
 #[derive(Debug, Default)]
 pub struct EventMapper {
     tools: HashMap<String, (String, Value)>,
+    /// The streamed text of the step whose `message_start` went out and
+    /// whose `message_end` has not.
+    draft: Option<String>,
+    /// A compaction runs: its failure is no assistant message.
+    pub compacting: bool,
 }
 
 impl EventMapper {
@@ -44,7 +55,7 @@ impl EventMapper {
             |inner: Value| json!({"type": "message_update", "assistantMessageEvent": inner});
         match event {
             AgentEvent::UserMessage(m) => {
-                let message = json!(wire_message(m));
+                let message = message::message(m);
                 vec![
                     json!({"type": "message_start", "message": message}),
                     json!({"type": "message_end", "message": message}),
@@ -68,9 +79,15 @@ impl EventMapper {
             } => vec![json!({"type": "auto_retry_start", "attempt": attempt,
                 "maxAttempts": max_attempts,
                 "delayMs": u64::try_from(delay.as_millis()).unwrap_or(u64::MAX)})],
-            AgentEvent::AssistantStart => vec![json!({"type": "message_start",
-                "message": {"role": "assistant", "content": []}})],
+            AgentEvent::AssistantStart => {
+                self.draft = Some(String::new());
+                vec![json!({"type": "message_start",
+                    "message": {"role": "assistant", "content": []}})]
+            }
             AgentEvent::TextDelta(delta) => {
+                if let Some(draft) = self.draft.as_mut() {
+                    draft.push_str(delta);
+                }
                 vec![update(json!({"type": "text_delta", "delta": delta}))]
             }
             AgentEvent::ThinkingDelta(delta) => {
@@ -113,16 +130,19 @@ impl EventMapper {
                 ]
             }
             AgentEvent::AssistantMessage(m) => {
-                vec![json!({"type": "message_end", "message": wire_message(m)})]
+                self.draft = None;
+                vec![json!({"type": "message_end", "message": message::message(m)})]
             }
             AgentEvent::Usage { turn, cumulative } => vec![json!({"type": "usage",
                 "turn": turn, "cumulative": cumulative})],
             AgentEvent::TurnEnd { stop, error } => {
+                let mut events = self.failed_step(*stop, error.as_deref());
                 let mut event = json!({"type": "turn_end", "stopReason": stop});
                 if let Some(error) = error {
                     event["errorMessage"] = json!(error);
                 }
-                vec![event]
+                events.push(event);
+                events
             }
             AgentEvent::TurnRecovery { reason, attempt } => vec![json!({"type": "turn_recovery",
                 "reason": reason.to_string(), "attempt": attempt})],
@@ -135,6 +155,30 @@ impl EventMapper {
                 vec![json!({"type": "agent_end"})]
             }
         }
+    }
+
+    /// The assistant message a failed or aborted step leaves in the
+    /// transcript, as `message_end` (after a `message_start` when none
+    /// is open); nothing for other steps.
+    fn failed_step(&mut self, stop: Stop, error: Option<&str>) -> Vec<Value> {
+        let draft = self.draft.take();
+        let stop = match stop {
+            Stop::Error => StopReason::Error,
+            Stop::Aborted => StopReason::Aborted,
+            _ => return Vec::new(),
+        };
+        if self.compacting {
+            return Vec::new();
+        }
+        let streamed = draft.as_deref().unwrap_or_default();
+        let message = failed_step(streamed, stop, error.unwrap_or(ABORTED));
+        let mut events = Vec::with_capacity(2);
+        if draft.is_none() {
+            let start = json!({"role": "assistant", "content": []});
+            events.push(json!({"type": "message_start", "message": start}));
+        }
+        events.push(json!({"type": "message_end", "message": message}));
+        events
     }
 
     fn tool_name(&self, id: &str) -> Value {
@@ -151,19 +195,6 @@ pub fn plan_steps(update: &crate::tools::PlanUpdate) -> Vec<Value> {
         .iter()
         .map(|item| json!({"step": item.step, "status": item.status}))
         .collect()
-}
-
-/// The text blocks of a message, joined.
-pub fn text_of(message: &crate::transcript::Message) -> String {
-    message
-        .content
-        .iter()
-        .filter_map(|block| match block {
-            crate::transcript::Block::Text { text } => Some(text.as_str()),
-            _ => None,
-        })
-        .collect::<Vec<_>>()
-        .join("")
 }
 
 #[cfg(test)]
@@ -191,6 +222,38 @@ mod tests {
         });
         assert_eq!(end[0]["type"], "tool_execution_end");
         assert_eq!(end[0]["toolName"], "read");
+    }
+
+    #[test]
+    fn a_failed_step_ends_with_its_record() {
+        let mut mapper = EventMapper::default();
+        let failed = AgentEvent::TurnEnd {
+            stop: Stop::Error,
+            error: Some("provider down".into()),
+        };
+        let events = mapper.map(&failed);
+        let kinds: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
+        assert_eq!(kinds, ["message_start", "message_end", "turn_end"]);
+        assert_eq!(events[1]["message"]["stopReason"], "error");
+        assert_eq!(events[1]["message"]["errorMessage"], "provider down");
+
+        mapper.map(&AgentEvent::AssistantStart);
+        mapper.map(&AgentEvent::TextDelta("so far".into()));
+        let aborted = AgentEvent::TurnEnd {
+            stop: Stop::Aborted,
+            error: None,
+        };
+        let events = mapper.map(&aborted);
+        assert_eq!(events[0]["type"], "message_end", "{events:?}");
+        assert_eq!(events[0]["message"]["content"][0]["text"], "so far");
+        assert_eq!(events[0]["message"]["stopReason"], "aborted");
+        assert_eq!(events[0]["message"]["errorMessage"], ABORTED);
+
+        let ended = AgentEvent::TurnEnd {
+            stop: Stop::End,
+            error: None,
+        };
+        assert_eq!(mapper.map(&ended).len(), 1);
     }
 
     #[test]

@@ -35,18 +35,40 @@ pub fn fail(id: &str, method: &str, code: FailCode, message: impl Into<String>) 
         "error": {"code": code.as_str(), "message": message.into()}})
 }
 
-/// A recoverable rejection of one record (code `invalid_request`); `id` is
-/// included when it could be read.
-pub fn protocol_error(id: Option<&str>, message: impl Into<String>) -> Value {
-    let mut frame = json!({"type": "protocol_error",
-        "error": {"code": "invalid_request", "message": message.into()}});
+/// Codes of `protocol_error` frames.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProtocolCode {
+    /// The line is not JSON.
+    InvalidJson,
+    /// The record's shape or a field is wrong, or its id is in flight.
+    InvalidRequest,
+    /// No such method.
+    UnknownMethod,
+    /// `version` is not 1.
+    UnsupportedVersion,
+    /// Invalid UTF-8 or an oversized record: the connection ends.
+    InvalidFraming,
+}
+
+impl ProtocolCode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProtocolCode::InvalidJson => "invalid_json",
+            ProtocolCode::InvalidRequest => "invalid_request",
+            ProtocolCode::UnknownMethod => "unknown_method",
+            ProtocolCode::UnsupportedVersion => "unsupported_version",
+            ProtocolCode::InvalidFraming => "invalid_framing",
+        }
+    }
+}
+
+/// A rejection of one record, `code` and `message` at the top level; `id`
+/// is included when it could be read.
+pub fn protocol_error(id: Option<&str>, code: ProtocolCode, message: impl Into<String>) -> Value {
+    let mut frame = json!({"type": "protocol_error", "code": code.as_str(),
+        "message": message.into()});
     if let Some(id) = id {
         frame["id"] = json!(id);
     }
     frame
-}
-
-/// The fatal framing error (invalid UTF-8, an oversized record).
-pub fn invalid_framing(code: &str, message: impl Into<String>) -> Value {
-    json!({"type": "invalid_framing", "error": {"code": code, "message": message.into()}})
 }

@@ -8,26 +8,29 @@
 //! `command.invoke` (built-ins `compact`, `clear`), `model.list`,
 //! `model.select`, `thinking.list`, `thinking.select`.
 //!
-//! Parameters are read from `params` when it is an object, else from the
-//! record's other top-level fields. Every rejection before launch is a
-//! `protocol_error` with code `invalid_request`; invalid UTF-8 or a record
-//! over the line bound ends the connection after one `invalid_framing`
-//! frame, with exit code [`FRAMING_EXIT`]. Operations that settle later
-//! (`session.interrupt`, `session.await_idle`, `command.invoke compact`)
-//! run as tasks holding their id until their response is sent.
+//! Records are decoded as strictly as the reference does (see
+//! [`request`]); every rejection before launch is a `protocol_error` with
+//! `code` and `message` at the top level (`invalid_json`,
+//! `invalid_request`, `unknown_method`, `unsupported_version`). Invalid
+//! UTF-8 or a record over the line bound ends the connection after one
+//! `protocol_error` with code `invalid_framing`, with exit code
+//! [`FRAMING_EXIT`]. Operations that settle later (`session.interrupt`,
+//! `session.await_idle`, `command.invoke compact`) run as tasks holding
+//! their id until their response is sent.
 
 mod encoder;
 mod event;
 mod frame;
-mod request;
+mod message;
+/// Public so that fuzz targets reach the exact parser the front-end runs.
+pub mod request;
 mod session;
 mod settings;
 mod settle;
 mod state;
 
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use corral_protocol::ndjson::FrameError;
 use serde_json::{Map, Value};
@@ -39,6 +42,7 @@ use crate::agent::remote::AgentRemote;
 use crate::agent::{Agent, Output, RunKind, RunRequest};
 use encoder::{ZiEncoder, RUN_DISCARDED, RUN_STARTED};
 use frame::FailCode;
+pub use frame::ProtocolCode;
 use request::Request;
 use state::Connection;
 
@@ -56,9 +60,6 @@ pub struct ZiServer {
     out: mpsc::Sender<Output>,
     /// State shared with the encoder and the settlement tasks.
     connection: Connection,
-    /// Runs handed to the agent; idle when the encoder has seen as many
-    /// `Done`s.
-    submitted: Arc<AtomicU64>,
     /// Lets settlement tasks abort runs and read the session.
     remote: AgentRemote,
     /// Cancelled when the server is dropped: pending tasks give up.
@@ -95,7 +96,6 @@ impl ZiServer {
             agent,
             out,
             connection,
-            submitted: Arc::default(),
             remote,
             cancel: CancellationToken::new(),
             allow_unknown_models,
@@ -110,7 +110,7 @@ impl ZiServer {
 
     /// Whether every submitted run has finished.
     fn idle(&self) -> bool {
-        self.connection.completed() >= self.submitted.load(Ordering::SeqCst)
+        self.connection.idle()
     }
 
     /// Hands one run to the agent; its `agent_start` precedes its events.
@@ -122,43 +122,52 @@ impl ZiServer {
         };
         let admitted = self.agent.submit(run).is_ok();
         if admitted {
-            self.submitted.fetch_add(1, Ordering::SeqCst);
+            self.connection.submitted.fetch_add(1, Ordering::SeqCst);
         }
         admitted
     }
 
     async fn handle_line(&mut self, line: Result<Map<String, Value>, FrameError>) -> Flow {
+        let rejection = |code, message: &str| frame::protocol_error(None, code, message);
         let record = match line {
             Ok(record) => record,
             Err(FrameError::InvalidUtf8) => {
-                self.send(frame::invalid_framing(
-                    "invalid_utf8",
-                    "record is not valid UTF-8",
-                ))
-                .await;
-                return Flow::Exit(FRAMING_EXIT);
-            }
-            Err(e @ FrameError::TooLong { .. }) => {
-                self.send(frame::invalid_framing("record_too_large", e.to_string()))
+                let message = "RPC input must be valid UTF-8";
+                self.send(rejection(ProtocolCode::InvalidFraming, message))
                     .await;
                 return Flow::Exit(FRAMING_EXIT);
             }
-            Err(e) => {
-                self.send(frame::protocol_error(None, e.to_string())).await;
+            Err(FrameError::TooLong { limit }) => {
+                let message = format!("RPC input records cannot exceed {limit} bytes");
+                self.send(rejection(ProtocolCode::InvalidFraming, &message))
+                    .await;
+                return Flow::Exit(FRAMING_EXIT);
+            }
+            Err(FrameError::NotObject(_)) => {
+                let message = "RPC requests must be JSON objects";
+                self.send(rejection(ProtocolCode::InvalidRequest, message))
+                    .await;
+                return Flow::Continue;
+            }
+            Err(_) => {
+                let message = "RPC input must contain one JSON object per line";
+                self.send(rejection(ProtocolCode::InvalidJson, message))
+                    .await;
                 return Flow::Continue;
             }
         };
         let request = match request::parse(record) {
             Ok(request) => request,
-            Err(rejection) => {
-                let frame = frame::protocol_error(rejection.id.as_deref(), rejection.message);
+            Err(r) => {
+                let frame = frame::protocol_error(r.id.as_deref(), r.code, r.message);
                 self.send(frame).await;
                 return Flow::Continue;
             }
         };
         if self.connection.lock().in_flight.contains(&request.id) {
-            let message = format!("request id {:?} is already in flight", request.id);
-            self.send(frame::protocol_error(Some(&request.id), message))
+            let message = "RPC request id is already in flight";
+            let code = ProtocolCode::InvalidRequest;
+            self.send(frame::protocol_error(Some(&request.id), code, message))
                 .await;
             return Flow::Continue;
         }
@@ -184,7 +193,10 @@ impl ZiServer {
             "model.select" => self.model_select(request),
             "thinking.list" => Ok(self.thinking_list()),
             "thinking.select" => self.thinking_select(request),
-            other => Err(Reply::Protocol(format!("unknown method {other:?}"))),
+            other => Err(Reply::Fail(
+                FailCode::OperationFailed,
+                format!("{other} is not implemented"),
+            )),
         };
         Some(match result {
             Ok(value) => frame::ok(&request.id, request.method, value),
@@ -196,12 +208,23 @@ impl ZiServer {
     fn admit(&self, request: &Request, slot: Slot) -> Result<Slot, Value> {
         let mut inner = self.connection.lock();
         let slot = match slot {
-            Slot::Interrupt if !inner.interrupt_reserved => {
+            Slot::Interrupt if inner.interrupt_reserved => {
+                return Err(frame::fail(
+                    &request.id,
+                    request.method,
+                    FailCode::Capacity,
+                    "An interruption request is already active",
+                ));
+            }
+            Slot::Interrupt => {
                 inner.interrupt_reserved = true;
                 Slot::Interrupt
             }
             _ if inner.ordinary >= self.max_in_flight => {
-                let message = format!("at most {} operations may be in flight", self.max_in_flight);
+                let message = format!(
+                    "RPC accepts at most {} in-flight operations",
+                    self.max_in_flight
+                );
                 return Err(frame::fail(
                     &request.id,
                     request.method,
@@ -259,7 +282,9 @@ pub(crate) enum Reply {
 impl Reply {
     fn frame(self, request: &Request) -> Value {
         match self {
-            Reply::Protocol(message) => frame::protocol_error(Some(&request.id), message),
+            Reply::Protocol(message) => {
+                frame::protocol_error(Some(&request.id), ProtocolCode::InvalidRequest, message)
+            }
             Reply::Fail(code, message) => frame::fail(&request.id, request.method, code, message),
         }
     }
@@ -309,7 +334,6 @@ impl Frontend for ZiServer {
 pub async fn serve_stdio(setup: crate::setup::Setup, transport: super::TransportOptions) -> u8 {
     let connection = Connection::new();
     let (out, out_rx) = mpsc::channel(super::OUTPUT_QUEUE);
-    let writer = super::spawn_writer(out_rx, Box::new(ZiEncoder::new(connection.clone())));
     let (agent, worker) = Agent::start(
         setup.provider,
         setup.tools,
@@ -317,6 +341,10 @@ pub async fn serve_stdio(setup: crate::setup::Setup, transport: super::Transport
         setup.session,
         out.clone(),
     );
+    let remote = agent.remote();
+    let message_count = Box::new(move || remote.session().transcript().len());
+    let encoder = ZiEncoder::new(connection.clone(), message_count);
+    let writer = super::spawn_writer(out_rx, Box::new(encoder));
     let mut server = ZiServer::new(agent, out, connection, setup.allow_unknown_models);
     server.max_in_flight = transport.max_in_flight;
     let ready = serde_json::json!({"type": "ready", "state": server.snapshot()});

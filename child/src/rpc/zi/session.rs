@@ -1,40 +1,36 @@
 //! `session.get_state`, `session.get_messages`, `session.get_outcomes` and
 //! `session.prompt`.
 //!
-//! Prompt delivery onto the agent's single run queue:
-//! - `prompt` / `continue`: idle → start a run; running → queue a run after
-//!   the active work (joins the cycle). When a run starts from idle, input
-//!   parked by `steer`/`follow_up` follows it, steering first.
-//! - `steer` / `follow_up` while running: queue a run after the active work
-//!   (the agent cannot inject input into a running model call); while idle:
-//!   parked in `queuedInputs` for the next direct prompt, revision kept.
+//! Prompt delivery, as the reference's `AgentSession` does it:
+//! - `direct`: idle → start a run; otherwise refused (`operation_failed`).
+//! - `continue`: idle → start a run; running → a follow-up of the active
+//!   run.
+//! - `steer`: taken before the next model call of the active run, or of
+//!   the next run when idle; `follow_up`: taken when the run would
+//!   otherwise end. Both are listed in `queuedInputs` until taken, and
+//!   neither starts a run.
+//!
+//! A prompt that starts or joins work (`direct`, `continue`, or any input
+//! while running) advances the completion watch of its `completionId`, or
+//! drops the watch when it has none.
 
 use serde_json::{json, Value};
 
 use super::frame::FailCode;
-use super::request::Request;
-use super::settings::descriptor;
+use super::message;
+use super::request::{Request, MAX_COMPLETION_ID, MAX_PROMPT_BYTES, PAGE_COUNT};
+use super::settings::{descriptor, level_name, supported_levels};
 use super::state::CompletionWatch;
 use super::{Reply, ZiServer};
-use crate::agent::RunKind;
-use crate::rpc::zut::wire_message;
+use crate::agent::{Queue, RunKind};
 
-/// Messages (and outcomes) per page.
-pub const PAGE_COUNT: u64 = 100;
 /// Encoded bytes per message page.
 pub const PAGE_BYTES: usize = 8 * 1024 * 1024;
-/// Longest prompt text.
-pub const MAX_PROMPT_BYTES: usize = 8 * 1024 * 1024;
-/// Longest completion id.
-pub const MAX_COMPLETION_ID: usize = 256;
 
-/// `start` and `limit` (at most [`PAGE_COUNT`]).
+/// `start` and `limit` (checked by the decoder).
 fn page_bounds(request: &Request) -> Result<(u64, u64), Reply> {
     let start = request.u64_param("start")?.unwrap_or(0);
     let limit = request.u64_param("limit")?.unwrap_or(PAGE_COUNT);
-    if limit == 0 {
-        return Err(Reply::Protocol("`limit` must be at least 1".into()));
-    }
     Ok((start, limit.min(PAGE_COUNT)))
 }
 
@@ -60,22 +56,33 @@ impl ZiServer {
     /// The session snapshot of `ready` and `session.get_state`.
     pub(crate) fn snapshot(&self) -> Value {
         let idle = self.idle();
+        let (steering, follow_up) = self.agent.queued_input();
         let session = self.agent.session();
         let provider = self.agent.provider().name();
         let model = descriptor(provider, &session.model);
-        let levels = super::settings::supported_levels(provider, &session.model);
+        let levels: Vec<&str> = supported_levels(provider, &session.model)
+            .into_iter()
+            .map(level_name)
+            .collect();
+        let queued = |delivery: &str, texts: Vec<String>| -> Vec<Value> {
+            texts
+                .into_iter()
+                .map(|text| json!({"delivery": delivery, "bytes": text.len(), "text": text, "images": []}))
+                .collect()
+        };
         let inner = self.connection.lock();
         json!({
             "sessionId": self.session_id,
             "activity": {"type": if idle { "idle" } else { "running" }},
             "model": {"type": "selected", "model": model},
-            "thinkingLevel": session.reasoning,
+            "thinkingLevel": level_name(session.reasoning),
             "supportedThinkingLevels": levels,
             "steeringMode": "one-at-a-time",
             "followUpMode": "one-at-a-time",
-            "queuedInputs": {"steering": inner.steering, "followUp": inner.follow_up},
+            "queuedInputs": {"steering": queued("steer", steering),
+                "followUp": queued("followUp", follow_up)},
             "workPlan": {"revision": inner.plan.0, "steps": inner.plan.1},
-            "messageCount": session.messages().len(),
+            "messageCount": session.transcript().len(),
             "compaction": {"type": if inner.compacting { "running" } else { "idle" }},
             "retry": inner.retry.clone().unwrap_or_else(|| json!({"type": "idle"})),
             "contextUsage": context_usage(inner.context_tokens, model["contextWindow"].as_u64()),
@@ -85,7 +92,7 @@ impl ZiServer {
     pub(crate) fn messages_page(&self, request: &Request) -> Result<Value, Reply> {
         let (start, limit) = page_bounds(request)?;
         let session = self.agent.session();
-        let all = session.messages();
+        let all = session.transcript();
         let total = all.len() as u64;
         let mut messages = Vec::new();
         let mut bytes = 0;
@@ -96,7 +103,7 @@ impl ZiServer {
             if messages.len() as u64 >= limit {
                 break;
             }
-            let value = json!(wire_message(message));
+            let value = message::message(message);
             let size = serde_json::to_vec(&value).map_or(0, |v| v.len() + 1);
             if !messages.is_empty() && bytes + size > PAGE_BYTES {
                 break;
@@ -115,84 +122,72 @@ impl ZiServer {
 
     pub(crate) fn prompt(&mut self, request: &Request) -> Result<Value, Reply> {
         let delivery = request.required_str("delivery", 32)?;
-        let direct = match delivery {
-            "prompt" | "continue" => true,
-            "steer" | "follow_up" => false,
-            other => {
-                return Err(Reply::Protocol(format!(
-                    "unknown delivery {other:?}: expected prompt, steer, follow_up or continue"
-                )))
-            }
-        };
         let text = request.required_str("text", MAX_PROMPT_BYTES)?;
-        if text.trim().is_empty() {
-            return Err(Reply::Protocol("`text` is empty".into()));
-        }
         let completion_id = request.str_param("completionId", MAX_COMPLETION_ID)?;
         let idle = self.idle();
-        let admitted = if !direct && idle {
-            let mut inner = self.connection.lock();
-            if delivery == "steer" {
-                inner.steering.push(text.to_string());
-            } else {
-                inner.follow_up.push(text.to_string());
-            }
-            "parked"
-        } else {
-            if !self.submit(prompt_run(text)) {
-                return Err(Reply::Fail(
-                    FailCode::Capacity,
-                    "too many prompts are queued behind the active run".into(),
-                ));
-            }
-            if idle {
-                let (steering, follow_up) = {
-                    let mut inner = self.connection.lock();
-                    (
-                        std::mem::take(&mut inner.steering),
-                        std::mem::take(&mut inner.follow_up),
-                    )
-                };
-                for parked in steering.into_iter().chain(follow_up) {
-                    if !self.submit(prompt_run(&parked)) {
-                        tracing::warn!("run queue full: dropping parked input");
-                    }
-                }
-            }
-            if idle {
-                "started"
-            } else {
-                "queued"
-            }
-        };
-        let mut inner = self.connection.lock();
-        let joins_work = admitted != "parked";
-        if joins_work {
-            inner.revision += 1;
+        if let Some(refusal) = self.refusal(delivery, idle) {
+            return Err(Reply::Fail(FailCode::OperationFailed, refusal.into()));
         }
-        let revision = inner.revision;
-        let mut result = json!({"delivery": delivery, "admitted": admitted});
-        match completion_id {
-            Some(id) => {
-                match inner.watch.as_mut().filter(|w| w.id == id) {
-                    Some(watch) if joins_work => watch.revision = revision,
-                    Some(_) => {}
-                    None => {
-                        inner.watch = Some(CompletionWatch {
-                            id: id.to_string(),
-                            revision,
-                            text: None,
-                            error: None,
-                        })
-                    }
+        let joins_work = matches!(delivery, "direct" | "continue") || !idle;
+        let previous = {
+            let mut inner = self.connection.lock();
+            let previous = inner.watch.clone();
+            match completion_id {
+                None if joins_work => inner.watch = None,
+                None => {}
+                Some(id) if joins_work => {
+                    let watch = match inner.watch.take() {
+                        Some(watch) if watch.id == id => watch,
+                        _ => CompletionWatch::new(id),
+                    };
+                    let watch = inner.watch.insert(watch);
+                    watch.revision += 1;
+                    watch.settled = None;
                 }
-                let watched = inner.watch.as_ref().map_or(revision, |w| w.revision);
-                result["completionRevision"] = json!(watched);
+                Some(_) => {}
             }
-            None if joins_work => inner.watch = None,
-            None => {}
+            previous
+        };
+        match delivery {
+            "direct" | "continue" if idle => {
+                if !self.submit(prompt_run(text)) {
+                    self.connection.lock().watch = previous;
+                    return Err(Reply::Fail(
+                        FailCode::Capacity,
+                        "the run queue is full".into(),
+                    ));
+                }
+            }
+            "steer" => self.agent.queue_input(Queue::Steering, text.to_string()),
+            _ => self.agent.queue_input(Queue::FollowUp, text.to_string()),
+        }
+        let mut result = json!({"delivery": delivery});
+        let inner = self.connection.lock();
+        if let Some(watch) = inner
+            .watch
+            .as_ref()
+            .filter(|w| Some(w.id.as_str()) == completion_id)
+        {
+            result["completionRevision"] = json!(watch.revision);
         }
         Ok(result)
+    }
+
+    /// Why the session cannot take this delivery now, in the reference's
+    /// words.
+    fn refusal(&self, delivery: &str, idle: bool) -> Option<&'static str> {
+        let (compacting, aborting) = {
+            let inner = self.connection.lock();
+            (inner.compacting, inner.interrupt_reserved && !idle)
+        };
+        let direct = matches!(delivery, "direct" | "continue");
+        match delivery {
+            _ if aborting && direct => Some("Cannot prompt while the agent is aborting"),
+            _ if aborting => Some("Cannot queue input while the agent is aborting"),
+            _ if compacting && direct => Some("Cannot prompt while context compaction is active"),
+            "direct" if !idle => Some("streamingBehavior is required while the agent is running"),
+            _ => None,
+        }
     }
 }
 

@@ -5,21 +5,20 @@
 //! `name`, `reasoning`, `input`, `contextWindow`, `maxTokens`); the
 //! catalogue adds `configured` (true for the running provider, whose
 //! credentials were resolved at start). Only models of the running
-//! provider can be selected. Thinking levels apply to this session: there
-//! is no settings store, so `scope` is validated and echoed but nothing is
-//! persisted (`persisted: false`).
+//! provider can be selected. Thinking levels are Zi's names (`minimal` is
+//! the agent's `minimum`) and apply to this session: there is no settings
+//! store, so `scope` (default `global`) is echoed but nothing is persisted.
+//! Event mode `activity` sends every event, as `all` does: this server
+//! never drops one.
 
 use corral_protocol::zut::ReasoningLevel;
 use serde_json::{json, Value};
 
 use super::encoder::EVENTS_MODE;
 use super::frame::{self, FailCode};
-use super::request::Request;
+use super::request::{Request, MAX_MODEL_FIELD};
 use super::{Reply, ZiServer};
 use crate::provider::catalogue;
-
-/// Longest provider or model id.
-const MAX_MODEL_FIELD: usize = 256;
 
 /// The public descriptor of a model (catalogue values when known).
 pub fn descriptor(provider: &str, id: &str) -> Value {
@@ -44,19 +43,33 @@ pub fn supported_levels(provider: &str, id: &str) -> Vec<ReasoningLevel> {
     }
 }
 
+/// Zi's name for a reasoning level.
+pub fn level_name(level: ReasoningLevel) -> &'static str {
+    match level {
+        ReasoningLevel::Minimum => "minimal",
+        other => other.as_str(),
+    }
+}
+
+/// A reasoning level from Zi's name (checked by the decoder).
+fn parse_level(name: &str) -> Option<ReasoningLevel> {
+    match name {
+        "minimal" => Some(ReasoningLevel::Minimum),
+        other => other.parse().ok(),
+    }
+}
+
 /// Applies in output order: the encoder switches at this response.
 pub fn set_events(request: &Request) -> Value {
-    let mode = match request.str_param("mode", 16) {
-        Ok(None) => "all",
-        Ok(Some(mode @ ("all" | "none"))) => mode,
-        Ok(Some(other)) => {
-            let message = format!("unknown event mode {other:?}: expected all or none");
-            return frame::protocol_error(Some(&request.id), message);
+    let mode = match request.required_str("mode", 16) {
+        Ok(mode) => mode,
+        Err(message) => {
+            let code = frame::ProtocolCode::InvalidRequest;
+            return frame::protocol_error(Some(&request.id), code, message);
         }
-        Err(message) => return frame::protocol_error(Some(&request.id), message),
     };
     let mut response = frame::ok(&request.id, request.method, json!({"mode": mode}));
-    response[EVENTS_MODE] = json!(mode == "all");
+    response[EVENTS_MODE] = json!(mode != "none");
     response
 }
 
@@ -102,7 +115,7 @@ impl ZiServer {
         }
         self.agent.session().model = id.to_string();
         let model = descriptor(provider, id);
-        let event = json!({"type": "model_select", "model": model});
+        let event = json!({"type": "model_changed", "model": model});
         let _ = self.out.try_send(crate::agent::Output::Frame(
             json!({"type": "session_event", "event": event}),
         ));
@@ -111,22 +124,17 @@ impl ZiServer {
 
     pub(crate) fn thinking_list(&self) -> Value {
         let session = self.agent.session();
-        let levels = supported_levels(self.agent.provider().name(), &session.model);
-        json!({"levels": levels, "current": session.reasoning})
+        let levels: Vec<&str> = supported_levels(self.agent.provider().name(), &session.model)
+            .into_iter()
+            .map(level_name)
+            .collect();
+        json!({"levels": levels, "current": level_name(session.reasoning)})
     }
 
     pub(crate) fn thinking_select(&mut self, request: &Request) -> Result<Value, Reply> {
         let level = request.required_str("level", 16)?;
-        let requested: ReasoningLevel = level.parse().map_err(|e| format!("{e}"))?;
-        let scope = match request.str_param("scope", 16)? {
-            None => None,
-            Some(scope @ ("global" | "project")) => Some(scope),
-            Some(other) => {
-                return Err(Reply::Protocol(format!(
-                    "unknown scope {other:?}: expected global or project"
-                )))
-            }
-        };
+        let requested = parse_level(level).ok_or("Unsupported thinking level".to_string())?;
+        let scope = request.str_param("scope", 16)?.unwrap_or("global");
         let mut session = self.agent.session();
         let levels = supported_levels(self.agent.provider().name(), &session.model);
         let effective = if levels.contains(&requested) {
@@ -135,7 +143,7 @@ impl ZiServer {
             ReasoningLevel::Off
         };
         session.reasoning = effective;
-        Ok(json!({"requested": requested, "effective": effective,
-            "scope": scope, "persisted": false}))
+        Ok(json!({"scope": scope, "requested": level_name(requested),
+            "effective": level_name(effective)}))
     }
 }

@@ -2,23 +2,18 @@
 //! `session.await_idle` and `command.invoke` (`compact` waits for its run;
 //! `clear` answers at once).
 
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
 use super::frame::{self, FailCode};
-use super::request::Request;
-use super::session::MAX_COMPLETION_ID;
+use super::request::{Request, MAX_COMPLETION_ID, MAX_ID_BYTES};
 use super::state::Connection;
 use super::{Slot, ZiServer};
 use crate::agent::RunKind;
 
 /// How often an interrupt re-aborts while queued runs drain.
 const ABORT_POLL: Duration = Duration::from_millis(20);
-/// Longest command name and arguments.
-const MAX_COMMAND_NAME: usize = 64;
-const MAX_COMMAND_ARGUMENTS: usize = 256 * 1024;
 
 /// Resolves once the encoder has written `target` runs' `Done`.
 async fn completed(connection: &Connection, target: impl Fn() -> u64) {
@@ -35,19 +30,15 @@ async fn completed(connection: &Connection, target: impl Fn() -> u64) {
 
 impl ZiServer {
     /// Aborts the active run and every run queued before this request
-    /// (each is aborted as it starts), drops parked input, and answers `{}`
+    /// (each is aborted as it starts), drops queued input, and answers `{}`
     /// once they have all ended.
     pub(crate) fn interrupt(&self, request: &Request) -> Option<Value> {
         let slot = match self.admit(request, Slot::Interrupt) {
             Ok(slot) => slot,
             Err(frame) => return Some(frame),
         };
-        let target = self.submitted.load(Ordering::SeqCst);
-        {
-            let mut inner = self.connection.lock();
-            inner.steering.clear();
-            inner.follow_up.clear();
-        }
+        let target = self.connection.submitted();
+        self.agent.discard_input();
         // Queued runs never start; the active one is aborted below.
         self.agent.discard_queued();
         let connection = self.connection.clone();
@@ -66,35 +57,42 @@ impl ZiServer {
         None
     }
 
-    /// Answers when no run is active or queued; with `completionId`, adds
-    /// that watch's revision, message count and latest assistant text.
+    /// Answers `{}` when no run is active or queued; with `completionId`,
+    /// the watch's observation at the latest settlement.
     pub(crate) fn await_idle(&self, request: &Request) -> Option<Value> {
         let completion_id = match request.str_param("completionId", MAX_COMPLETION_ID) {
             Ok(id) => id.map(str::to_string),
-            Err(message) => return Some(frame::protocol_error(Some(&request.id), message)),
+            Err(message) => {
+                let code = frame::ProtocolCode::InvalidRequest;
+                return Some(frame::protocol_error(Some(&request.id), code, message));
+            }
         };
         let slot = match self.admit(request, Slot::Ordinary) {
             Ok(slot) => slot,
             Err(frame) => return Some(frame),
         };
         let connection = self.connection.clone();
-        let submitted = self.submitted.clone();
-        let remote = self.remote.clone();
         let (id, method) = (request.id.clone(), request.method);
         self.settle(request, slot, async move {
-            completed(&connection, || submitted.load(Ordering::SeqCst)).await;
-            let Some(completion_id) = completion_id else {
-                return frame::ok(&id, method, json!({}));
-            };
-            let count = remote.session().messages().len();
-            match connection.lock().completion(&completion_id, count) {
-                Some(completion) => frame::ok(&id, method, json!({"completion": completion})),
-                None => frame::fail(
-                    &id,
-                    method,
-                    FailCode::NotFound,
-                    format!("no completion watch {completion_id:?} (never admitted, or replaced by later input)"),
-                ),
+            loop {
+                completed(&connection, || connection.submitted()).await;
+                let Some(completion_id) = completion_id.as_deref() else {
+                    return frame::ok(&id, method, json!({}));
+                };
+                let fail =
+                    |message: String| frame::fail(&id, method, FailCode::OperationFailed, message);
+                let inner = connection.lock();
+                let Some(watch) = inner.watch.as_ref().filter(|w| w.id == completion_id) else {
+                    return fail(format!("Completion watch is not active: {completion_id}"));
+                };
+                if let Some(settled) = &watch.settled {
+                    return frame::ok(&id, method, settled.result());
+                }
+                if connection.idle() {
+                    return fail(format!(
+                        "Completion watch has no settled observation: {completion_id}"
+                    ));
+                }
             }
         });
         None
@@ -102,20 +100,17 @@ impl ZiServer {
 
     /// Runs a built-in command; commands are idle-only.
     pub(crate) fn invoke(&mut self, request: &Request) -> Option<Value> {
-        let checked = request
-            .required_str("name", MAX_COMMAND_NAME)
-            .and_then(|name| {
-                request.str_param("arguments", MAX_COMMAND_ARGUMENTS)?;
-                Ok(name.to_string())
-            });
-        let name = match checked {
-            Ok(name) => name,
-            Err(message) => return Some(frame::protocol_error(Some(&request.id), message)),
+        let name = match request.required_str("name", MAX_ID_BYTES) {
+            Ok(name) => name.to_string(),
+            Err(message) => {
+                let code = frame::ProtocolCode::InvalidRequest;
+                return Some(frame::protocol_error(Some(&request.id), code, message));
+            }
         };
         let fail =
             |code, message: &str| Some(frame::fail(&request.id, request.method, code, message));
         if name != "compact" && name != "clear" {
-            return fail(FailCode::NotFound, &format!("no command named {name:?}"));
+            return fail(FailCode::NotFound, &format!("Command not found: {name}"));
         }
         if !self.idle() {
             return fail(
@@ -157,7 +152,7 @@ impl ZiServer {
             inner.ordinary = inner.ordinary.saturating_sub(1);
             return fail(FailCode::Capacity, "the run queue is full");
         }
-        let target = self.submitted.load(Ordering::SeqCst);
+        let target = self.connection.submitted();
         let connection = self.connection.clone();
         let (id, method) = (request.id.clone(), request.method);
         self.settle(request, slot, async move {

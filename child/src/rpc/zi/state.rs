@@ -3,22 +3,22 @@
 //! sees agent events in output order).
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
-/// Completion text projection bound.
-pub const MAX_COMPLETION_TEXT: usize = 50 * 1024;
-/// Provider error projection bound.
-pub const MAX_COMPLETION_ERROR: usize = 8 * 1024;
+use super::message::Latest;
 
 /// Shared between the frontend, its tasks and the encoder.
 #[derive(Clone)]
 pub struct Connection {
-    /// Runs whose `Done` the encoder has written; with the frontend's count
-    /// of submitted runs this tells idle from running.
+    /// Runs whose `Done` the encoder has written; with `submitted` this
+    /// tells idle from running.
     pub completed: Arc<watch::Sender<u64>>,
+    /// Runs handed to the agent.
+    pub submitted: Arc<AtomicU64>,
     /// Everything else that changes as frames flow.
     inner: Arc<Mutex<Inner>>,
 }
@@ -32,20 +32,12 @@ pub struct Inner {
     pub ordinary: usize,
     /// Whether the reserved interruption slot is taken.
     pub interrupt_reserved: bool,
-    /// Admission revision: advanced by every prompt that starts or joins
-    /// work.
-    pub revision: u64,
     /// The active completion watch, if any.
     pub watch: Option<CompletionWatch>,
     /// The latest `plan` tool checklist and how often it changed.
     pub plan: (u64, Vec<Value>),
     /// The summary of the latest compaction (command feedback).
     pub last_summary: Option<String>,
-    /// Steering input admitted while idle, waiting for the next direct
-    /// prompt.
-    pub steering: Vec<String>,
-    /// Follow-up input admitted while idle, likewise.
-    pub follow_up: Vec<String>,
     /// A scheduled retry of a failed model call (the snapshot's `retry`).
     pub retry: Option<Value>,
     /// A `compact` command's run is under way.
@@ -60,17 +52,52 @@ pub struct Inner {
 #[derive(Debug, Clone, PartialEq)]
 pub struct CompletionWatch {
     pub id: String,
+    /// Prompts admitted into this cycle with this id.
     pub revision: u64,
-    /// Text of the latest assistant `message_end` in this cycle.
-    pub text: Option<String>,
-    /// Error of the latest failed model call in this cycle.
-    pub error: Option<String>,
+    /// The latest assistant `message_end` since the watch was created or
+    /// last advanced.
+    pub latest: Option<Latest>,
+    /// What the watch held when the session last settled; cleared when a
+    /// prompt advances the revision.
+    pub settled: Option<Settled>,
+}
+
+/// A watch as `agent_settled` found it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settled {
+    pub revision: u64,
+    pub latest: Option<Latest>,
+    /// Messages in the session at settlement.
+    pub message_count: usize,
+}
+
+impl CompletionWatch {
+    pub fn new(id: &str) -> CompletionWatch {
+        CompletionWatch {
+            id: id.to_string(),
+            revision: 0,
+            latest: None,
+            settled: None,
+        }
+    }
+}
+
+impl Settled {
+    /// The `session.await_idle` result for this observation.
+    pub fn result(&self) -> Value {
+        json!({
+            "completionRevision": self.revision,
+            "messageCount": self.message_count,
+            "completion": self.latest.as_ref().map(Latest::completion),
+        })
+    }
 }
 
 impl Connection {
     pub fn new() -> Connection {
         Connection {
             completed: Arc::new(watch::channel(0).0),
+            submitted: Arc::default(),
             inner: Arc::default(),
         }
     }
@@ -82,41 +109,15 @@ impl Connection {
     pub fn completed(&self) -> u64 {
         *self.completed.borrow()
     }
-}
 
-impl Inner {
-    /// The completion projection for `id` (`None`: no such watch, or it was
-    /// invalidated by a later prompt without that id).
-    pub fn completion(&self, id: &str, message_count: usize) -> Option<Value> {
-        let watch = self.watch.as_ref().filter(|w| w.id == id)?;
-        let message = watch.text.as_deref().map(|text| {
-            let (text, truncated) = clip(text, MAX_COMPLETION_TEXT);
-            json!({"role": "assistant", "text": text, "truncated": truncated})
-        });
-        let error = watch.error.as_deref().map(|error| {
-            let (message, truncated) = clip(error, MAX_COMPLETION_ERROR);
-            json!({"message": message, "truncated": truncated})
-        });
-        Some(json!({
-            "completionId": watch.id,
-            "revision": watch.revision,
-            "messageCount": message_count,
-            "message": message,
-            "error": error,
-        }))
+    pub fn submitted(&self) -> u64 {
+        self.submitted.load(Ordering::SeqCst)
     }
-}
 
-/// `text` cut to at most `max` bytes on a character boundary.
-pub fn clip(text: &str, max: usize) -> (&str, bool) {
-    if text.len() <= max {
-        return (text, false);
+    /// Whether every submitted run has finished.
+    pub fn idle(&self) -> bool {
+        self.completed() >= self.submitted()
     }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    (&text[..end], true)
 }
 
 #[cfg(test)]
@@ -124,30 +125,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn clip_respects_char_boundaries() {
-        assert_eq!(clip("héllo", 2), ("h", true));
-        assert_eq!(clip("abc", 3), ("abc", false));
-    }
-
-    #[test]
-    fn completion_only_for_the_watched_id() {
-        let inner = Inner {
-            watch: Some(CompletionWatch {
-                id: "c1".into(),
-                revision: 2,
-                text: Some("x".repeat(MAX_COMPLETION_TEXT + 10)),
-                error: None,
-            }),
-            ..Inner::default()
+    fn a_settled_watch_without_an_answer_has_no_completion() {
+        let settled = Settled {
+            revision: 2,
+            latest: None,
+            message_count: 3,
         };
-        assert!(inner.completion("other", 3).is_none());
-        let c = inner.completion("c1", 3).unwrap_or_default();
-        assert_eq!(c["revision"], 2);
-        assert_eq!(c["messageCount"], 3);
-        assert_eq!(c["message"]["truncated"], true);
         assert_eq!(
-            c["message"]["text"].as_str().map(str::len),
-            Some(MAX_COMPLETION_TEXT)
+            settled.result(),
+            json!({"completionRevision": 2, "messageCount": 3, "completion": null})
         );
     }
 }
