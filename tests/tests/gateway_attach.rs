@@ -386,7 +386,7 @@ async fn a_zi_host_works_through_attach_unchanged() {
 
     attach
         .send(json!({"version":1,"id":"p","method":"session.prompt",
-            "params":{"delivery":"prompt","text":"hi"}}))
+            "params":{"delivery":"direct","text":"hi"}}))
         .await;
     attach
         .send(json!({"version":1,"id":"w","method":"session.await_idle"}))

@@ -78,33 +78,41 @@ pub fn client_hello(frame: &Map<String, Value>) -> Option<Result<ClientHello, St
     })())
 }
 
+/// Checks a client frame's envelope in the child's order (`version`,
+/// then `id`, then `method`, with the child's codes and wording), answers
+/// the gateway's own methods and forwards the rest, whose fields the
+/// child checks.
 pub fn inbound(frame: &Map<String, Value>, observer: bool) -> Inbound {
     let id = match frame.get("id") {
-        Some(Value::String(id)) if !id.is_empty() && id.len() <= MAX_ID_BYTES => id.clone(),
-        Some(Value::String(_)) => {
-            return reject(None, format!("`id` must be 1 to {MAX_ID_BYTES} bytes"))
-        }
-        Some(_) => return reject(None, "`id` must be a string"),
-        None => return reject(None, "`id` is required"),
+        Some(Value::String(id)) if !id.is_empty() && id.len() <= MAX_ID_BYTES => Some(id.as_str()),
+        _ => None,
+    };
+    let version = frame.get("version");
+    if version.and_then(Value::as_f64) != Some(1.0) {
+        let shown = match version {
+            None => "undefined".to_string(),
+            Some(Value::String(s)) => s.clone(),
+            Some(other) => other.to_string(),
+        };
+        let message = format!("Unsupported RPC protocol version: {shown} (expected 1)");
+        return reject_with(id, "unsupported_version", message);
+    }
+    let Some(id) = id else {
+        let message =
+            format!("RPC request id must be a non-empty string of at most {MAX_ID_BYTES} bytes");
+        return reject(None, message);
     };
     let Some(Value::String(method)) = frame.get("method") else {
-        return reject(Some(&id), "`method` is required and must be a string");
+        return reject(Some(id), "RPC request method must be a string");
     };
-    if frame.get("version").and_then(Value::as_u64) != Some(1) {
-        let version = frame.get("version").map_or("none".into(), Value::to_string);
-        return reject(
-            Some(&id),
-            format!("unsupported protocol version {version}; expected 1"),
-        );
-    }
     if observer && !OBSERVER_METHODS.contains(&method.as_str()) {
         let message = format!(
             "the observer role may not call `{method}`; observers may call {}",
             OBSERVER_METHODS.join(", ")
         );
-        return reject(Some(&id), message);
+        return reject(Some(id), message);
     }
-    let id_value = Value::String(id.clone());
+    let id_value = Value::String(id.to_string());
     match method.as_str() {
         "connection.hello" => match own_runs(params(frame)) {
             Ok(own_runs) => Inbound::Hello {
@@ -112,21 +120,14 @@ pub fn inbound(frame: &Map<String, Value>, observer: bool) -> Inbound {
                 refusal: None,
                 own_runs,
             },
-            Err(e) => reject(Some(&id), e),
+            Err(e) => reject(Some(id), e),
         },
-        "connection.set_events" => match params(frame).get("mode") {
-            None | Some(Value::Null) => Inbound::SetEvents {
+        "connection.set_events" => match event_mode(frame) {
+            Ok(mode) => Inbound::SetEvents {
                 id: id_value,
-                all: true,
+                all: mode != "none",
             },
-            Some(Value::String(mode)) if mode == "all" || mode == "none" => Inbound::SetEvents {
-                id: id_value,
-                all: mode == "all",
-            },
-            Some(other) => reject(
-                Some(&id),
-                format!("unknown event mode {other}: expected all or none"),
-            ),
+            Err(message) => reject(Some(id), message),
         },
         _ => Inbound::Forward {
             id: Some(id_value),
@@ -135,13 +136,40 @@ pub fn inbound(frame: &Map<String, Value>, observer: bool) -> Inbound {
     }
 }
 
+/// The mode of a `connection.set_events`, checked as the child checks
+/// it: `params` is exactly `{mode}`, one of `all`, `none` or `activity`
+/// (which, as in the child, drops no event).
+fn event_mode(frame: &Map<String, Value>) -> Result<&str, &'static str> {
+    const UNKNOWN: &str = "RPC request contains unknown fields";
+    const MISSING: &str = "RPC request is missing required fields";
+    let envelope = ["version", "id", "method", "params"];
+    if frame.keys().any(|key| !envelope.contains(&key.as_str())) {
+        return Err(UNKNOWN);
+    }
+    let params = match frame.get("params") {
+        None => return Err(MISSING),
+        Some(Value::Object(params)) => params,
+        Some(_) => return Err("connection.set_events params must be an object"),
+    };
+    if params.keys().any(|key| key != "mode") {
+        return Err(UNKNOWN);
+    }
+    match params.get("mode") {
+        None => Err(MISSING),
+        Some(Value::String(mode)) if matches!(mode.as_str(), "all" | "none" | "activity") => {
+            Ok(mode)
+        }
+        Some(_) => Err("Event mode must be all, none, or activity"),
+    }
+}
+
 fn reject(id: Option<&str>, message: impl Into<String>) -> Inbound {
+    reject_with(id, "invalid_request", message)
+}
+
+fn reject_with(id: Option<&str>, code: &str, message: impl Into<String>) -> Inbound {
     let id = id.map(|id| Value::String(id.to_string()));
-    Inbound::Reject(protocol_error(
-        id.as_ref(),
-        "invalid_request",
-        &message.into(),
-    ))
+    Inbound::Reject(protocol_error(id.as_ref(), code, &message.into()))
 }
 
 pub fn outbound(line: &[u8]) -> Option<Outbound> {
@@ -156,7 +184,6 @@ pub fn outbound(line: &[u8]) -> Option<Outbound> {
             _ => Outbound::Drop("an answer without a gateway id"),
         },
         "ready" => Outbound::Drop("the child's ready"),
-        "invalid_framing" => Outbound::Drop("the child refused a record's framing"),
         "session_event" => {
             let event = envelope.event.unwrap_or_default();
             Outbound::Event(event_kind(event.get("type").and_then(Value::as_str)))
@@ -183,8 +210,13 @@ fn leading_event_type(line: &[u8]) -> Option<&str> {
     super::type_name(rest)
 }
 
+/// The run ends, and the session, with no child left to run anything,
+/// is settled.
 pub fn run_aborted(error: &str) -> Vec<(&'static str, Value)> {
-    vec![("agent_end", json!({"errorMessage": error}))]
+    vec![
+        ("agent_end", json!({"errorMessage": error})),
+        ("agent_settled", json!({})),
+    ]
 }
 
 /// A frame in the unstamped form: `version` first, no `sequence`.
@@ -295,13 +327,13 @@ pub fn session_event(kind: &str, fields: Value, seq: u64, run: Option<&str>) -> 
     build(frame)
 }
 
-/// A `protocol_error` (unstamped); `id` when it could be read.
+/// A `protocol_error` (unstamped), `code` and `message` at the top level
+/// as the child writes them; `id` when it could be read.
 pub fn protocol_error(id: Option<&Value>, code: &str, message: &str) -> Bytes {
-    let mut frame = json!({"type": "protocol_error"});
+    let mut frame = json!({"type": "protocol_error", "code": code, "message": message});
     if let Some(id) = id {
         frame["id"] = id.clone();
     }
-    frame["error"] = json!({"code": code, "message": message});
     build(frame)
 }
 
@@ -381,3 +413,7 @@ pub fn name_run(frame: &mut Map<String, Value>, run: &str) {
         result.insert(RUN_FIELD.into(), json!(run));
     }
 }
+
+#[cfg(test)]
+#[path = "zi_tests.rs"]
+mod tests;
