@@ -274,7 +274,7 @@ impl Dialect {
         match self {
             Dialect::Zut => zut::response(None, None, Err(error.to_string())),
             Dialect::Letscode => letscode::error(None, error, false),
-            Dialect::Zi => zi::protocol_error(None, "invalid_request", error),
+            Dialect::Zi => zi::malformed(error),
         }
     }
 

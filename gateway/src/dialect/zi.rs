@@ -337,6 +337,12 @@ pub fn protocol_error(id: Option<&Value>, code: &str, message: &str) -> Bytes {
     build(frame)
 }
 
+/// The answer to a client frame that is not a JSON object (or not text):
+/// `invalid_json`, as the child answers a line it cannot parse.
+pub fn malformed(error: &str) -> Bytes {
+    protocol_error(None, "invalid_json", error)
+}
+
 /// A successful response (unstamped).
 pub fn ok(id: &Value, method: &str, result: Value) -> Bytes {
     build(json!({"type": "response", "id": id, "method": method, "ok": true, "result": result}))
