@@ -240,10 +240,11 @@ async fn ready(ws: &mut Ws) -> Result<(Value, String), AttachError> {
         if frame["type"] == "ready" {
             return Ok((frame, text.as_str().to_string()));
         }
-        // letscode `error{error}`, Zi `protocol_error{error:{message}}`.
+        // letscode `error{error}`, Zi `protocol_error{code,message}`.
         let error = frame["error"]["message"]
             .as_str()
             .or_else(|| frame["error"].as_str())
+            .or_else(|| frame["message"].as_str())
             .unwrap_or("the gateway did not send ready");
         return Err(AttachError::HelloRefused(error.to_string()));
     }

@@ -116,8 +116,9 @@ function ziWire() {
   const commandName = (method) => (method === "session.prompt" ? "prompt" : method === "session.interrupt" ? "abort" : method);
   return {
     hello: (token) => request("hello", "connection.hello", { token }),
-    prompt: (id, text) => request(id, "session.prompt", { delivery: "prompt", text }),
-    abort: (id) => request(id, "session.interrupt", {}),
+    prompt: (id, text) => request(id, "session.prompt", { delivery: "direct", text }),
+    // Methods without parameters refuse even an empty `params`.
+    abort: (id) => ({ version: 1, id: pending.note(id, "session.interrupt"), method: "session.interrupt" }),
     inbound(frame) {
       switch (frame.type) {
         case "ready": {
@@ -146,7 +147,10 @@ function ziWire() {
   };
 }
 
+// A failed response's `error.message`, or a protocol error's top-level
+// `message`.
 function errorText(frame) {
+  if (frame.type === "protocol_error") return String(frame.message || frame.code || "failed");
   return frame.error ? String(frame.error.message || frame.error.code || "failed") : undefined;
 }
 
