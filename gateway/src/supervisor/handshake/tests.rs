@@ -154,7 +154,7 @@ async fn real_agent_accepts_its_token_and_refuses_others() {
             assert!(exit.success(), "{exit}");
         } else {
             assert!(
-                matches!(result, Err(HandshakeError::Refused(ref e)) if e.contains("wrong token")),
+                matches!(result, Err(HandshakeError::Refused(ref e)) if e.contains("invalid token")),
                 "{result:?}"
             );
             assert!(!child.wait().await.success());
