@@ -1,20 +1,24 @@
 //! The main listener's accept loop: HTTP/1.1 (with upgrades) over hyper,
 //! under two bounds.
 //!
-//! - `--max-connections`: a connection over the cap is refused at accept,
-//!   with a fixed `503` written without reading anything and the socket
-//!   closed; it never reaches hyper or a task. A WebSocket keeps its slot
-//!   for its whole life ([`ConnectionSlot`] travels into the upgraded
-//!   connection).
+//! - `--max-connections`: at the cap, the oldest connection that has not
+//!   proved anything yet (no plain HTTP request, no authenticated
+//!   WebSocket) is closed to make room, so a flood of idle or
+//!   unauthenticated sockets cannot lock out `/healthz`, the admin API or
+//!   a client with a token. Only when every connection is protected is a
+//!   new one refused, with a fixed `503` written without reading anything;
+//!   it never reaches hyper or a task. A WebSocket keeps its slot for its
+//!   whole life ([`ConnectionSlot`] travels into the upgraded connection).
 //! - `--header-timeout`: a connection that does not send a complete
 //!   request head within it is closed (hyper's header read timeout).
 //!
 //! Every request carries [`ConnectInfo`] (the peer address) and the
 //! connection's [`ConnectionSlot`] as extensions.
 
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use axum::extract::ConnectInfo;
@@ -50,7 +54,66 @@ pub struct ConnectionSlot {
     /// Whether a request head arrived (a header timeout after one is an
     /// idle keep-alive connection ending, not a refusal).
     served: AtomicBool,
+    /// Set once the connection proved something: a plain HTTP request
+    /// arrived, or its WebSocket authenticated. Unprotected connections
+    /// are closed first when the cap is reached.
+    protected: AtomicBool,
+    /// Cancelled to close this connection to make room.
+    evict: CancellationToken,
 }
+
+impl ConnectionSlot {
+    /// Keeps this connection from being closed to make room.
+    pub fn protect(&self) {
+        self.protected.store(true, Ordering::SeqCst);
+    }
+
+    /// Completes when the connection is to be closed to make room.
+    pub async fn evicted(&self) {
+        self.evict.cancelled().await;
+    }
+}
+
+/// Connections in accept order, for finding the oldest unprotected one.
+/// Holds weak references: a closed connection simply drops out.
+#[derive(Default)]
+struct EvictionQueue {
+    order: VecDeque<Weak<ConnectionSlot>>,
+}
+
+impl EvictionQueue {
+    fn push(&mut self, slot: &Arc<ConnectionSlot>) {
+        self.order.push_back(Arc::downgrade(slot));
+    }
+
+    /// Signals the oldest live, unprotected connection to close; returns
+    /// whether there was one. Entries of closed or protected connections
+    /// met on the way are dropped (protection never ends).
+    fn evict_oldest(&mut self) -> bool {
+        while let Some(weak) = self.order.pop_front() {
+            let Some(slot) = weak.upgrade() else {
+                continue;
+            };
+            if slot.protected.load(Ordering::SeqCst) || slot.evict.is_cancelled() {
+                continue;
+            }
+            slot.evict.cancel();
+            return true;
+        }
+        false
+    }
+
+    /// Forgets closed connections once the queue has grown past `bound`.
+    fn prune(&mut self, bound: usize) {
+        if self.order.len() > bound {
+            self.order.retain(|weak| weak.strong_count() > 0);
+        }
+    }
+}
+
+/// How many evicted connections may still be closing (their descriptors
+/// not yet freed) while new ones are accepted in their place.
+const EVICTIONS_IN_FLIGHT: usize = 64;
 
 impl Drop for ConnectionSlot {
     fn drop(&mut self) {
@@ -69,6 +132,7 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) {
     let open = Arc::new(AtomicUsize::new(0));
+    let mut queue = EvictionQueue::default();
     let tasks = TaskTracker::new();
     loop {
         let accepted = tokio::select! {
@@ -84,9 +148,17 @@ pub async fn serve(
                 continue;
             }
         };
-        if open.load(Ordering::SeqCst) >= limits.max_connections {
-            refuse(stream, &metrics);
-            continue;
+        let now_open = open.load(Ordering::SeqCst);
+        if now_open >= limits.max_connections {
+            let room = now_open < limits.max_connections + EVICTIONS_IN_FLIGHT;
+            if !(room && queue.evict_oldest()) {
+                refuse(stream, &metrics);
+                continue;
+            }
+            metrics.connection_refused("evicted");
+            // Let the evicted connection's task close it (its descriptor
+            // and slot are freed there) before taking another.
+            tokio::task::yield_now().await;
         }
         open.fetch_add(1, Ordering::SeqCst);
         metrics.connections.inc();
@@ -94,7 +166,11 @@ pub async fn serve(
             open: open.clone(),
             metrics: metrics.clone(),
             served: AtomicBool::new(false),
+            protected: AtomicBool::new(false),
+            evict: CancellationToken::new(),
         });
+        queue.push(&slot);
+        queue.prune(2 * limits.max_connections + EVICTIONS_IN_FLIGHT);
         if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!(error = %e, "cannot set TCP_NODELAY");
         }
@@ -131,6 +207,11 @@ async fn serve_connection(
     let request_slot = slot.clone();
     let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
         request_slot.served.store(true, Ordering::SeqCst);
+        // A plain request proves the peer speaks HTTP; a WebSocket upgrade
+        // is protected only once it authenticates.
+        if !request.headers().contains_key(hyper::header::UPGRADE) {
+            request_slot.protect();
+        }
         request.extensions_mut().insert(ConnectInfo(peer));
         request.extensions_mut().insert(request_slot.clone());
         router.clone().oneshot(request)
@@ -143,6 +224,10 @@ async fn serve_connection(
     tokio::pin!(connection);
     let result = tokio::select! {
         result = connection.as_mut() => result,
+        () = slot.evicted(), if !shutdown.is_cancelled() => {
+            tracing::debug!(%peer, "closed an unauthenticated connection to make room");
+            return;
+        }
         () = shutdown.cancelled() => {
             connection.as_mut().graceful_shutdown();
             connection.await
@@ -155,5 +240,44 @@ async fn serve_connection(
         } else {
             tracing::debug!(%peer, error = %e, "connection ended with an error");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slot(open: &Arc<AtomicUsize>, metrics: &Arc<Metrics>) -> Arc<ConnectionSlot> {
+        open.fetch_add(1, Ordering::SeqCst);
+        Arc::new(ConnectionSlot {
+            open: open.clone(),
+            metrics: metrics.clone(),
+            served: AtomicBool::new(false),
+            protected: AtomicBool::new(false),
+            evict: CancellationToken::new(),
+        })
+    }
+
+    #[test]
+    fn the_oldest_unprotected_live_connection_is_evicted_first() {
+        let metrics = Arc::new(Metrics::new().unwrap());
+        let open = Arc::new(AtomicUsize::new(0));
+        let mut queue = EvictionQueue::default();
+        let closed = slot(&open, &metrics);
+        let authenticated = slot(&open, &metrics);
+        let idle = slot(&open, &metrics);
+        let newer = slot(&open, &metrics);
+        for s in [&closed, &authenticated, &idle, &newer] {
+            queue.push(s);
+        }
+        drop(closed);
+        authenticated.protect();
+        assert!(queue.evict_oldest());
+        assert!(idle.evict.is_cancelled());
+        assert!(!authenticated.evict.is_cancelled() && !newer.evict.is_cancelled());
+        assert!(queue.evict_oldest());
+        assert!(newer.evict.is_cancelled());
+        assert!(!queue.evict_oldest(), "only protected connections are left");
+        assert_eq!(open.load(Ordering::SeqCst), 3);
     }
 }

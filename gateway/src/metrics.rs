@@ -76,7 +76,7 @@ pub const FRAME_SOURCES: [&str; 2] = ["client", "child"];
 pub const FRAME_REASONS: [&str; 3] = ["malformed", "binary", "too_large"];
 /// Why a connection was refused or closed before its first request
 /// (`connections_refused_total{reason}`).
-pub const REFUSAL_REASONS: [&str; 2] = ["max_connections", "header_timeout"];
+pub const REFUSAL_REASONS: [&str; 3] = ["max_connections", "header_timeout", "evicted"];
 /// Kinds of `tokens_total{kind}`.
 pub const TOKEN_KINDS: [&str; 5] = ["input", "output", "reasoning", "cache_read", "cache_write"];
 

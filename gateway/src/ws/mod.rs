@@ -115,7 +115,6 @@ pub async fn upgrade(
     let (response, on_upgrade) = upgrade.accept();
     let connections = state.connections.clone();
     connections.spawn(async move {
-        let _slot = slot;
         let io = match on_upgrade.await {
             Ok(upgraded) => hyper_util::rt::TokioIo::new(upgraded),
             Err(e) => {
@@ -129,7 +128,7 @@ pub async fn upgrade(
             answer: None,
             own_runs,
         });
-        connection(io, state, project, dir, peer, header).await;
+        connection(io, state, project, dir, peer, header, slot.as_deref()).await;
     });
     response
 }
@@ -143,6 +142,7 @@ async fn connection(
     dir: PathBuf,
     peer: IpAddr,
     header: Option<Hello>,
+    slot: Option<&ConnectionSlot>,
 ) {
     let max = state.max_frame_bytes;
     let config = WebSocketConfig::default()
@@ -150,12 +150,22 @@ async fn connection(
         .max_message_size(Some(max));
     let (hello, socket) = match header {
         Some(hello) => {
+            slot.inspect(|s| s.protect());
             let socket = WebSocketStream::from_raw_socket(io, WsRole::Server, Some(config)).await;
             (hello, socket)
         }
         None => {
             let read = tokio::select! {
                 read = hello::read_hello(&mut io, &state, peer) => read,
+                () = evicted(slot) => {
+                    preauth::close(
+                        &mut io,
+                        hello::CLOSE_AGAIN,
+                        "the gateway is at --max-connections: unauthenticated connections are closed first",
+                    )
+                    .await;
+                    return;
+                }
                 _ = state.shutdown.cancelled() => {
                     preauth::close(&mut io, CLOSE_GOING_AWAY, "the gateway is shutting down").await;
                     return;
@@ -163,6 +173,7 @@ async fn connection(
             };
             match read {
                 Ok((hello, leftover)) => {
+                    slot.inspect(|s| s.protect());
                     let socket = WebSocketStream::from_partially_read(
                         io,
                         leftover,
@@ -188,6 +199,14 @@ async fn connection(
         }
     };
     attached(socket, state, project, dir, hello).await;
+}
+
+/// Completes when `slot` is to be closed to make room; never without one.
+async fn evicted(slot: Option<&ConnectionSlot>) {
+    match slot {
+        Some(slot) => slot.evicted().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Attaches an authenticated client and runs it until either side ends.
