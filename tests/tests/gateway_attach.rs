@@ -378,7 +378,7 @@ async fn a_letscode_host_works_through_attach_unchanged() {
 /// A Zi host through attach: `ready` is sequence 1, every line after it
 /// continues the sequence (a line that is not JSON gets a sequenced
 /// protocol_error from the gateway), and invalid UTF-8 is fatal with one
-/// `invalid_framing` frame and exit 1.
+/// `protocol_error` of code `invalid_framing` and exit 1, as the agent does.
 #[tokio::test]
 async fn a_zi_host_works_through_attach_unchanged() {
     let mock = MockLlm::start().await;
@@ -418,7 +418,8 @@ async fn a_zi_host_works_through_attach_unchanged() {
 
     attach.send_raw(b"{\"bad\": \"\xff\"}\n").await;
     let fatal = attach.try_recv().await.unwrap();
-    assert_eq!(fatal["type"], "invalid_framing", "{fatal}");
+    assert_eq!(fatal["type"], "protocol_error", "{fatal}");
+    assert_eq!(fatal["code"], "invalid_framing", "{fatal}");
     assert_eq!(fatal["sequence"], expected.last().unwrap() + 1);
     assert_eq!(attach.rest().await, Vec::<Value>::new());
     assert_eq!(attach.exit_code().await, 1);

@@ -10,7 +10,8 @@
 //! - Zi: every UTF-8 line is forwarded, even one that is not JSON: the
 //!   gateway answers it with a `protocol_error` in the connection's
 //!   `sequence`. Invalid UTF-8 or an over-long line is fatal, as for the
-//!   agent: one `invalid_framing` frame (the next `sequence`), then exit.
+//!   agent: one `protocol_error` with code `invalid_framing` (the next
+//!   `sequence`), then exit.
 
 use corral_protocol::ndjson::{encode_line, escape_line_separators, parse_object, FrameError};
 use serde_json::{json, Map, Value};
@@ -51,9 +52,9 @@ pub fn classify_in(
                 "error": error.to_string(), "recoverable": true}))),
         },
         Dialect::Zi => {
-            let framing = |code: &str, message: String| {
+            let framing = |message: String| {
                 StdinFrame::Fatal(line_of(&json!({"version": 1, "sequence": sequence + 1,
-                    "type": "invalid_framing", "error": {"code": code, "message": message}})))
+                    "type": "protocol_error", "code": "invalid_framing", "message": message})))
             };
             match line.map(String::from_utf8) {
                 Ok(Ok(text)) => StdinFrame::Forward {
@@ -61,9 +62,9 @@ pub fn classify_in(
                     frame: Map::new(),
                 },
                 Ok(Err(_)) | Err(FrameError::InvalidUtf8) => {
-                    framing("invalid_utf8", "record is not valid UTF-8".into())
+                    framing("record is not valid UTF-8".into())
                 }
-                Err(error) => framing("record_too_large", error.to_string()),
+                Err(error) => framing(error.to_string()),
             }
         }
     }
@@ -205,7 +206,8 @@ mod tests {
             };
             let frame: Value = serde_json::from_slice(&fatal).unwrap();
             assert_eq!(frame["sequence"], 5);
-            assert_eq!(frame["type"], "invalid_framing");
+            assert_eq!(frame["type"], "protocol_error");
+            assert_eq!(frame["code"], "invalid_framing");
         }
     }
 
