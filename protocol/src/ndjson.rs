@@ -75,6 +75,12 @@ impl<R: AsyncBufRead + Unpin> FrameReader<R> {
                 if discarding {
                     return None;
                 }
+                // The limit holds for a last line without LF too.
+                if line.len() > self.max_line && line.last() != Some(&b'\r') {
+                    return Some(Err(FrameError::TooLong {
+                        limit: self.max_line,
+                    }));
+                }
                 match finish_line(line) {
                     Some(line) => return Some(Ok(line)),
                     None => return None,
@@ -266,6 +272,19 @@ mod tests {
         assert_eq!(got[0], Ok(b"0123456789".to_vec()));
         assert_eq!(got[1], Ok(b"0123456789".to_vec()));
         assert!(got[2].is_err());
+    }
+
+    /// Found by fuzzing (fuzz/ `ndjson_framing`): a last line without LF
+    /// one byte over the limit was returned whole.
+    #[tokio::test]
+    async fn the_limit_holds_for_a_last_line_without_lf() {
+        for cap in [1, 3, 1024] {
+            let got = lines(b"{\"a\":1}\n012345", 5, cap).await;
+            assert_eq!(got.len(), 2, "capacity {cap}: {got:?}");
+            assert!(got[1].as_ref().unwrap_err().contains("maximum length of 5"));
+            let got = lines(b"01234\r", 5, cap).await;
+            assert_eq!(got, vec![Ok(b"01234".to_vec())], "capacity {cap}");
+        }
     }
 
     #[test]
