@@ -30,7 +30,8 @@
 //!   holds the run's prompt; `agent_end.messages` every message the run
 //!   added (prompt, steering, assistant messages, tool results).
 
-mod command;
+/// Public so that fuzz targets reach the exact parser the front-end runs.
+pub mod command;
 mod encoder;
 mod wire;
 
