@@ -6,6 +6,8 @@
 //! lines are cut, and the typed errors for input that does not fit.
 
 pub mod journal;
+pub mod letscode;
 pub mod ndjson;
 pub mod transcript;
+pub mod zi;
 pub mod zut;

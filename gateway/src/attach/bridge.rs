@@ -18,15 +18,13 @@ use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 
 use super::connect::{Session, Ws};
 use super::inflight::InFlight;
-use super::local::{self, StdinFrame};
+use super::local;
 use super::{Signals, CLOSE_GRACE, DRAIN_GRACE, EXIT_FAILURE, EXIT_OK, MAX_LINE};
+use crate::dialect::attach::{EndOfInput, Seen, StdinFrame};
 use crate::dialect::Dialect;
 
 /// Stdin lines read ahead of the loop.
 const STDIN_QUEUE: usize = 64;
-/// The `id` of the letscode `bye` sent when stdin closes; its `ack` and
-/// `done` are not the tool's business.
-const BYE_ID: &str = "corral-attach-bye";
 
 /// What the loop does after one event.
 enum Step {
@@ -134,21 +132,20 @@ impl Bridge {
         }
     }
 
-    /// End of input. zut: let this client's requests and runs finish. letscode:
-    /// a `bye`, which the gateway answers by closing once no run is active
-    /// (the tool sees the run end, then `bye`). Zi: the client left; close.
+    /// End of input, as the dialect says: let this client's requests and
+    /// runs finish (zut), send a farewell the gateway answers by closing
+    /// once no run is active (letscode `bye`), or close at once (Zi).
     async fn stdin_closed(&mut self) -> Step {
-        match self.dialect {
-            Dialect::Zut => {}
-            Dialect::Letscode => {
-                let bye = serde_json::json!({"cmd": "bye", "id": BYE_ID}).to_string();
+        match self.dialect.attach_end_of_input() {
+            EndOfInput::DrainInFlight => {}
+            EndOfInput::Send(bye) => {
                 if let Err(e) = self.ws.send(Message::text(bye)).await {
                     return lost(&e);
                 }
                 self.drain_until = Some(Instant::now() + DRAIN_GRACE);
                 return Step::Continue;
             }
-            Dialect::Zi => {
+            EndOfInput::Leave => {
                 return Step::Close {
                     exit: EXIT_OK,
                     reason: "stdin closed",
@@ -171,7 +168,7 @@ impl Bridge {
     }
 
     async fn on_stdin_line(&mut self, line: Result<Vec<u8>, FrameError>) -> Step {
-        match local::classify_in(self.dialect, line, &self.hello, self.sequence) {
+        match self.dialect.attach_stdin(line, &self.hello, self.sequence) {
             StdinFrame::Answer(line) => self.write(&line).await,
             StdinFrame::Fatal(line) => match self.write(&line).await {
                 Step::Continue => Step::Close {
@@ -181,7 +178,7 @@ impl Bridge {
                 step => step,
             },
             StdinFrame::Forward { text, frame } => {
-                if self.dialect == Dialect::Zut {
+                if self.dialect.attach_tracks_work() {
                     self.inflight.sent(&frame);
                 }
                 match self.ws.send(Message::text(text)).await {
@@ -211,12 +208,11 @@ impl Bridge {
         };
         let parsed: Option<Value> = serde_json::from_str(text.as_str()).ok();
         if let Some(frame) = &parsed {
-            match self.dialect {
-                Dialect::Zut => self.inflight.received(frame),
-                Dialect::Letscode if frame["id"] == BYE_ID => return Step::Continue,
-                Dialect::Letscode => {}
-                Dialect::Zi => {
-                    self.sequence = frame["sequence"].as_u64().unwrap_or(self.sequence);
+            match self.dialect.attach_seen(frame) {
+                Seen::Track => self.inflight.received(frame),
+                Seen::Hide => return Step::Continue,
+                Seen::Sequence(sequence) => {
+                    self.sequence = sequence.unwrap_or(self.sequence);
                 }
             }
         }
@@ -226,7 +222,10 @@ impl Bridge {
                 return step;
             }
         }
-        if self.dialect == Dialect::Zut && self.drain_until.is_some() && self.inflight.is_idle() {
+        if self.dialect.attach_tracks_work()
+            && self.drain_until.is_some()
+            && self.inflight.is_idle()
+        {
             return Step::Close {
                 exit: EXIT_OK,
                 reason: "stdin closed",

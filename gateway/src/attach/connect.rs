@@ -126,7 +126,7 @@ pub async fn open(
     let (mut ws, _) = within(url, "connection", CONNECT_TIMEOUT, connect)
         .await?
         .map_err(|e| connect_error(url, e))?;
-    if dialect != Dialect::Zut {
+    if dialect.greets_first() {
         let (hello, text) = within(url, "ready", HELLO_TIMEOUT, ready(&mut ws)).await??;
         return Ok(Session {
             ws,
@@ -299,7 +299,7 @@ mod tests {
             url: "ws://h/v1/projects/p/rpc".into(),
             token_file,
             token: token.map(Secret::new),
-            dialect: Dialect::Zut,
+            dialect: Dialect::default(),
             own_runs: false,
         }
     }

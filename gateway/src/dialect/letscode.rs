@@ -22,8 +22,7 @@ use serde_json::{json, Map, Value};
 
 use super::{to_bytes, Answer, Claim, ClientHello, EventKind, Inbound, Outbound};
 
-/// The protocol spoken.
-pub const PROTOCOL: &str = "letscode-rpc/1";
+pub use corral_protocol::letscode::PROTOCOL;
 
 pub fn client_hello(frame: &Map<String, Value>) -> Option<Result<ClientHello, String>> {
     if frame.get("cmd").and_then(Value::as_str) != Some("hello") {
@@ -43,15 +42,12 @@ fn check_protocol(given: Option<&Value>) -> Result<(), String> {
         Some(Value::String(given)) => given,
         Some(other) => return Err(format!("`protocol` must be a string, not {other}")),
     };
-    let major = given
-        .strip_prefix("letscode-rpc/")
-        .map(|version| version.split('.').next().unwrap_or_default());
-    match major {
-        Some("1") => Ok(()),
-        _ => Err(format!(
-            "protocol mismatch: this gateway speaks {PROTOCOL}, the client asked for {given}"
-        )),
+    if corral_protocol::letscode::speaks(given) {
+        return Ok(());
     }
+    Err(format!(
+        "protocol mismatch: this gateway speaks {PROTOCOL}, the client asked for {given}"
+    ))
 }
 
 pub fn inbound(frame: &Map<String, Value>, observer: bool) -> Inbound {

@@ -16,6 +16,8 @@
 //! gateway's run id, the answer that starts or queues a run names it, and a
 //! client may ask for the events of its own runs only.
 
+pub mod attach;
+pub mod hub;
 pub mod letscode;
 pub mod runs;
 pub mod zi;

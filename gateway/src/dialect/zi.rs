@@ -29,11 +29,10 @@ use serde_json::{json, Map, Value};
 
 use super::{to_bytes, Answer, Claim, ClientHello, EventKind, Inbound, Outbound, OwnRuns};
 
-/// Longest request id, in bytes.
-pub const MAX_ID_BYTES: usize = 256;
+pub use corral_protocol::zi::MAX_ID_BYTES;
 /// Ordinary operations one client may have in flight (the document's
 /// bound, per connection).
-pub const CLIENT_IN_FLIGHT: usize = 32;
+pub const CLIENT_IN_FLIGHT: usize = corral_protocol::zi::MAX_IN_FLIGHT;
 /// Ordinary operations a child serving all of a project's clients may
 /// have in flight.
 pub const CHILD_IN_FLIGHT: usize = 1024;

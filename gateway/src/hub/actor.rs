@@ -24,7 +24,7 @@ use super::{
     LastExit,
 };
 use crate::auth::Role;
-use crate::dialect::{letscode, zi, zut, Dialect, Inbound};
+use crate::dialect::Inbound;
 use crate::metrics::Direction;
 use crate::supervisor::backoff::CrashHistory;
 use crate::supervisor::ChildOutput;
@@ -303,21 +303,20 @@ impl Hub {
         }
     }
 
-    /// Attaches a client once the child is ready. A Zi client's `ready`
-    /// needs a fresh state snapshot, so its attach completes when the
-    /// child answers the `session.get_state` sent for it.
+    /// Attaches a client once the child is ready. When the dialect's
+    /// greeting needs a fresh state snapshot (Zi), the attach completes
+    /// when the child answers the request sent for it.
     pub(super) async fn attach(&mut self, waiting: WaitingAttach) {
-        if self.settings.dialect != Dialect::Zi {
+        let id = format!("corral-state-{}", self.snapshot_ids + 1);
+        let Some(line) = self.settings.dialect.state_request(&id) else {
             self.finish_attach(waiting, Value::Null);
             return;
-        }
+        };
         let Some(child) = self.child.as_ref() else {
             self.waiting_attach.push(waiting);
             return;
         };
         self.snapshot_ids += 1;
-        let id = format!("corral-state-{}", self.snapshot_ids);
-        let line = zi::get_state_line(&id);
         self.settings
             .metrics
             .frame(Direction::GatewayToChild, line.len());
@@ -340,7 +339,7 @@ impl Hub {
     }
 
     /// Registers the client and queues its greeting: the dialect's first
-    /// frames (`state` is the Zi snapshot).
+    /// frames (`state` is the snapshot, when the dialect needs one).
     pub(super) fn finish_attach(&mut self, waiting: WaitingAttach, state: Value) {
         let client = CLIENT_IDS.fetch_add(1, Ordering::Relaxed) + 1;
         let own_runs = waiting.join.own_runs;
@@ -364,17 +363,15 @@ impl Hub {
                 bytes,
             });
         }
-        let mut feed = ClientFeed::new(
+        let feed = ClientFeed::new(
             self.feed.clone(),
             cursor,
             rx,
             self.settings.metrics.clone(),
             self.settings.outbox_frames,
         )
-        .with_owner((own_runs.on == Some(true)).then_some(owner));
-        if self.settings.dialect == Dialect::Zi {
-            feed = feed.with_sequence();
-        }
+        .with_owner((own_runs.on == Some(true)).then_some(owner))
+        .with_dialect(self.settings.dialect);
         let attached = Attached {
             client,
             child_hello: self.hello.clone(),
@@ -403,16 +400,12 @@ impl Hub {
         }
     }
 
-    /// A new client's first frames: zut answers its hello (if it sent
-    /// one); letscode and Zi send `ready`, then answer the hello. `owner`
-    /// is the client id it is known by.
+    /// A new client's first frames: the dialect's greeting, then the
+    /// answer to its hello (if it sent one). `owner` is the client id it is
+    /// known by.
     fn greeting(&self, owner: u64, join: &Join, gap: bool, state: Value) -> Vec<Bytes> {
         let gateway = self.gateway_info(owner, join.role, gap);
-        let mut frames = match self.settings.dialect {
-            Dialect::Zut => Vec::new(),
-            Dialect::Letscode => vec![letscode::ready(&self.hello, gateway)],
-            Dialect::Zi => vec![zi::ready(state, gateway)],
-        };
+        let mut frames = self.settings.dialect.greeting(&self.hello, gateway, state);
         if let Some(id) = &join.hello {
             frames.extend(self.hello_answer(owner, join.role, id.as_ref(), gap));
         }
@@ -427,22 +420,10 @@ impl Hub {
         id: Option<&Value>,
         gap: bool,
     ) -> Vec<Bytes> {
-        match self.settings.dialect {
-            Dialect::Zut => {
-                let data = self.hello_data(client, role, gap);
-                vec![zut::response(id, Some("hello"), Ok(Some(data)))]
-            }
-            Dialect::Letscode => vec![letscode::ack(id), letscode::done(id)],
-            Dialect::Zi => {
-                let gateway = self.gateway_info(client, role, gap);
-                let id = id.cloned().unwrap_or(Value::Null);
-                vec![zi::ok(
-                    &id,
-                    "connection.hello",
-                    json!({ "gateway": gateway }),
-                )]
-            }
-        }
+        let gateway = self.gateway_info(client, role, gap);
+        self.settings
+            .dialect
+            .hello_answer(id, &self.hello, gateway, gap)
     }
 
     /// What the gateway says of itself to a client.
@@ -455,17 +436,6 @@ impl Hub {
             "last_seq": self.feed.last_seq(),
             "gap": gap,
         })
-    }
-
-    /// The `data` of a zut hello answered by the gateway: the child's own
-    /// hello data plus `gateway` (and `gap` when replay cannot be complete).
-    pub(super) fn hello_data(&self, client: u64, role: Role, gap: bool) -> Value {
-        let mut data = self.hello.clone();
-        data.insert("gateway".into(), self.gateway_info(client, role, gap));
-        if gap {
-            data.insert("gap".into(), Value::Bool(true));
-        }
-        Value::Object(data)
     }
 
     pub(super) fn set_state(&mut self, state: ChildState) {

@@ -24,7 +24,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::ring::{Evicted, Frame, ReplayRing};
 use super::runs::Audience;
-use crate::dialect::zi;
+use crate::dialect::Dialect;
 use crate::metrics::Metrics;
 
 /// Events handed to a client writer per wake-up, at most.
@@ -148,9 +148,13 @@ pub struct ClientFeed {
     /// ring (its outbox size).
     lag_limit: u64,
     catching_up: bool,
-    /// Zi: the last `sequence` sent; `None` for dialects without one.
+    /// The project's dialect: how frames are numbered and which events a
+    /// client may turn off.
+    dialect: Dialect,
+    /// The last `sequence` sent (Zi); `None` for dialects without one.
     sequence: Option<u64>,
-    /// Zi event mode: `false` drops `session_event`s.
+    /// Event mode (Zi `connection.set_events`): `false` drops the events
+    /// a client may turn off.
     events: bool,
     /// Own runs: the client id whose run events this client gets; `None`
     /// for all events.
@@ -184,6 +188,7 @@ impl ClientFeed {
             metrics,
             lag_limit: u64::try_from(lag_limit).unwrap_or(u64::MAX),
             catching_up: false,
+            dialect: Dialect::default(),
             sequence: None,
             events: true,
             owner: None,
@@ -199,22 +204,25 @@ impl ClientFeed {
 
     /// Whether this client is sent `event`.
     fn wants(&self, bytes: &Bytes, audience: &Audience) -> bool {
-        (self.events || !zi::is_session_event(bytes))
+        (self.events || !self.dialect.is_optional_event(bytes))
             && self.owner.is_none_or(|owner| audience.includes(owner))
     }
 
-    /// Numbers every frame sent with a Zi `sequence`, from 1.
-    pub fn with_sequence(mut self) -> ClientFeed {
-        self.sequence = Some(0);
+    /// Speaks `dialect`: when it numbers frames per connection (Zi
+    /// `sequence`), every frame sent is numbered from 1.
+    pub fn with_dialect(mut self, dialect: Dialect) -> ClientFeed {
+        self.dialect = dialect;
+        self.sequence = dialect.sequenced().then_some(0);
         self
     }
 
-    /// One frame out: stamped with the next `sequence` for Zi.
+    /// One frame out: stamped with the next `sequence`, if the dialect
+    /// numbers frames.
     fn out(&mut self, bytes: Bytes, out: &mut Vec<Bytes>) {
         match self.sequence.as_mut() {
             Some(sequence) => {
                 *sequence += 1;
-                out.push(zi::stamp(&bytes, *sequence));
+                out.push(self.dialect.stamp(&bytes, *sequence));
             }
             None => out.push(bytes),
         }

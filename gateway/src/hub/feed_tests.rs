@@ -132,7 +132,8 @@ async fn zi_clients_get_their_own_gap_free_sequence_and_event_mode() {
         audience: Audience::Everyone,
     };
     let (tx, rx) = mpsc::channel(8);
-    let mut client = ClientFeed::new(feed.clone(), 0, rx, test_metrics(), 2).with_sequence();
+    let mut client =
+        ClientFeed::new(feed.clone(), 0, rx, test_metrics(), 2).with_dialect(sequenced());
     feed.push(event(1));
     tx.send(uni(1, r#"{"version":1,"type":"response"}"#))
         .await
@@ -160,7 +161,8 @@ async fn zi_clients_get_their_own_gap_free_sequence_and_event_mode() {
     assert_eq!(client.cursor(), 2);
     // Another client of the same feed counts from 1 and sees both.
     let (_tx2, rx2) = mpsc::channel(8);
-    let mut other = ClientFeed::new(feed.clone(), 0, rx2, test_metrics(), 2).with_sequence();
+    let mut other =
+        ClientFeed::new(feed.clone(), 0, rx2, test_metrics(), 2).with_dialect(sequenced());
     let frames = texts(&mut other).await;
     assert_eq!(frames.len(), 2);
     assert!(frames[1].starts_with(r#"{"version":1,"sequence":2,"type":"session_event""#));
@@ -206,4 +208,11 @@ async fn own_runs_skip_other_clients_runs_live_and_on_replay() {
     .unwrap();
     feed.push(run(6, &[7]));
     assert_eq!(texts(&mut other).await, ["r4", "e5", "r6"]);
+}
+
+/// The dialect that numbers frames per connection (Zi).
+fn sequenced() -> crate::dialect::Dialect {
+    use clap::ValueEnum;
+    let all = crate::dialect::Dialect::value_variants();
+    *all.iter().find(|dialect| dialect.sequenced()).unwrap()
 }

@@ -18,11 +18,12 @@ use super::ring::Frame;
 use super::runs::{Audience, Run};
 use super::ChildState;
 use crate::auth::Role;
-use crate::dialect::{letscode, to_bytes, zi, Dialect, EventKind, Inbound, Outbound, OwnRuns};
+use crate::dialect::hub::ClientRequests;
+use crate::dialect::{to_bytes, EventKind, Inbound, Outbound, OwnRuns};
 use crate::metrics::Direction;
 use crate::supervisor::ChildOutput;
 
-/// Close code for a client dismissed after its letscode `bye`.
+/// Close code for a client dismissed after it said it leaves.
 const CLOSE_NORMAL: u16 = 1000;
 /// Close code for a client whose protocol version the gateway lacks.
 const CLOSE_PROTOCOL: u16 = 1002;
@@ -34,8 +35,7 @@ impl Hub {
         };
         let dialect = self.settings.dialect;
         if self.leaving.iter().any(|(c, _)| *c == client) {
-            let id = frame.get("id");
-            let reply = letscode::error(id, "this client said bye; no more commands", false);
+            let reply = dialect.after_bye(frame.get("id"));
             self.unicast(client, reply);
             return;
         }
@@ -47,45 +47,27 @@ impl Hub {
                 own_runs,
             } => self.hello(client, role, id, refusal, own_runs),
             Inbound::Bye { id } => {
-                self.unicast(client, letscode::ack(id.as_ref()));
+                self.unicast(client, dialect.bye_ack(id.as_ref()));
                 self.leaving.push((client, id));
                 self.dismiss_leaving();
             }
             Inbound::SetEvents { id, all } => {
                 let after_seq = self.feed.last_seq();
                 self.unicast_item(client, Unicast::Events { after_seq, all });
-                let mode = if all { "all" } else { "none" };
-                let reply = zi::ok(&id, "connection.set_events", json!({ "mode": mode }));
-                self.unicast(client, reply);
+                self.unicast(client, dialect.events_set(&id, all));
             }
             Inbound::Forward { id, command } => {
-                if dialect == Dialect::Zi {
-                    if let Some(refusal) = self.zi_refusal(client, id.as_ref(), &command) {
-                        self.unicast(client, refusal);
-                        return;
-                    }
+                let requests = ClientIds {
+                    ids: &self.ids,
+                    client,
+                };
+                if let Err(refusal) = dialect.admit(id.as_ref(), &command, &requests) {
+                    self.unicast(client, refusal);
+                    return;
                 }
                 self.forward(client, frame, id, command).await;
             }
         }
-    }
-
-    /// Zi's per-connection rules, checked per client: an id may be in
-    /// flight once, and at most [`zi::CLIENT_IN_FLIGHT`] operations besides
-    /// an interruption.
-    fn zi_refusal(&self, client: u64, id: Option<&Value>, command: &str) -> Option<Bytes> {
-        if id.is_some_and(|id| self.ids.in_flight(client, id)) {
-            let message = "the request id is in flight; reuse it after its response";
-            return Some(zi::protocol_error(id, "invalid_request", message));
-        }
-        let interrupt = "session.interrupt";
-        if command != interrupt && self.ids.count_client(client, interrupt) >= zi::CLIENT_IN_FLIGHT
-        {
-            let limit = zi::CLIENT_IN_FLIGHT;
-            let message = format!("at most {limit} operations may be in flight per connection");
-            return Some(zi::failed(id, command, "capacity", &message));
-        }
-        None
     }
 
     /// A hello after attach, answered by the gateway; it may switch
@@ -283,9 +265,10 @@ impl Hub {
         self.publish();
     }
 
-    /// letscode clients that said `bye` get `done`, `bye` and a close once
-    /// no run is active and their own commands are answered (a prompt's
-    /// `done` comes just after its run's `agent_end`).
+    /// Clients that said they leave (letscode `bye`) get the dialect's
+    /// farewell and a close once no run is active and their own commands
+    /// are answered (a prompt's `done` comes just after its run's
+    /// `agent_end`).
     pub(super) fn dismiss_leaving(&mut self) {
         if self.leaving.is_empty() || self.busy > 0 {
             return;
@@ -295,8 +278,9 @@ impl Hub {
             .partition(|(client, _)| !self.ids.has_client(*client));
         self.leaving = waiting;
         for (client, id) in ready {
-            self.unicast(client, letscode::done(id.as_ref()));
-            self.unicast(client, letscode::bye());
+            for frame in self.settings.dialect.farewell(id.as_ref()) {
+                self.unicast(client, frame);
+            }
             self.close_client(client, CLOSE_NORMAL, "bye");
         }
     }
@@ -341,36 +325,19 @@ impl Hub {
                 .metrics
                 .request_done(&pending.command, pending.sent.elapsed().as_secs_f64());
         }
-        if dialect == Dialect::Zut {
-            self.zut_response(line, &pending.command);
+        let news = dialect.response_news(&pending.command, line);
+        if news.run_started {
+            self.run_started();
+        }
+        if let Some(model) = news.model {
+            self.model = Some(model);
+            self.publish();
         }
         if let Some(bytes) = dialect.restore_id(line, pending.original, run.as_deref()) {
             self.unicast(pending.client, bytes);
         }
         if last {
             self.dismiss_leaving();
-        }
-    }
-
-    /// What zut responses tell the hub: a started `prompt`/`compact` run
-    /// (zut has no start event), and the model after `set_model`.
-    fn zut_response(&mut self, line: &[u8], command: &str) {
-        let Ok(response) = serde_json::from_slice::<Value>(line) else {
-            return;
-        };
-        if response.get("success") != Some(&Value::Bool(true)) {
-            return;
-        }
-        let data = response.get("data");
-        let started = data.and_then(|d| d.get("started")) == Some(&Value::Bool(true));
-        if started && matches!(command, "prompt" | "compact") {
-            self.run_started();
-        }
-        if command == "set_model" {
-            if let Some(model) = data.and_then(|d| d.get("model")).and_then(Value::as_str) {
-                self.model = Some(model.to_string());
-                self.publish();
-            }
         }
     }
 
@@ -481,5 +448,22 @@ impl Hub {
             });
         }
         self.publish();
+    }
+}
+
+/// One client's requests in flight, as a dialect's admission rules see
+/// them.
+struct ClientIds<'a> {
+    ids: &'a super::ids::IdMap,
+    client: u64,
+}
+
+impl ClientRequests for ClientIds<'_> {
+    fn has_id(&self, id: &Value) -> bool {
+        self.ids.in_flight(self.client, id)
+    }
+
+    fn count_except(&self, command: &str) -> usize {
+        self.ids.count_client(self.client, command)
     }
 }

@@ -78,8 +78,8 @@ pub async fn hello(
 }
 
 /// Waits (at most `timeout`) for the child's `ready` line, skipping
-/// anything else, and returns it. A letscode child must speak
-/// letscode-rpc/1.
+/// anything else, and returns it, once the dialect accepts it (a letscode
+/// child must speak letscode-rpc/1).
 pub async fn ready(
     child: &ChildProcess,
     output: &mut mpsc::Receiver<ChildOutput>,
@@ -108,15 +108,9 @@ pub async fn ready(
         if frame.get("type").and_then(Value::as_str) != Some("ready") {
             continue;
         }
-        let protocol = frame.get("protocol").and_then(Value::as_str);
-        if dialect == crate::dialect::Dialect::Letscode
-            && !protocol.is_some_and(|p| p == "letscode-rpc/1" || p.starts_with("letscode-rpc/1."))
-        {
-            return Err(HandshakeError::Refused(format!(
-                "the child speaks {}, not letscode-rpc/1",
-                protocol.unwrap_or("an unnamed protocol")
-            )));
-        }
+        dialect
+            .check_ready(&frame)
+            .map_err(HandshakeError::Refused)?;
         return Ok(frame);
     }
 }

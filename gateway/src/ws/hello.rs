@@ -13,7 +13,7 @@ use super::handshake::Io;
 use super::preauth::{self, PreAuthError};
 use super::session::parse;
 use crate::auth::Role;
-use crate::dialect::{Dialect, OwnRuns};
+use crate::dialect::OwnRuns;
 use crate::server::AppState;
 use crate::throttle::Admission;
 
@@ -117,7 +117,13 @@ pub async fn read_hello(
     let hello = match state.dialect.client_hello(&frame) {
         Some(Ok(hello)) => hello,
         Some(Err(error)) => return Err(Refusal::new(id, "not_hello", error)),
-        None => return Err(Refusal::new(id, "not_hello", hello_required(state.dialect))),
+        None => {
+            return Err(Refusal::new(
+                id,
+                "not_hello",
+                state.dialect.hello_required(),
+            ))
+        }
     };
     let Some(token) = &hello.token else {
         let message = "authentication failed: the hello has no token";
@@ -169,14 +175,4 @@ fn unreadable(state: &AppState, error: PreAuthError) -> Refusal {
             Refusal::new(None, "not_hello", "the connection closed before the hello")
         }
     }
-}
-
-/// What an unauthenticated client must send first.
-fn hello_required(dialect: Dialect) -> String {
-    let hello = match dialect {
-        Dialect::Zut => r#"{"type":"hello","token":…}"#,
-        Dialect::Letscode => r#"{"cmd":"hello","token":…}"#,
-        Dialect::Zi => r#"{"version":1,"id":…,"method":"connection.hello","params":{"token":…}}"#,
-    };
-    format!("authentication required: the first message must be {hello}")
 }

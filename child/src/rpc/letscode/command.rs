@@ -80,15 +80,12 @@ pub fn parse(mut object: Map<String, Value>) -> Result<Command, BadCommand> {
 
 /// Accepts `letscode-rpc/1` and any `letscode-rpc/1.x` (same major).
 pub fn check_protocol(given: &str) -> Result<(), ProtocolMismatch> {
-    let major = given
-        .strip_prefix("letscode-rpc/")
-        .map(|version| version.split('.').next().unwrap_or_default());
-    match major {
-        Some("1") => Ok(()),
-        _ => Err(ProtocolMismatch {
-            given: given.to_string(),
-        }),
+    if corral_protocol::letscode::speaks(given) {
+        return Ok(());
     }
+    Err(ProtocolMismatch {
+        given: given.to_string(),
+    })
 }
 
 #[cfg(test)]

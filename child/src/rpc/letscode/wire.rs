@@ -6,8 +6,7 @@ use serde_json::{json, Value};
 
 use crate::transcript::{Block, Message, Role};
 
-/// The protocol this dialect speaks.
-pub const PROTOCOL: &str = "letscode-rpc/1";
+pub use corral_protocol::letscode::PROTOCOL;
 /// The key marking a frame the server sends to its encoder only.
 const PRIVATE: &str = "letscode_private";
 

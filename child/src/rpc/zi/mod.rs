@@ -52,7 +52,7 @@ pub const FRAMING_EXIT: u8 = 1;
 pub const SETTLEMENT: std::time::Duration = std::time::Duration::from_secs(5);
 /// Ordinary operations that may be in flight at once, by default (the
 /// document's bound; `--max-in-flight` changes it).
-pub const MAX_IN_FLIGHT: usize = 32;
+pub const MAX_IN_FLIGHT: usize = corral_protocol::zi::MAX_IN_FLIGHT;
 
 /// Serves Zi requests for one agent.
 pub struct ZiServer {

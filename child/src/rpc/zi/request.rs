@@ -10,10 +10,7 @@ use serde_json::{Map, Value};
 
 use super::frame::ProtocolCode;
 
-/// The only protocol version.
-pub const VERSION: u64 = 1;
-/// Longest request id, in bytes.
-pub const MAX_ID_BYTES: usize = 256;
+pub use corral_protocol::zi::{MAX_ID_BYTES, VERSION};
 /// Messages (and outcomes) per page, at most and by default.
 pub const PAGE_COUNT: u64 = 100;
 /// Longest prompt text.

@@ -1,0 +1,169 @@
+//! What `corral attach` does differently per dialect: which stdin lines it
+//! answers itself, what it sends when stdin closes, and what it reads of
+//! the gateway's frames. Pure logic, no I/O.
+//!
+//! - zut: a `hello` from the tool is answered with the gateway's hello data
+//!   (the session is already authenticated); a line that is not a JSON
+//!   object gets an error response, as the agent would send. Requests and
+//!   runs are tracked so that end of input waits for them.
+//! - letscode: a line that is not a JSON object gets a recoverable
+//!   `error{id:null}`; everything else (`hello` included: the gateway
+//!   answers it) is forwarded. End of input sends a `bye`.
+//! - Zi: every UTF-8 line is forwarded, even one that is not JSON: the
+//!   gateway answers it with a `protocol_error` in the connection's
+//!   `sequence`. Invalid UTF-8 or an over-long line is fatal, as for the
+//!   agent: one `protocol_error` with code `invalid_framing` (the next
+//!   `sequence`), then exit. End of input closes at once.
+
+use corral_protocol::ndjson::{encode_line, parse_object, FrameError};
+use serde_json::{json, Map, Value};
+
+use super::{zut, Dialect};
+
+/// The `id` of the letscode `bye` sent when stdin closes; its `ack` and
+/// `done` are not the tool's business.
+const BYE_ID: &str = "corral-attach-bye";
+
+/// One stdin line, sorted.
+#[derive(Debug, PartialEq)]
+pub enum StdinFrame {
+    /// Send `text` (the line as the tool wrote it) as one text frame;
+    /// `frame` is its parsed form, for in-flight tracking.
+    Forward {
+        text: String,
+        frame: Map<String, Value>,
+    },
+    /// Write this line to stdout; nothing goes to the gateway.
+    Answer(Vec<u8>),
+    /// Write this line to stdout, then end the session (Zi framing).
+    Fatal(Vec<u8>),
+}
+
+/// What the bridge does when stdin closes.
+#[derive(Debug, PartialEq)]
+pub enum EndOfInput {
+    /// Wait (bounded) for the requests and runs in flight, then close.
+    DrainInFlight,
+    /// Send this frame, then wait (bounded) for the gateway to close.
+    Send(String),
+    /// Close at once.
+    Leave,
+}
+
+/// What a frame from the gateway means to the bridge.
+#[derive(Debug, PartialEq)]
+pub enum Seen {
+    /// Write it; it may answer or end work in flight.
+    Track,
+    /// Not for the tool (the answers to the bridge's own `bye`).
+    Hide,
+    /// Write it; it carries the connection's `sequence` (if any).
+    Sequence(Option<u64>),
+}
+
+impl Dialect {
+    /// Sorts one stdin line of `corral attach`. `hello` is the zut
+    /// gateway's hello data; `sequence` the last Zi `sequence` written to
+    /// stdout.
+    pub fn attach_stdin(
+        self,
+        line: Result<Vec<u8>, FrameError>,
+        hello: &Value,
+        sequence: u64,
+    ) -> StdinFrame {
+        match self {
+            Dialect::Zut => classify(line, hello),
+            Dialect::Letscode => match line.and_then(|line| {
+                let frame = parse_object(&line)?;
+                Ok((line, frame))
+            }) {
+                Ok((line, frame)) => forward(line, frame),
+                Err(error) => StdinFrame::Answer(line_of(&json!({"type": "error", "id": null,
+                    "error": error.to_string(), "recoverable": true}))),
+            },
+            Dialect::Zi => {
+                let framing = |message: String| {
+                    StdinFrame::Fatal(line_of(&json!({"version": 1, "sequence": sequence + 1,
+                        "type": "protocol_error", "code": "invalid_framing", "message": message})))
+                };
+                match line.map(String::from_utf8) {
+                    Ok(Ok(text)) => StdinFrame::Forward {
+                        text,
+                        frame: Map::new(),
+                    },
+                    Ok(Err(_)) | Err(FrameError::InvalidUtf8) => {
+                        framing("record is not valid UTF-8".into())
+                    }
+                    Err(error) => framing(error.to_string()),
+                }
+            }
+        }
+    }
+
+    /// Whether `corral attach` tracks requests and runs in flight, so that
+    /// end of input waits for them (zut).
+    pub fn attach_tracks_work(self) -> bool {
+        self == Dialect::Zut
+    }
+
+    /// What `corral attach` does when stdin closes.
+    pub fn attach_end_of_input(self) -> EndOfInput {
+        match self {
+            Dialect::Zut => EndOfInput::DrainInFlight,
+            Dialect::Letscode => EndOfInput::Send(json!({"cmd": "bye", "id": BYE_ID}).to_string()),
+            Dialect::Zi => EndOfInput::Leave,
+        }
+    }
+
+    /// What a frame from the gateway means to `corral attach`.
+    pub fn attach_seen(self, frame: &Value) -> Seen {
+        match self {
+            Dialect::Zut => Seen::Track,
+            Dialect::Letscode if frame["id"] == BYE_ID => Seen::Hide,
+            Dialect::Letscode => Seen::Sequence(None),
+            Dialect::Zi => Seen::Sequence(frame["sequence"].as_u64()),
+        }
+    }
+}
+
+fn forward(line: Vec<u8>, frame: Map<String, Value>) -> StdinFrame {
+    // `parse_object` accepted the line, so it is UTF-8; re-encoding is only
+    // a fallback that keeps this free of panics.
+    let text = String::from_utf8(line).unwrap_or_else(|_| Value::Object(frame.clone()).to_string());
+    StdinFrame::Forward { text, frame }
+}
+
+fn line_of(value: &Value) -> Vec<u8> {
+    encode_line(value).unwrap_or_else(|_| b"{}\n".to_vec())
+}
+
+/// Sorts one zut line read from stdin (or the framing error it produced).
+/// `hello` is the `data` of the gateway's hello response.
+fn classify(line: Result<Vec<u8>, FrameError>, hello: &Value) -> StdinFrame {
+    let parsed = line.and_then(|line| {
+        let frame = parse_object(&line)?;
+        Ok((line, frame))
+    });
+    let (line, frame) = match parsed {
+        Ok(parsed) => parsed,
+        Err(error) => return StdinFrame::Answer(response(None, None, Err(error.to_string()))),
+    };
+    if frame.get("type").and_then(Value::as_str) == Some("hello") {
+        let answer = response(frame.get("id"), Some("hello"), Ok(hello));
+        return StdinFrame::Answer(answer);
+    }
+    forward(line, frame)
+}
+
+/// A zut `response` line made up locally, with the tool's `id` echoed as
+/// given.
+fn response(id: Option<&Value>, command: Option<&str>, result: Result<&Value, String>) -> Vec<u8> {
+    let id = id.filter(|id| !id.is_null());
+    let mut line = zut::response(id, command, result.map(|data| Some(data.clone()))).to_vec();
+    line.push(b'\n');
+    line
+}
+
+#[cfg(test)]
+#[path = "attach_tests.rs"]
+mod tests;

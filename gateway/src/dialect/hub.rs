@@ -1,0 +1,211 @@
+//! The frames a hub answers itself and the rules it applies per client,
+//! for its project's dialect: the greeting and the hello answer, the
+//! reply to a letscode `bye` and to Zi `connection.set_events`, per-client
+//! admission, the state snapshot a Zi greeting needs, what a zut response
+//! says of runs and the model, and the check of a child's `ready`. Pure,
+//! no I/O.
+
+use bytes::Bytes;
+use serde_json::{json, Map, Value};
+
+use super::{letscode, zi, zut, Dialect};
+
+/// What a dialect's admission rules may ask of one client's requests in
+/// flight.
+pub trait ClientRequests {
+    /// Whether the client has a request with this `id` in flight.
+    fn has_id(&self, id: &Value) -> bool;
+    /// How many of the client's requests are in flight, not counting
+    /// those for `command`.
+    fn count_except(&self, command: &str) -> usize;
+}
+
+/// What an answer of the child tells the hub besides its client's reply.
+#[derive(Debug, Default, PartialEq)]
+pub struct ResponseNews {
+    /// The request started a run (zut has no start event).
+    pub run_started: bool,
+    /// The model the child now uses.
+    pub model: Option<String>,
+}
+
+impl Dialect {
+    /// What an unauthenticated client must send first, as a refusal
+    /// message.
+    pub fn hello_required(self) -> String {
+        let hello = match self {
+            Dialect::Zut => r#"{"type":"hello","token":…}"#,
+            Dialect::Letscode => r#"{"cmd":"hello","token":…}"#,
+            Dialect::Zi => {
+                r#"{"version":1,"id":…,"method":"connection.hello","params":{"token":…}}"#
+            }
+        };
+        format!("authentication required: the first message must be {hello}")
+    }
+
+    /// Checks the child's `ready` line: a letscode child must speak
+    /// letscode-rpc/1 (any 1.x). The error says what it speaks instead.
+    pub fn check_ready(self, ready: &Map<String, Value>) -> Result<(), String> {
+        if self != Dialect::Letscode {
+            return Ok(());
+        }
+        let protocol = ready.get("protocol").and_then(Value::as_str);
+        if protocol.is_some_and(corral_protocol::letscode::speaks) {
+            return Ok(());
+        }
+        Err(format!(
+            "the child speaks {}, not {}",
+            protocol.unwrap_or("an unnamed protocol"),
+            letscode::PROTOCOL
+        ))
+    }
+
+    /// The request (with id `id`) for the state snapshot a new client's
+    /// greeting carries (Zi's `session.get_state`); `None` when the
+    /// greeting needs none.
+    pub fn state_request(self, id: &str) -> Option<String> {
+        (self == Dialect::Zi).then(|| zi::get_state_line(id))
+    }
+
+    /// Whether each client's frames carry a connection-local `sequence`
+    /// its feed stamps on the way out (Zi).
+    pub fn sequenced(self) -> bool {
+        self == Dialect::Zi
+    }
+
+    /// A frame as one client gets it, numbered `sequence` (for a dialect
+    /// that is [`Dialect::sequenced`]).
+    pub fn stamp(self, frame: &[u8], sequence: u64) -> Bytes {
+        match self {
+            Dialect::Zi => zi::stamp(frame, sequence),
+            _ => Bytes::copy_from_slice(frame),
+        }
+    }
+
+    /// Whether a stored frame is an event a client may turn off (Zi
+    /// `session_event`s, by `connection.set_events`).
+    pub fn is_optional_event(self, frame: &[u8]) -> bool {
+        self == Dialect::Zi && zi::is_session_event(frame)
+    }
+
+    /// A new client's first frames before any hello answer: letscode and
+    /// Zi send `ready` (built from the child's `hello`, or the Zi `state`
+    /// snapshot); zut sends nothing.
+    pub fn greeting(self, hello: &Map<String, Value>, gateway: Value, state: Value) -> Vec<Bytes> {
+        match self {
+            Dialect::Zut => Vec::new(),
+            Dialect::Letscode => vec![letscode::ready(hello, gateway)],
+            Dialect::Zi => vec![zi::ready(state, gateway)],
+        }
+    }
+
+    /// The gateway's answer to a client's hello (`id` is its id). zut's
+    /// carries the child's own `hello` data plus `gateway` (and `gap` when
+    /// replay cannot be complete).
+    pub fn hello_answer(
+        self,
+        id: Option<&Value>,
+        hello: &Map<String, Value>,
+        gateway: Value,
+        gap: bool,
+    ) -> Vec<Bytes> {
+        match self {
+            Dialect::Zut => {
+                let mut data = hello.clone();
+                data.insert("gateway".into(), gateway);
+                if gap {
+                    data.insert("gap".into(), Value::Bool(true));
+                }
+                vec![zut::response(
+                    id,
+                    Some("hello"),
+                    Ok(Some(Value::Object(data))),
+                )]
+            }
+            Dialect::Letscode => vec![letscode::ack(id), letscode::done(id)],
+            Dialect::Zi => {
+                let id = id.cloned().unwrap_or(Value::Null);
+                let result = json!({ "gateway": gateway });
+                vec![zi::ok(&id, "connection.hello", result)]
+            }
+        }
+    }
+
+    /// The answer to a client that says it leaves (letscode `bye`).
+    pub fn bye_ack(self, id: Option<&Value>) -> Bytes {
+        letscode::ack(id)
+    }
+
+    /// The reply to a request from a client that said it leaves.
+    pub fn after_bye(self, id: Option<&Value>) -> Bytes {
+        letscode::error(id, "this client said bye; no more commands", false)
+    }
+
+    /// The last frames of a client that said it leaves, before its close.
+    pub fn farewell(self, id: Option<&Value>) -> Vec<Bytes> {
+        vec![letscode::done(id), letscode::bye()]
+    }
+
+    /// The reply to a client's choice of events (Zi
+    /// `connection.set_events`).
+    pub fn events_set(self, id: &Value, all: bool) -> Bytes {
+        let mode = if all { "all" } else { "none" };
+        zi::ok(id, "connection.set_events", json!({ "mode": mode }))
+    }
+
+    /// The dialect's per-client rules for a request before it is
+    /// forwarded: `Err` holds the refusal. Zi: an id may be in flight once,
+    /// and at most [`zi::CLIENT_IN_FLIGHT`] operations besides an
+    /// interruption.
+    pub fn admit(
+        self,
+        id: Option<&Value>,
+        command: &str,
+        requests: &dyn ClientRequests,
+    ) -> Result<(), Bytes> {
+        if self != Dialect::Zi {
+            return Ok(());
+        }
+        if id.is_some_and(|id| requests.has_id(id)) {
+            let message = "the request id is in flight; reuse it after its response";
+            return Err(zi::protocol_error(id, "invalid_request", message));
+        }
+        let interrupt = "session.interrupt";
+        let limit = zi::CLIENT_IN_FLIGHT;
+        if command != interrupt && requests.count_except(interrupt) >= limit {
+            let message = format!("at most {limit} operations may be in flight per connection");
+            return Err(zi::failed(id, command, "capacity", &message));
+        }
+        Ok(())
+    }
+
+    /// What the child's answer `line` to `command` tells the hub: a zut
+    /// `prompt`/`compact` that started a run, the model after `set_model`.
+    /// The other dialects say so in events.
+    pub fn response_news(self, command: &str, line: &[u8]) -> ResponseNews {
+        let mut news = ResponseNews::default();
+        if self != Dialect::Zut {
+            return news;
+        }
+        let Ok(response) = serde_json::from_slice::<Value>(line) else {
+            return news;
+        };
+        if response.get("success") != Some(&Value::Bool(true)) {
+            return news;
+        }
+        let data = response.get("data");
+        let started = data.and_then(|d| d.get("started")) == Some(&Value::Bool(true));
+        news.run_started = started && matches!(command, "prompt" | "compact");
+        if command == "set_model" {
+            news.model = data
+                .and_then(|d| d.get("model"))
+                .and_then(Value::as_str)
+                .map(str::to_string);
+        }
+        news
+    }
+}
+
+#[cfg(test)]
+#[path = "hub_tests.rs"]
+mod tests;

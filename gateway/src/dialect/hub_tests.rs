@@ -1,0 +1,104 @@
+//! Tests of the frames a hub answers itself and its per-client rules.
+
+use serde_json::{json, Map, Value};
+
+use super::*;
+
+struct Requests {
+    ids: Vec<Value>,
+    others: usize,
+}
+
+impl ClientRequests for Requests {
+    fn has_id(&self, id: &Value) -> bool {
+        self.ids.contains(id)
+    }
+    fn count_except(&self, _command: &str) -> usize {
+        self.others
+    }
+}
+
+fn parse(bytes: &[u8]) -> Value {
+    serde_json::from_slice(bytes).unwrap()
+}
+
+#[test]
+fn zi_admits_an_id_once_and_bounds_operations() {
+    let free = Requests {
+        ids: vec![],
+        others: 0,
+    };
+    let id = json!("a");
+    assert!(Dialect::Zi
+        .admit(Some(&id), "session.prompt", &free)
+        .is_ok());
+    let busy = Requests {
+        ids: vec![id.clone()],
+        others: zi::CLIENT_IN_FLIGHT,
+    };
+    let refusal = parse(
+        &Dialect::Zi
+            .admit(Some(&id), "session.prompt", &busy)
+            .unwrap_err(),
+    );
+    assert_eq!(refusal["type"], "protocol_error");
+    let other = json!("b");
+    let refusal = parse(
+        &Dialect::Zi
+            .admit(Some(&other), "session.prompt", &busy)
+            .unwrap_err(),
+    );
+    assert_eq!(refusal["error"]["code"], "capacity");
+    assert!(Dialect::Zi
+        .admit(Some(&other), "session.interrupt", &busy)
+        .is_ok());
+    for dialect in [Dialect::Zut, Dialect::Letscode] {
+        assert!(dialect.admit(Some(&id), "prompt", &busy).is_ok());
+    }
+}
+
+#[test]
+fn letscode_ready_must_name_major_one() {
+    let ready = |protocol: Value| {
+        let mut frame = Map::new();
+        frame.insert("type".into(), json!("ready"));
+        frame.insert("protocol".into(), protocol);
+        frame
+    };
+    assert!(Dialect::Letscode
+        .check_ready(&ready(json!("letscode-rpc/1.2")))
+        .is_ok());
+    let error = Dialect::Letscode
+        .check_ready(&ready(json!("letscode-rpc/2")))
+        .unwrap_err();
+    assert_eq!(error, "the child speaks letscode-rpc/2, not letscode-rpc/1");
+    assert!(Dialect::Letscode.check_ready(&Map::new()).is_err());
+    assert!(Dialect::Zi.check_ready(&Map::new()).is_ok());
+}
+
+#[test]
+fn zut_hello_answer_carries_the_child_hello_and_gap() {
+    let mut hello = Map::new();
+    hello.insert("protocol_version".into(), json!(1));
+    let id = json!(3);
+    let answer = Dialect::Zut.hello_answer(Some(&id), &hello, json!({"project": "p"}), true);
+    let answer = parse(&answer[0]);
+    assert_eq!(answer["data"]["protocol_version"], 1);
+    assert_eq!(answer["data"]["gateway"]["project"], "p");
+    assert_eq!(answer["data"]["gap"], true);
+    assert_eq!(answer["id"], 3);
+}
+
+#[test]
+fn only_zut_responses_carry_run_and_model_news() {
+    let line = br#"{"type":"response","success":true,"data":{"started":true}}"#;
+    assert!(Dialect::Zut.response_news("prompt", line).run_started);
+    assert!(!Dialect::Zut.response_news("steer", line).run_started);
+    assert_eq!(
+        Dialect::Letscode.response_news("prompt", line),
+        ResponseNews::default()
+    );
+    let line = br#"{"type":"response","success":true,"data":{"model":"m"}}"#;
+    let news = Dialect::Zut.response_news("set_model", line);
+    assert_eq!(news.model.as_deref(), Some("m"));
+}
