@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use super::actor::Hub;
 use super::spawn::{StartError, StartFailure, SANDBOX_UNAVAILABLE_EXIT, SESSION_IN_USE_EXIT};
 use super::{AttachError, ChildState, LastExit, StopReason};
-use crate::dialect::{Dialect, Inbound};
+use crate::dialect::Inbound;
 use crate::supervisor::backoff::{self, Decision};
 use crate::supervisor::handshake;
 use crate::supervisor::{ChildOutput, ChildProcess, ExitInfo};
@@ -108,9 +108,11 @@ impl Hub {
             ChildProcess::spawn(spec).map_err(|e| StartError::crash(e.to_string()))?;
         self.settings.metrics.child_spawns.inc();
         let timeout = self.settings.ready_timeout;
-        let greeted = match self.settings.dialect {
-            Dialect::Zut => handshake::hello(&process, &mut output, &token, timeout).await,
-            dialect => handshake::ready(&process, &mut output, dialect, timeout).await,
+        let dialect = self.settings.dialect;
+        let greeted = if dialect.child_token() {
+            handshake::hello(&process, &mut output, &token, timeout).await
+        } else {
+            handshake::ready(&process, &mut output, dialect, timeout).await
         };
         match greeted {
             Ok(data) => {
