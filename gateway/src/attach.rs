@@ -51,7 +51,6 @@
 
 mod bridge;
 mod connect;
-mod inflight;
 mod local;
 
 use std::future::pending;

@@ -17,10 +17,9 @@ use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 
 use super::connect::{Session, Ws};
-use super::inflight::InFlight;
 use super::local;
 use super::{Signals, CLOSE_GRACE, DRAIN_GRACE, EXIT_FAILURE, EXIT_OK, MAX_LINE};
-use crate::dialect::attach::{EndOfInput, Seen, StdinFrame};
+use crate::dialect::attach::{EndOfInput, InFlight, Seen, StdinFrame};
 use crate::dialect::Dialect;
 
 /// Stdin lines read ahead of the loop.

@@ -1,14 +1,14 @@
 //! Opening a session: the token (`--token-file`, else `--token` or
 //! `CORRAL_TOKEN`), the WebSocket upgrade (ws:// or wss://) carrying
-//! `Authorization: Bearer`, and the greeting: zut's hello and its answer,
-//! or the `ready` a letscode or Zi gateway sends at once (it is the first
-//! line the tool reads). Every failure is an [`AttachError`] that knows
+//! `Authorization: Bearer`, and the greeting as the dialect has it: a
+//! hello and its answer, or the `ready` the gateway sends at once (it is
+//! the first line the tool reads). Every failure is an [`AttachError`] that knows
 //! its exit code. `--own-runs` adds `own_runs=true` to the URL's query.
 
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio::net::TcpStream;
 use tokio::time::timeout;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
@@ -36,8 +36,6 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(30);
 /// Largest incoming frame or message. The gateway's own limit applies to
 /// agent lines (16 MiB by default) and adds a `seq`; this leaves headroom.
 const MAX_FRAME_IN: usize = 64 * 1024 * 1024;
-/// The `id` of our hello; its response is consumed here, never forwarded.
-const HELLO_ID: &str = "corral-attach-hello";
 
 /// An open, authenticated session.
 pub struct Session {
@@ -126,20 +124,20 @@ pub async fn open(
     let (mut ws, _) = within(url, "connection", CONNECT_TIMEOUT, connect)
         .await?
         .map_err(|e| connect_error(url, e))?;
-    if dialect.greets_first() {
-        let (hello, text) = within(url, "ready", HELLO_TIMEOUT, ready(&mut ws)).await??;
+    let Some(hello) = dialect.attach_hello(token.expose()) else {
+        let greeting = ready(&mut ws, dialect);
+        let (hello, text) = within(url, "ready", HELLO_TIMEOUT, greeting).await??;
         return Ok(Session {
             ws,
             hello,
             early: vec![text],
         });
-    }
-    let hello = json!({"id": HELLO_ID, "type": "hello", "token": token.expose()});
-    ws.send(Message::text(hello.to_string()))
+    };
+    ws.send(Message::text(hello))
         .await
         .map_err(|e| connect_error(url, e))?;
     let mut early = Vec::new();
-    let answer = hello_answer(&mut ws, &mut early);
+    let answer = hello_answer(&mut ws, dialect, &mut early);
     let hello = within(url, "hello response", HELLO_TIMEOUT, answer).await??;
     Ok(Session { ws, hello, early })
 }
@@ -196,7 +194,11 @@ fn upgrade_request(url: &str, token: &Secret) -> Result<Request, AttachError> {
 }
 
 /// Reads until the response to our hello: its `data` when it succeeded.
-async fn hello_answer(ws: &mut Ws, early: &mut Vec<String>) -> Result<Value, AttachError> {
+async fn hello_answer(
+    ws: &mut Ws,
+    dialect: Dialect,
+    early: &mut Vec<String>,
+) -> Result<Value, AttachError> {
     loop {
         let message = match ws.next().await {
             None => return Err(AttachError::Closed("no close frame".into())),
@@ -209,23 +211,16 @@ async fn hello_answer(ws: &mut Ws, early: &mut Vec<String>) -> Result<Value, Att
             _ => continue,
         };
         let frame: Value = serde_json::from_str(text.as_str()).unwrap_or(Value::Null);
-        let is_answer =
-            frame["type"] == "response" && (frame["id"] == HELLO_ID || frame["command"] == "hello");
-        if !is_answer {
-            early.push(text.as_str().to_string());
-            continue;
+        match dialect.attach_hello_answer(&frame) {
+            None => early.push(text.as_str().to_string()),
+            Some(answer) => return answer.map_err(AttachError::HelloRefused),
         }
-        if frame["success"] == true {
-            return Ok(frame.get("data").cloned().unwrap_or_else(|| json!({})));
-        }
-        let error = frame["error"].as_str().unwrap_or("no reason given");
-        return Err(AttachError::HelloRefused(error.to_string()));
     }
 }
 
-/// Reads the letscode or Zi gateway's first frame: its `ready` (parsed,
-/// and as sent), or its refusal.
-async fn ready(ws: &mut Ws) -> Result<(Value, String), AttachError> {
+/// Reads the first frame of a gateway that greets first: its `ready`
+/// (parsed, and as sent), or its refusal.
+async fn ready(ws: &mut Ws, dialect: Dialect) -> Result<(Value, String), AttachError> {
     loop {
         let text = match ws.next().await {
             None => return Err(AttachError::Closed("no close frame".into())),
@@ -240,13 +235,7 @@ async fn ready(ws: &mut Ws) -> Result<(Value, String), AttachError> {
         if frame["type"] == "ready" {
             return Ok((frame, text.as_str().to_string()));
         }
-        // letscode `error{error}`, Zi `protocol_error{code,message}`.
-        let error = frame["error"]["message"]
-            .as_str()
-            .or_else(|| frame["error"].as_str())
-            .or_else(|| frame["message"].as_str())
-            .unwrap_or("the gateway did not send ready");
-        return Err(AttachError::HelloRefused(error.to_string()));
+        return Err(AttachError::HelloRefused(dialect.attach_refusal(&frame)));
     }
 }
 

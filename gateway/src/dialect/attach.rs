@@ -20,9 +20,14 @@ use serde_json::{json, Map, Value};
 
 use super::{zut, Dialect};
 
+pub use super::zut_inflight::InFlight;
+
 /// The `id` of the letscode `bye` sent when stdin closes; its `ack` and
 /// `done` are not the tool's business.
 const BYE_ID: &str = "corral-attach-bye";
+/// The `id` of the zut hello `corral attach` sends; its response is
+/// consumed there, never forwarded.
+const HELLO_ID: &str = "corral-attach-hello";
 
 /// One stdin line, sorted.
 #[derive(Debug, PartialEq)]
@@ -98,6 +103,41 @@ impl Dialect {
                 }
             }
         }
+    }
+
+    /// The hello `corral attach` sends after the upgrade (zut); `None`
+    /// when the gateway greets first (letscode and Zi send `ready`).
+    pub fn attach_hello(self, token: &str) -> Option<String> {
+        (!self.greets_first())
+            .then(|| json!({"id": HELLO_ID, "type": "hello", "token": token}).to_string())
+    }
+
+    /// Whether `frame` answers the hello of [`Dialect::attach_hello`]:
+    /// `Some(Ok(data))` when it succeeded, `Some(Err(reason))` when it was
+    /// refused, `None` for any other frame.
+    pub fn attach_hello_answer(self, frame: &Value) -> Option<Result<Value, String>> {
+        let is_answer =
+            frame["type"] == "response" && (frame["id"] == HELLO_ID || frame["command"] == "hello");
+        if !is_answer {
+            return None;
+        }
+        if frame["success"] == true {
+            return Some(Ok(frame.get("data").cloned().unwrap_or_else(|| json!({}))));
+        }
+        let error = frame["error"].as_str().unwrap_or("no reason given");
+        Some(Err(error.to_string()))
+    }
+
+    /// Why a gateway that greets first sent `frame` instead of `ready`:
+    /// letscode `error{error}`, Zi `protocol_error{code,message}` or a
+    /// failed response `{error:{message}}`.
+    pub fn attach_refusal(self, frame: &Value) -> String {
+        frame["error"]["message"]
+            .as_str()
+            .or_else(|| frame["error"].as_str())
+            .or_else(|| frame["message"].as_str())
+            .unwrap_or("the gateway did not send ready")
+            .to_string()
     }
 
     /// Whether `corral attach` tracks requests and runs in flight, so that

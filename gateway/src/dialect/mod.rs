@@ -20,8 +20,10 @@ pub mod attach;
 pub mod hub;
 pub mod letscode;
 pub mod runs;
+pub mod token_hello;
 pub mod zi;
 pub mod zut;
+mod zut_inflight;
 
 use std::ffi::OsString;
 

@@ -1,17 +1,18 @@
-//! The supervisor's handshake with a freshly spawned child. zut: a `hello`
-//! that proves the gateway holds the child's `ZUTCORE_RPC_TOKEN` and
-//! learns the child's version, provider and model (the token itself is
-//! never logged). letscode and Zi: the child's own `ready` line (those
-//! dialects trust their stdio pipes).
+//! The supervisor's handshake with a freshly spawned child: either the
+//! token hello ([`token_hello`]), which proves the gateway holds the
+//! child's `ZUTCORE_RPC_TOKEN` (the token itself is never logged), or,
+//! for dialects that trust their stdio pipes, the child's own `ready`
+//! line, checked by the dialect.
 
 use std::time::Duration;
 
 use bytes::Bytes;
 use corral_protocol::ndjson::{encode_line, parse_object};
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
 use super::process::{ChildOutput, ChildProcess, ExitInfo};
+use crate::dialect::token_hello::{self, HelloFailure};
 
 /// The `id` of the supervisor's hello; clients never see it.
 pub const HELLO_ID: &str = "corral-hello";
@@ -42,7 +43,7 @@ pub async fn hello(
     timeout: Duration,
 ) -> Result<Map<String, Value>, HandshakeError> {
     let deadline = tokio::time::Instant::now() + timeout;
-    let request = json!({"id": HELLO_ID, "type": "hello", "token": token});
+    let request = token_hello::request(HELLO_ID, token);
     let line = encode_line(&request).map_err(|e| HandshakeError::Malformed(e.to_string()))?;
     // If stdin is already gone, the child's exit explains why: keep reading.
     if child.send(Bytes::from(line)).await.is_err() {
@@ -116,27 +117,14 @@ pub async fn ready(
 }
 
 fn is_hello_response(frame: &Map<String, Value>) -> bool {
-    frame.get("type").and_then(Value::as_str) == Some("response")
-        && frame.get("id").and_then(Value::as_str) == Some(HELLO_ID)
+    token_hello::is_answer(frame, HELLO_ID)
 }
 
-fn interpret(mut frame: Map<String, Value>) -> Result<Map<String, Value>, HandshakeError> {
-    match frame.get("success") {
-        Some(Value::Bool(true)) => match frame.remove("data") {
-            None | Some(Value::Null) => Ok(Map::new()),
-            Some(Value::Object(data)) => Ok(data),
-            Some(_) => Err(HandshakeError::Malformed("`data` is not an object".into())),
-        },
-        Some(Value::Bool(false)) => {
-            let error = frame.get("error").and_then(Value::as_str);
-            Err(HandshakeError::Refused(
-                error.unwrap_or("no error message").to_string(),
-            ))
-        }
-        _ => Err(HandshakeError::Malformed(
-            "`success` is missing or not a boolean".into(),
-        )),
-    }
+fn interpret(frame: Map<String, Value>) -> Result<Map<String, Value>, HandshakeError> {
+    token_hello::data(frame).map_err(|failure| match failure {
+        HelloFailure::Refused(error) => HandshakeError::Refused(error),
+        HelloFailure::Malformed(error) => HandshakeError::Malformed(error),
+    })
 }
 
 /// A fresh secret for one child: 32 bytes from the OS, as 64 hex digits.

@@ -1,4 +1,4 @@
-//! What this client still waits for, so `corral attach` can let it finish
+//! What a zut client still waits for, so `corral attach` can let it finish
 //! after stdin closes: requests whose `response` has not arrived, and runs
 //! (a `prompt`/`compact` answered `started:true`) not yet ended by `done`.
 //! Pure logic, no I/O.
