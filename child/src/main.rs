@@ -28,8 +28,8 @@ fn main() -> ExitCode {
     }
     // Read the RPC token and remove it from the environment before any
     // thread or tool process exists, so nothing the agent runs inherits it.
-    let token = std::env::var("ZUTCORE_RPC_TOKEN").ok();
-    std::env::remove_var("ZUTCORE_RPC_TOKEN");
+    let token = std::env::var(corral_protocol::zut::TOKEN_ENV).ok();
+    std::env::remove_var(corral_protocol::zut::TOKEN_ENV);
     let mut cli = Cli::parse_from(cli::mode_flag_as_subcommand(std::env::args_os().collect()));
     init_logging();
     let prepared = match &mut cli.mode {

@@ -307,13 +307,9 @@ impl Metrics {
         self.child_exits.with_label_values(&[reason]).inc();
     }
 
-    /// Observes a request's round trip; unknown commands share one label.
-    pub fn request_done(&self, command: &str, seconds: f64) {
-        let label = if corral_protocol::zut::COMMAND_NAMES.contains(&command) {
-            command
-        } else {
-            "other"
-        };
+    /// Observes a request's round trip under its command's `label` (the
+    /// dialect's: known names, and one label for the rest).
+    pub fn request_done(&self, label: &str, seconds: f64) {
         self.request_duration
             .with_label_values(&[label])
             .observe(seconds);
@@ -361,7 +357,7 @@ mod tests {
             &serde_json::json!({"input": 3, "output": 4, "reasoning": null, "cost_usd": 0.5}),
         );
         metrics.request_done("ping", 0.001);
-        metrics.request_done("made-up", 0.001);
+        metrics.request_done("other", 0.001);
         let text = metrics.render();
         for name in [
             "corral_children{state=\"busy\"} 0",

@@ -12,7 +12,7 @@ pub const DEFAULT_CHILD_BIN: &str = "corral-agent";
 
 /// The variable the supervisor sets on each child to the child's hello
 /// secret; users may not set or pass it.
-const RESERVED_ENV: &str = "ZUTCORE_RPC_TOKEN";
+const RESERVED_ENV: &str = corral_protocol::zut::TOKEN_ENV;
 
 /// Environment for children beyond the supervisor's scrubbed base.
 #[derive(Clone, Default, PartialEq, Eq)]

@@ -179,6 +179,17 @@ impl Dialect {
         Ok(())
     }
 
+    /// The metrics label of a request for `command`: the command itself
+    /// when it is a known name (zut's command names, which cover
+    /// letscode's too), `other` for the rest, so labels stay few.
+    pub fn command_label(self, command: &str) -> &str {
+        if corral_protocol::zut::COMMAND_NAMES.contains(&command) {
+            command
+        } else {
+            "other"
+        }
+    }
+
     /// What the child's answer `line` to `command` tells the hub: a zut
     /// `prompt`/`compact` that started a run, the model after `set_model`.
     /// The other dialects say so in events.

@@ -102,3 +102,9 @@ fn only_zut_responses_carry_run_and_model_news() {
     let news = Dialect::Zut.response_news("set_model", line);
     assert_eq!(news.model.as_deref(), Some("m"));
 }
+
+#[test]
+fn unknown_commands_share_one_metrics_label() {
+    assert_eq!(Dialect::Zut.command_label("ping"), "ping");
+    assert_eq!(Dialect::Zi.command_label("made-up"), "other");
+}

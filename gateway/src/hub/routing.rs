@@ -321,9 +321,10 @@ impl Hub {
         let answer = dialect.run_answer(&pending.command, line);
         let run = self.runbook.answered(&id, answer, last);
         if last {
+            let label = dialect.command_label(&pending.command);
             self.settings
                 .metrics
-                .request_done(&pending.command, pending.sent.elapsed().as_secs_f64());
+                .request_done(label, pending.sent.elapsed().as_secs_f64());
         }
         let news = dialect.response_news(&pending.command, line);
         if news.run_started {

@@ -87,7 +87,7 @@ impl Hub {
         args.extend(self.settings.child_args.iter().cloned());
         let mut env = self.settings.child_env.clone();
         if self.settings.dialect.child_token() {
-            env.push(("ZUTCORE_RPC_TOKEN".into(), token.into()));
+            env.push((crate::supervisor::env::TOKEN_VAR.into(), token.into()));
         }
         Ok(SpawnSpec {
             program: self.settings.child_bin.clone(),

@@ -28,7 +28,7 @@ pub const DEFAULT_ALLOWED: &[&str] = &[
 ];
 
 /// The child's token variable: never inherited, only ever set explicitly.
-pub const TOKEN_VAR: &str = "ZUTCORE_RPC_TOKEN";
+pub const TOKEN_VAR: &str = corral_protocol::zut::TOKEN_ENV;
 
 /// Builds a child's complete environment from `vars` (pass
 /// `std::env::vars_os()`): the variables named in [`DEFAULT_ALLOWED`] or

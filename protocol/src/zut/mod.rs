@@ -22,3 +22,7 @@ pub use response::{HelloData, MessagesData, ModelsData, Response, ResponseTag, S
 
 /// The major version reported in the `hello` response.
 pub const PROTOCOL_VERSION: u32 = 1;
+
+/// The environment variable that carries the secret a client's `hello`
+/// must present to the agent (set by the gateway on each child it spawns).
+pub const TOKEN_ENV: &str = "ZUTCORE_RPC_TOKEN";
