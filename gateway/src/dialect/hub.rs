@@ -1,5 +1,6 @@
-//! The frames a hub answers itself and the rules it applies per client,
-//! for its project's dialect: the greeting and the hello answer, the
+//! The frames a hub makes up or answers itself and the rules it applies
+//! per client, for its project's dialect: failed requests, refusals, the
+//! health request and the stop request, the greeting and the hello answer, the
 //! reply to a letscode `bye` and to Zi `connection.set_events`, per-client
 //! admission, the state snapshot a Zi greeting needs, what a zut response
 //! says of runs and the model, and the check of a child's `ready`. Pure,
@@ -71,6 +72,70 @@ impl Dialect {
     /// its feed stamps on the way out (Zi).
     pub fn sequenced(self) -> bool {
         self == Dialect::Zi
+    }
+
+    /// The answer to a request the child will never answer. `acked`: the
+    /// child had acknowledged it (a letscode prompt whose run started).
+    pub fn request_failed(
+        self,
+        id: Option<&Value>,
+        command: &str,
+        acked: bool,
+        error: &str,
+    ) -> Bytes {
+        match self {
+            Dialect::Zut => zut::response(id, Some(command), Err(error.to_string())),
+            Dialect::Letscode if acked && command == "prompt" => letscode::done(id),
+            Dialect::Letscode => letscode::error(id, error, false),
+            Dialect::Zi => zi::failed(id, command, "operation_failed", error),
+        }
+    }
+
+    /// The reply to a client frame that could not be read (not JSON, not
+    /// an object, binary).
+    pub fn malformed(self, error: &str) -> Bytes {
+        match self {
+            Dialect::Zut => zut::response(None, None, Err(error.to_string())),
+            Dialect::Letscode => letscode::error(None, error, false),
+            Dialect::Zi => zi::malformed(error),
+        }
+    }
+
+    /// The refusal of a client that cannot be attached (authentication, or
+    /// the agent cannot start), sent just before the socket closes. Zi
+    /// refusals are complete frames (`sequence` 1): nothing else precedes
+    /// them.
+    pub fn refusal(self, id: Option<&Value>, code: &str, error: &str) -> Bytes {
+        match self {
+            Dialect::Zut => zut::response(id, Some("hello"), Err(error.to_string())),
+            Dialect::Letscode => letscode::error(id, error, true),
+            Dialect::Zi => zi::stamp(&zi::protocol_error(id, code, error), 1),
+        }
+    }
+
+    /// The health request sent to the child with id `id`: cheap, answered
+    /// even while a run is active.
+    pub fn ping_line(self, id: &str) -> String {
+        let frame = match self {
+            Dialect::Zut => serde_json::json!({"id": id, "type": "ping"}),
+            Dialect::Letscode => {
+                serde_json::json!({"cmd": "hello", "id": id, "protocol": letscode::PROTOCOL})
+            }
+            Dialect::Zi => return zi::get_state_line(id),
+        };
+        format!("{frame}\n")
+    }
+
+    /// The request that aborts the active run, with id `id`.
+    pub fn abort_line(self, id: &str) -> String {
+        let frame = match self {
+            Dialect::Zut => serde_json::json!({"id": id, "type": "abort"}),
+            Dialect::Letscode => serde_json::json!({"cmd": "abort", "id": id}),
+            Dialect::Zi => {
+                serde_json::json!({"version": 1, "id": id, "method": "session.interrupt"})
+            }
+        };
+        format!("{frame}\n")
     }
 
     /// A frame as one client gets it, numbered `sequence` (for a dialect

@@ -1,12 +1,16 @@
 //! The wire dialects a child and its clients may speak: zut RPC v1 (the
 //! default), letscode-rpc/1 and Zi RPC v1.
 //!
-//! A hub is dialect-neutral; this module tells it, for its project's
-//! dialect, what a client frame asks for ([`Inbound`]), what a child line is
-//! ([`Outbound`]), and how to write every frame the gateway makes up itself:
-//! greetings, refusals, failed requests, lifecycle events and the end of a
-//! run the child can no longer finish. Each dialect's shapes are in its own
-//! module; everything here is pure (no I/O).
+//! The hub, the WebSocket layer, the supervisor and `corral attach` name no
+//! dialect; this module tells them, for a project's dialect, what a client
+//! frame asks for ([`Inbound`]), what a child line is ([`Outbound`]), and
+//! how to write every frame the gateway makes up itself: greetings, hello
+//! answers, refusals, failed requests, lifecycle events and the end of a
+//! run the child can no longer finish ([`hub`]), how the child is greeted
+//! ([`token_hello`], [`Dialect::check_ready`]) and what `corral attach`
+//! answers itself ([`attach`]). Each dialect's shapes are in its own module
+//! ([`zut`], [`letscode`], [`zi`]); the `match` on [`Dialect`] that picks
+//! one lives only here. Everything here is pure (no I/O).
 //!
 //! Zi frames carry a connection-local `sequence`, so the hub stores and
 //! queues Zi frames *unstamped* (`{"version":1,…}` without `sequence`) and
@@ -253,70 +257,6 @@ impl Dialect {
             Dialect::Letscode => letscode::run_aborted(error),
             Dialect::Zi => zi::run_aborted(error),
         }
-    }
-
-    /// The answer to a request the child will never answer. `acked`: the
-    /// child had acknowledged it (a letscode prompt whose run started).
-    pub fn request_failed(
-        self,
-        id: Option<&Value>,
-        command: &str,
-        acked: bool,
-        error: &str,
-    ) -> Bytes {
-        match self {
-            Dialect::Zut => zut::response(id, Some(command), Err(error.to_string())),
-            Dialect::Letscode if acked && command == "prompt" => letscode::done(id),
-            Dialect::Letscode => letscode::error(id, error, false),
-            Dialect::Zi => zi::failed(id, command, "operation_failed", error),
-        }
-    }
-
-    /// The reply to a client frame that could not be read (not JSON, not
-    /// an object, binary).
-    pub fn malformed(self, error: &str) -> Bytes {
-        match self {
-            Dialect::Zut => zut::response(None, None, Err(error.to_string())),
-            Dialect::Letscode => letscode::error(None, error, false),
-            Dialect::Zi => zi::malformed(error),
-        }
-    }
-
-    /// The refusal of a client that cannot be attached (authentication, or
-    /// the agent cannot start), sent just before the socket closes. Zi
-    /// refusals are complete frames (`sequence` 1): nothing else precedes
-    /// them.
-    pub fn refusal(self, id: Option<&Value>, code: &str, error: &str) -> Bytes {
-        match self {
-            Dialect::Zut => zut::response(id, Some("hello"), Err(error.to_string())),
-            Dialect::Letscode => letscode::error(id, error, true),
-            Dialect::Zi => zi::stamp(&zi::protocol_error(id, code, error), 1),
-        }
-    }
-
-    /// The health request sent to the child with id `id`: cheap, answered
-    /// even while a run is active.
-    pub fn ping_line(self, id: &str) -> String {
-        let frame = match self {
-            Dialect::Zut => serde_json::json!({"id": id, "type": "ping"}),
-            Dialect::Letscode => {
-                serde_json::json!({"cmd": "hello", "id": id, "protocol": letscode::PROTOCOL})
-            }
-            Dialect::Zi => return zi::get_state_line(id),
-        };
-        format!("{frame}\n")
-    }
-
-    /// The request that aborts the active run, with id `id`.
-    pub fn abort_line(self, id: &str) -> String {
-        let frame = match self {
-            Dialect::Zut => serde_json::json!({"id": id, "type": "abort"}),
-            Dialect::Letscode => serde_json::json!({"cmd": "abort", "id": id}),
-            Dialect::Zi => {
-                serde_json::json!({"version": 1, "id": id, "method": "session.interrupt"})
-            }
-        };
-        format!("{frame}\n")
     }
 }
 
