@@ -365,7 +365,7 @@ async fn a_header_authenticated_letscode_listener_receives_events() {
 
 #[tokio::test]
 async fn a_header_authenticated_zi_listener_receives_events() {
-    let prompt = json!({"version":1,"id":"p1","method":"session.prompt","params":{"delivery":"prompt","text":"echo this"}});
+    let prompt = json!({"version":1,"id":"p1","method":"session.prompt","params":{"delivery":"direct","text":"echo this"}});
     let is_event =
         |f: &Value, kind: &str| f["type"] == "session_event" && f["event"]["type"] == kind;
     let frames =
