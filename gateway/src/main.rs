@@ -206,6 +206,7 @@ async fn serve(config: Config, limits: Arc<Limits>) -> anyhow::Result<()> {
         hello_timeout: config.limits.hello_timeout,
         max_hello_bytes: config.limits.max_hello_bytes,
         max_frame_bytes: config.limits.max_frame_bytes,
+        ws_buffer_bytes: config.limits.ws_buffer_bytes,
         throttle: AuthThrottle::new(ThrottlePolicy::default()),
         shutdown: shutdown.clone(),
         metrics: metrics.clone(),

@@ -40,6 +40,8 @@ pub struct AppState {
     /// Bytes a WebSocket client may send before it is authenticated.
     pub max_hello_bytes: usize,
     pub max_frame_bytes: usize,
+    /// Read and write buffer of each WebSocket connection.
+    pub ws_buffer_bytes: usize,
     /// Failed authentications per source address, to slow brute force.
     pub throttle: AuthThrottle,
     /// Cancelled when the gateway starts shutting down.

@@ -152,6 +152,11 @@ pub struct ServeArgs {
     #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
     pub max_frame_bytes: Option<usize>,
 
+    /// Read and write buffer of each WebSocket connection; small keeps
+    /// idle clients cheap, larger frames still pass [default: 8KiB].
+    #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
+    pub ws_buffer_bytes: Option<usize>,
+
     /// Time a client has to send its hello [default: 10s].
     #[arg(long, value_name = "DUR", value_parser = parse_duration)]
     pub hello_timeout: Option<Duration>,

@@ -42,6 +42,7 @@ pub struct FileConfig {
     pub replay_bytes: Option<FileBytes>,
     pub outbox_frames: Option<usize>,
     pub max_frame_bytes: Option<FileBytes>,
+    pub ws_buffer_bytes: Option<FileBytes>,
     pub hello_timeout: Option<FileDuration>,
     pub max_hello_bytes: Option<FileBytes>,
     pub header_timeout: Option<FileDuration>,

@@ -22,6 +22,7 @@
 //! | `--replay-events N` / `--replay-bytes BYTES` | `replay_events` / `replay_bytes` | 10000 / 8MiB |
 //! | `--outbox-frames N` | `outbox_frames` | 256 |
 //! | `--max-frame-bytes BYTES` | `max_frame_bytes` | 16MiB |
+//! | `--ws-buffer-bytes BYTES` | `ws_buffer_bytes` | 8KiB (read and write buffer per WebSocket) |
 //! | `--hello-timeout DUR` | `hello_timeout` | 10s |
 //! | `--max-hello-bytes BYTES` | `max_hello_bytes` | 64KiB (what a client may send before it is authenticated) |
 //! | `--header-timeout DUR` | `header_timeout` | 10s (time to send a request's headers) |
@@ -122,6 +123,8 @@ pub struct Limits {
     pub outbox_frames: usize,
     /// Largest frame accepted from a client or a child (bytes).
     pub max_frame_bytes: usize,
+    /// Read and write buffer of each WebSocket connection (bytes).
+    pub ws_buffer_bytes: usize,
     /// Time a new connection has to send its `hello`.
     pub hello_timeout: Duration,
     /// Bytes a WebSocket client may send before it is authenticated; more
@@ -184,6 +187,11 @@ pub mod defaults {
     pub const REPLAY_BYTES: usize = 8 << 20;
     pub const OUTBOX_FRAMES: usize = 256;
     pub const MAX_FRAME_BYTES: usize = 16 << 20;
+    /// Read and write buffer per WebSocket: about what an idle client
+    /// costs; larger frames grow the buffer while they pass.
+    pub const WS_BUFFER_BYTES: usize = 8 << 10;
+    /// Smallest accepted `ws_buffer_bytes`.
+    pub const MIN_WS_BUFFER_BYTES: usize = 1024;
     pub const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
     pub const MAX_HELLO_BYTES: usize = 64 << 10;
     pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -343,6 +351,15 @@ pub fn load_with_env(
                 defaults::MAX_FRAME_BYTES,
             ),
             defaults::MIN_FRAME_BYTES,
+        )?,
+        ws_buffer_bytes: at_least(
+            "--ws-buffer-bytes / ws_buffer_bytes",
+            size(
+                args.ws_buffer_bytes,
+                file.ws_buffer_bytes,
+                defaults::WS_BUFFER_BYTES,
+            ),
+            defaults::MIN_WS_BUFFER_BYTES,
         )?,
         hello_timeout: positive(
             "--hello-timeout / hello_timeout",

@@ -78,6 +78,7 @@ fn defaults_and_generated_token_on_loopback() {
             replay_bytes: 8 << 20,
             outbox_frames: 256,
             max_frame_bytes: 16 << 20,
+            ws_buffer_bytes: 8 << 10,
             hello_timeout: Duration::from_secs(10),
             max_hello_bytes: 64 << 10,
             header_timeout: Duration::from_secs(10),

@@ -14,7 +14,7 @@ use super::spawn::{StartError, StartFailure, SANDBOX_UNAVAILABLE_EXIT, SESSION_I
 use super::{AttachError, ChildState, LastExit, StopReason};
 use crate::dialect::Inbound;
 use crate::supervisor::backoff::{self, Decision};
-use crate::supervisor::handshake;
+use crate::supervisor::{handshake, spawner};
 use crate::supervisor::{ChildOutput, ChildProcess, ExitInfo};
 
 /// A child that answered its hello.
@@ -102,10 +102,15 @@ impl Hub {
 
     async fn spawn_and_hello(&mut self) -> Result<Running, StartError> {
         let token = handshake::random_token();
+        // Held until the hello is answered: a burst of starts queues here
+        // instead of crowding the CPU, and each child's ready timeout
+        // starts once it is its turn.
+        let _slot = spawner::start_slot().await;
         let spec = self.spawn_spec(&token)?;
         let started = std::time::Instant::now();
-        let (process, mut output) =
-            ChildProcess::spawn(spec).map_err(|e| StartError::crash(e.to_string()))?;
+        let (process, mut output) = ChildProcess::spawn(spec)
+            .await
+            .map_err(|e| StartError::crash(e.to_string()))?;
         self.settings.metrics.child_spawns.inc();
         let timeout = self.settings.ready_timeout;
         let dialect = self.settings.dialect;

@@ -13,6 +13,8 @@
 //!   or rlimits) and the task that kills a child that hit one.
 //! - [`leftovers`] – finds and kills every process an ended child started
 //!   (its session, and orphans reparented to the gateway as subreaper).
+//! - [`spawner`] – the thread every child is forked on, and the bound on
+//!   children starting at once.
 //! - [`probe`] – the start-up check that the agent sandbox works here.
 //! - `sys` – the `pre_exec` hook: directory, cgroups, rlimits, user,
 //!   no-new-privileges, parent-death signal.
@@ -25,6 +27,7 @@ pub mod limits;
 mod pipes;
 pub mod probe;
 pub mod process;
+pub mod spawner;
 mod spec;
 mod sys;
 

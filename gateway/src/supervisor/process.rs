@@ -15,13 +15,14 @@ use bytes::Bytes;
 use nix::errno::Errno;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
-use tokio::process::{Child, Command};
-use tokio::sync::{mpsc, watch};
+use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use super::leftovers;
 use super::limits::{self, ChildLimits, LimitHit};
 use super::pipes::{self, ChildTag};
+use super::spawner;
 pub use super::spec::{ChildGone, ChildOutput, Confine, ExitInfo, SpawnError, SpawnSpec};
 use super::sys::{self, PreExec};
 
@@ -54,74 +55,35 @@ pub struct ChildProcess {
 }
 
 impl ChildProcess {
-    /// Starts the child and its pump tasks. Must be called from a task on
-    /// the tokio runtime (not from `spawn_blocking`: see `sys`).
-    pub fn spawn(
+    /// Starts the child (forked on the spawner thread, see `spawner`) and
+    /// its pump tasks. Must be called from a task on the tokio runtime.
+    pub async fn spawn(
         spec: SpawnSpec,
     ) -> Result<(ChildProcess, mpsc::Receiver<ChildOutput>), SpawnError> {
-        if spec.confine.cwd_dir.is_none() && !spec.cwd.is_dir() {
-            return Err(SpawnError::CwdMissing {
-                program: spec.program.clone(),
-                cwd: spec.cwd.clone(),
-            });
-        }
-        let limits = match &spec.confine.limits {
-            Some(limits) => Some(Arc::new(limits.prepare(&spec.project).map_err(
-                |source| SpawnError::Limits {
-                    program: spec.program.clone(),
-                    source,
-                },
-            )?)),
-            None => None,
+        let program = spec.program.clone();
+        let gone = |source: std::io::Error| SpawnError::Io {
+            program: program.clone(),
+            source,
         };
-        let mut command = Command::new(&spec.program);
-        command
-            .args(&spec.args)
-            .env_clear()
-            .envs(spec.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        if spec.confine.cwd_dir.is_none() {
-            command.current_dir(&spec.cwd);
-        }
-        sys::install(
-            command.as_std_mut(),
-            PreExec {
-                cwd: spec.confine.cwd_dir.clone(),
-                limits: limits.clone(),
-                credentials: spec.confine.credentials.clone(),
-                parent_death: Some(match spec.confine.sandboxed {
-                    true => Signal::SIGKILL,
-                    false => Signal::SIGTERM,
-                }),
-            },
-        );
-        // From the fork until the pid is known, no sweep may run.
-        let mut live = leftovers::Registry::lock();
-        let mut child = match command.spawn() {
-            Ok(child) => child,
-            Err(e) => {
-                if let Some(limits) = &limits {
-                    limits.remove();
-                }
-                return Err(SpawnError::classify(&spec, e));
+        let (tx, rx) = oneshot::channel();
+        spawner::submit(move || {
+            if let Err(Ok(unclaimed)) = tx.send(fork(spec)) {
+                unclaimed.abandon();
             }
-        };
-        let io_error = |what: &str| SpawnError::Io {
-            program: spec.program.clone(),
-            source: std::io::Error::other(format!("{what} of the spawned child is missing")),
-        };
-        let pid = child.id().ok_or_else(|| io_error("pid"))?;
-        let (Some(stdin), Some(stdout), Some(stderr)) =
-            (child.stdin.take(), child.stdout.take(), child.stderr.take())
-        else {
-            let _ = child.start_kill();
-            return Err(io_error("a stdio pipe"));
-        };
-        live.add(pid);
-        drop(live);
+        })
+        .map_err(|e| gone(std::io::Error::other(e)))?;
+        let forked = rx
+            .await
+            .map_err(|_| gone(std::io::Error::other(spawner::SpawnerGone)))??;
+        let Forked {
+            spec,
+            child,
+            pid,
+            stdin,
+            stdout,
+            stderr,
+            limits,
+        } = forked;
         let tag = ChildTag {
             project: spec.project.clone(),
             pid,
@@ -278,6 +240,114 @@ impl Drop for ChildProcess {
             kill_group(self.pid, Signal::SIGKILL, &self.project);
         }
     }
+}
+
+/// A child just forked, with its stdio pipes.
+struct Forked {
+    spec: SpawnSpec,
+    child: Child,
+    pid: u32,
+    stdin: ChildStdin,
+    stdout: ChildStdout,
+    stderr: ChildStderr,
+    limits: Option<Arc<ChildLimits>>,
+}
+
+impl Forked {
+    /// Ends a child nobody waits for any more (its start was cancelled).
+    fn abandon(self) {
+        kill_group(self.pid, Signal::SIGKILL, &self.spec.project);
+        leftovers::forget(self.pid);
+        if let Some(limits) = &self.limits {
+            limits.kill_all();
+        }
+    }
+}
+
+/// Prepares the child's limits and forks it, registered as live before
+/// any sweep can run. Blocking: runs on the spawner thread.
+fn fork(spec: SpawnSpec) -> Result<Forked, SpawnError> {
+    if spec.confine.cwd_dir.is_none() && !spec.cwd.is_dir() {
+        return Err(SpawnError::CwdMissing {
+            program: spec.program.clone(),
+            cwd: spec.cwd.clone(),
+        });
+    }
+    let (limits, join) = match &spec.confine.limits {
+        Some(limits) => {
+            let mut prepared =
+                limits
+                    .prepare(&spec.project)
+                    .map_err(|source| SpawnError::Limits {
+                        program: spec.program.clone(),
+                        source,
+                    })?;
+            let join = prepared.take_join_fds();
+            (Some(Arc::new(prepared)), join)
+        }
+        None => (None, Vec::new()),
+    };
+    let mut command = Command::new(&spec.program);
+    command
+        .args(&spec.args)
+        .env_clear()
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    if spec.confine.cwd_dir.is_none() {
+        command.current_dir(&spec.cwd);
+    }
+    sys::install(
+        command.as_std_mut(),
+        PreExec {
+            cwd: spec.confine.cwd_dir.clone(),
+            join,
+            limits: limits.clone(),
+            credentials: spec.confine.credentials.clone(),
+            parent_death: Some(match spec.confine.sandboxed {
+                true => Signal::SIGKILL,
+                false => Signal::SIGTERM,
+            }),
+        },
+    );
+    // From the fork until the pid is known, no sweep may run.
+    let mut live = leftovers::Registry::lock();
+    let spawned = command.spawn();
+    // The hook (and with it the cgroup.procs descriptors) is no longer needed.
+    drop(command);
+    let mut child = match spawned {
+        Ok(child) => child,
+        Err(e) => {
+            if let Some(limits) = &limits {
+                limits.remove();
+            }
+            return Err(SpawnError::classify(&spec, e));
+        }
+    };
+    let io_error = |what: &str| SpawnError::Io {
+        program: spec.program.clone(),
+        source: std::io::Error::other(format!("{what} of the spawned child is missing")),
+    };
+    let pid = child.id().ok_or_else(|| io_error("pid"))?;
+    let (Some(stdin), Some(stdout), Some(stderr)) =
+        (child.stdin.take(), child.stdout.take(), child.stderr.take())
+    else {
+        let _ = child.start_kill();
+        return Err(io_error("a stdio pipe"));
+    };
+    live.add(pid);
+    drop(live);
+    Ok(Forked {
+        spec,
+        child,
+        pid,
+        stdin,
+        stdout,
+        stderr,
+        limits,
+    })
 }
 
 /// Owns the `Child`: reaps it, kills the rest of its group, drains stdout

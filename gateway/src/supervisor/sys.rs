@@ -35,6 +35,9 @@ pub(super) struct PreExec {
     /// The working directory (instead of a path, which could be swapped
     /// for a symlink between the check and the `chdir`).
     pub cwd: Option<Arc<OwnedFd>>,
+    /// The child's `cgroup.procs` files, opened before the fork; the child
+    /// writes "0" to each. Closed with the command once it is spawned.
+    pub join: Vec<OwnedFd>,
     pub limits: Option<Arc<ChildLimits>>,
     pub credentials: Option<Credentials>,
     /// Sent to the child when the gateway dies: SIGKILL for a sandboxed
@@ -46,10 +49,10 @@ pub(super) struct PreExec {
 /// Installs the hook on `command`.
 ///
 /// `PR_SET_PDEATHSIG` fires when the *thread* that created the child exits,
-/// not the whole process. [`ChildProcess::spawn`](super::ChildProcess::spawn)
-/// runs on a tokio worker thread, and those live as long as the runtime, so
-/// in practice this means "when the gateway dies". (Spawning from a
-/// `spawn_blocking` thread would be wrong: those threads exit when idle.)
+/// not the whole process. Children are forked on the spawner thread
+/// (`spawner`), which never exits, so in practice this means "when the
+/// gateway dies". (Spawning from a `spawn_blocking` thread would be wrong:
+/// those threads exit when idle.)
 pub(super) fn install(command: &mut std::process::Command, setup: PreExec) {
     // Read before forking: inside the hook, `getpid()` is the child's pid.
     let parent = getpid();
@@ -64,10 +67,10 @@ pub(super) fn install(command: &mut std::process::Command, setup: PreExec) {
         if let Some(dir) = &setup.cwd {
             fchdir(dir.as_raw_fd())?;
         }
+        for fd in &setup.join {
+            write(fd, b"0")?;
+        }
         if let Some(limits) = &setup.limits {
-            for fd in limits.join_fds() {
-                write(fd, b"0")?;
-            }
             for &(resource, value) in limits.rlimits() {
                 setrlimit(resource, value, value)?;
             }

@@ -146,6 +146,8 @@ async fn connection(
 ) {
     let max = state.max_frame_bytes;
     let config = WebSocketConfig::default()
+        .read_buffer_size(state.ws_buffer_bytes)
+        .write_buffer_size(state.ws_buffer_bytes)
         .max_frame_size(Some(max))
         .max_message_size(Some(max));
     let (hello, socket) = match header {

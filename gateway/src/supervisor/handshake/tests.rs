@@ -30,7 +30,9 @@ const PATIENCE: Duration = Duration::from_secs(10);
 #[tokio::test]
 async fn hello_with_the_right_token_returns_data() {
     let dir = tempfile::tempdir().unwrap();
-    let (child, mut output) = ChildProcess::spawn(sh(dir.path(), FAKE_AGENT)).unwrap();
+    let (child, mut output) = ChildProcess::spawn(sh(dir.path(), FAKE_AGENT))
+        .await
+        .unwrap();
     let data = hello(&child, &mut output, "good", PATIENCE).await.unwrap();
     assert_eq!(Value::Object(data), json!({"protocol_version": 1}));
     assert_eq!(child.exited(), None);
@@ -41,7 +43,9 @@ async fn hello_with_the_right_token_returns_data() {
 #[tokio::test]
 async fn wrong_token_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let (child, mut output) = ChildProcess::spawn(sh(dir.path(), FAKE_AGENT)).unwrap();
+    let (child, mut output) = ChildProcess::spawn(sh(dir.path(), FAKE_AGENT))
+        .await
+        .unwrap();
     let err = hello(&child, &mut output, "bad", PATIENCE)
         .await
         .unwrap_err();
@@ -61,7 +65,9 @@ async fn wrong_token_is_refused() {
 #[tokio::test]
 async fn child_that_exits_first_is_an_error() {
     let dir = tempfile::tempdir().unwrap();
-    let (child, mut output) = ChildProcess::spawn(sh(dir.path(), "echo starting; exit 2")).unwrap();
+    let (child, mut output) = ChildProcess::spawn(sh(dir.path(), "echo starting; exit 2"))
+        .await
+        .unwrap();
     let err = hello(&child, &mut output, "good", PATIENCE)
         .await
         .unwrap_err();
@@ -78,7 +84,9 @@ async fn child_that_exits_first_is_an_error() {
 #[tokio::test]
 async fn silent_child_times_out() {
     let dir = tempfile::tempdir().unwrap();
-    let (child, mut output) = ChildProcess::spawn(sh(dir.path(), "cat >/dev/null")).unwrap();
+    let (child, mut output) = ChildProcess::spawn(sh(dir.path(), "cat >/dev/null"))
+        .await
+        .unwrap();
     let timeout = Duration::from_millis(300);
     let err = hello(&child, &mut output, "good", timeout)
         .await
@@ -145,7 +153,7 @@ async fn real_agent_accepts_its_token_and_refuses_others() {
             max_line: 1 << 20,
             confine: Default::default(),
         };
-        let (child, mut output) = ChildProcess::spawn(spec).unwrap();
+        let (child, mut output) = ChildProcess::spawn(spec).await.unwrap();
         let result = hello(&child, &mut output, given.unwrap_or(&token), PATIENCE).await;
         if accepted {
             let data = result.unwrap();

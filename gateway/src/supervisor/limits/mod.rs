@@ -15,7 +15,7 @@ pub mod parse;
 pub mod watch;
 
 use std::fs::{self, File, OpenOptions};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -228,9 +228,10 @@ pub struct ChildLimits {
 }
 
 impl ChildLimits {
-    /// Descriptors the child writes "0" to, joining its cgroups.
-    pub(in crate::supervisor) fn join_fds(&self) -> impl Iterator<Item = BorrowedFd<'_>> {
-        self.procs.iter().map(AsFd::as_fd)
+    /// Takes the descriptors the child writes "0" to, joining its cgroups
+    /// (they go to the fork hook and are closed once the child exists).
+    pub(in crate::supervisor) fn take_join_fds(&mut self) -> Vec<OwnedFd> {
+        std::mem::take(&mut self.procs)
     }
 
     /// rlimits the child sets on itself.

@@ -16,7 +16,7 @@ async fn lines_flow_both_ways_in_order() {
     let dir = tempfile::tempdir().unwrap();
     let script =
         r#"printf 'x\r\n\n  \ny\n'; while IFS= read -r line; do printf 'got:%s\n' "$line"; done"#;
-    let (child, mut output) = ChildProcess::spawn(sh(dir.path(), script)).unwrap();
+    let (child, mut output) = ChildProcess::spawn(sh(dir.path(), script)).await.unwrap();
     assert_eq!(next_line(&mut output).await, "x", "CR stripped");
     assert_eq!(next_line(&mut output).await, "y", "blank lines skipped");
     for i in 0..500 {
@@ -47,7 +47,7 @@ async fn bad_lines_are_reported_and_the_next_line_arrives() {
         r"head -c 200 /dev/zero | tr '\0' x; echo; printf '\377\n'; echo ok",
     );
     spec.max_line = 64;
-    let (_child, mut output) = ChildProcess::spawn(spec).unwrap();
+    let (_child, mut output) = ChildProcess::spawn(spec).await.unwrap();
     match next(&mut output).await {
         ChildOutput::Invalid(why) => assert!(why.contains("maximum length of 64"), "{why}"),
         other => panic!("expected Invalid, got {other:?}"),
@@ -66,7 +66,7 @@ async fn chatty_stderr_does_not_block_stdout() {
     // 20 000 log lines plus one 1 MB line: far beyond any pipe buffer.
     let script = r#"i=0; while [ $i -lt 20000 ]; do echo "log line $i" >&2; i=$((i+1)); done
         head -c 1000000 /dev/zero | tr '\0' e >&2; echo >&2; echo done"#;
-    let (_child, mut output) = ChildProcess::spawn(sh(dir.path(), script)).unwrap();
+    let (_child, mut output) = ChildProcess::spawn(sh(dir.path(), script)).await.unwrap();
     assert_eq!(next_line(&mut output).await, "done");
     assert_eq!(next(&mut output).await, exited(Some(0), None));
 }
@@ -74,11 +74,13 @@ async fn chatty_stderr_does_not_block_stdout() {
 #[tokio::test]
 async fn exit_code_and_signal_are_reported() {
     let dir = tempfile::tempdir().unwrap();
-    let (child, mut output) = ChildProcess::spawn(sh(dir.path(), "exit 3")).unwrap();
+    let (child, mut output) = ChildProcess::spawn(sh(dir.path(), "exit 3")).await.unwrap();
     assert_eq!(next(&mut output).await, exited(Some(3), None));
     assert_eq!(child.wait().await.to_string(), "exit code 3");
 
-    let (child, mut output) = ChildProcess::spawn(sh(dir.path(), "kill -9 $$")).unwrap();
+    let (child, mut output) = ChildProcess::spawn(sh(dir.path(), "kill -9 $$"))
+        .await
+        .unwrap();
     assert_eq!(next(&mut output).await, exited(None, Some(9)));
     let exit = child.wait().await;
     assert_eq!(child.exited(), Some(exit));
@@ -88,8 +90,9 @@ async fn exit_code_and_signal_are_reported() {
 #[tokio::test]
 async fn stop_closes_stdin_first() {
     let dir = tempfile::tempdir().unwrap();
-    let (child, mut output) =
-        ChildProcess::spawn(sh(dir.path(), "cat >/dev/null; echo bye")).unwrap();
+    let (child, mut output) = ChildProcess::spawn(sh(dir.path(), "cat >/dev/null; echo bye"))
+        .await
+        .unwrap();
     let started = Instant::now();
     let exit = child.stop(Duration::from_secs(5)).await;
     assert_eq!(
@@ -112,7 +115,7 @@ async fn stop_closes_stdin_first() {
 async fn stop_escalates_to_sigkill_and_kills_grandchildren() {
     let dir = tempfile::tempdir().unwrap();
     let script = r#"trap '' TERM; sleep 100 & echo "$!"; while :; do sleep 0.1; done"#;
-    let (child, mut output) = ChildProcess::spawn(sh(dir.path(), script)).unwrap();
+    let (child, mut output) = ChildProcess::spawn(sh(dir.path(), script)).await.unwrap();
     let grandchild: u32 = next_line(&mut output).await.parse().unwrap();
     assert!(!is_gone(grandchild));
     let grace = Duration::from_millis(300);
@@ -135,8 +138,9 @@ async fn stop_escalates_to_sigkill_and_kills_grandchildren() {
 #[tokio::test]
 async fn dropping_the_handle_kills_the_child() {
     let dir = tempfile::tempdir().unwrap();
-    let (child, mut output) =
-        ChildProcess::spawn(sh(dir.path(), "echo up; exec sleep 100")).unwrap();
+    let (child, mut output) = ChildProcess::spawn(sh(dir.path(), "echo up; exec sleep 100"))
+        .await
+        .unwrap();
     assert_eq!(next_line(&mut output).await, "up");
     let pid = child.pid();
     drop(child);
@@ -153,7 +157,7 @@ async fn environment_is_scrubbed_and_cwd_set() {
         r#"echo "manifest=${CARGO_MANIFEST_DIR-unset}"; echo "set=$CORRAL_TEST_SET"; echo "path=${PATH:+yes}"; pwd -P"#,
     );
     spec.env = child_env(&[], &set, std::env::vars_os());
-    let (_child, mut output) = ChildProcess::spawn(spec).unwrap();
+    let (_child, mut output) = ChildProcess::spawn(spec).await.unwrap();
     // Cargo sets CARGO_MANIFEST_DIR for test runs; it is not allowlisted.
     assert_eq!(next_line(&mut output).await, "manifest=unset");
     assert_eq!(next_line(&mut output).await, "set=yes");
@@ -167,7 +171,7 @@ async fn spawn_errors_name_the_program_and_the_cause() {
     let dir = tempfile::tempdir().unwrap();
     let mut spec = sh(dir.path(), "true");
     spec.program = dir.path().join("no-such-program");
-    let err = ChildProcess::spawn(spec.clone()).err().unwrap();
+    let err = ChildProcess::spawn(spec.clone()).await.err().unwrap();
     assert!(matches!(err, SpawnError::NotFound { .. }), "{err:?}");
     assert!(
         err.to_string()
@@ -178,7 +182,7 @@ async fn spawn_errors_name_the_program_and_the_cause() {
     let not_executable = dir.path().join("data.txt");
     std::fs::write(&not_executable, "#!/bin/sh\n").unwrap();
     spec.program = not_executable;
-    let err = ChildProcess::spawn(spec.clone()).err().unwrap();
+    let err = ChildProcess::spawn(spec.clone()).await.err().unwrap();
     assert!(
         matches!(err, SpawnError::PermissionDenied { .. }),
         "{err:?}"
@@ -186,7 +190,7 @@ async fn spawn_errors_name_the_program_and_the_cause() {
 
     let mut spec = sh(dir.path(), "true");
     spec.cwd = dir.path().join("missing");
-    let err = ChildProcess::spawn(spec).err().unwrap();
+    let err = ChildProcess::spawn(spec).await.err().unwrap();
     assert!(matches!(err, SpawnError::CwdMissing { .. }), "{err:?}");
     assert!(err.to_string().contains("missing does not exist"), "{err}");
 }
@@ -194,8 +198,9 @@ async fn spawn_errors_name_the_program_and_the_cause() {
 #[tokio::test]
 async fn signal_group_reaches_the_child() {
     let dir = tempfile::tempdir().unwrap();
-    let (child, mut output) =
-        ChildProcess::spawn(sh(dir.path(), "echo up; exec sleep 100")).unwrap();
+    let (child, mut output) = ChildProcess::spawn(sh(dir.path(), "echo up; exec sleep 100"))
+        .await
+        .unwrap();
     assert_eq!(next_line(&mut output).await, "up");
     child.signal_group(Signal::SIGTERM);
     assert_eq!(next(&mut output).await, exited(None, Some(15)));
