@@ -9,6 +9,7 @@ pub mod fanout;
 pub mod memory;
 pub mod pings;
 pub mod procs;
+pub mod scale;
 pub mod stats;
 pub mod wire;
 

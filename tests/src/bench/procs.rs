@@ -148,7 +148,22 @@ impl BenchGateway {
 
     /// The WebSocket URL of the project.
     pub fn url(&self) -> String {
-        format!("ws://{}/v1/projects/{PROJECT}/rpc", self.addr)
+        self.project_url(PROJECT)
+    }
+
+    /// The WebSocket URL of project `name`.
+    pub fn project_url(&self, name: &str) -> String {
+        format!("ws://{}/v1/projects/{name}/rpc", self.addr)
+    }
+
+    /// Creates the directories of `names` in the projects root.
+    pub fn add_projects<'a>(&self, names: impl IntoIterator<Item = &'a str>) -> anyhow::Result<()> {
+        let root = self._temp.path().join("projects");
+        for name in names {
+            let dir = root.join(name);
+            std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
+        }
+        Ok(())
     }
 
     /// SIGTERM, then SIGKILL if it has not exited within the grace.
