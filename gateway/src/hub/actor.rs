@@ -223,16 +223,17 @@ impl Hub {
         }
     }
 
-    /// A hub with nobody to serve and no child worth keeping ends.
+    /// A hub with nobody to serve and no child worth keeping ends. A child
+    /// in backoff after a crash is worth keeping: it restarts like any
+    /// crashed child, and the hub's replay ring stays for a client that
+    /// left a moment before the crash and resumes after it (idle reaping
+    /// ends the hub later).
     fn should_end(&self) -> bool {
         self.clients.is_empty()
             && self.waiting_attach.is_empty()
             && self.snapshots.is_empty()
             && self.busy == 0
-            && matches!(
-                self.state,
-                ChildState::Backoff | ChildState::Failed | ChildState::Exited
-            )
+            && matches!(self.state, ChildState::Failed | ChildState::Exited)
     }
 
     fn idle_deadline(&self) -> Option<Instant> {
