@@ -67,6 +67,22 @@ impl Agent {
         }
     }
 
+    /// Queues `text` as a follow-up of the prompt run that executes now;
+    /// gives it back when none does (it may have ended a moment ago, before
+    /// the front-end saw its end), so the caller starts a run with it
+    /// instead of leaving it for a run that may never come.
+    pub fn follow_up_active(&self, text: String) -> Result<(), String> {
+        let mut input = self.shared.steering();
+        if !input.active {
+            return Err(text);
+        }
+        input.follow_up.push(text);
+        if !input.open {
+            input.late = true;
+        }
+        Ok(())
+    }
+
     /// The queued input not yet taken: `(steering, follow-ups)`.
     pub fn queued_input(&self) -> (Vec<String>, Vec<String>) {
         let input = self.shared.steering();

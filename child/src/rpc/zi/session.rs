@@ -158,6 +158,19 @@ impl ZiServer {
                     ));
                 }
             }
+            "continue" => {
+                // Running as far as this connection has seen; the run may
+                // have ended a moment ago, and then `continue` starts one.
+                if let Err(text) = self.agent.follow_up_active(text.to_string()) {
+                    if !self.submit(prompt_run(&text)) {
+                        self.connection.lock().watch = previous;
+                        return Err(Reply::Fail(
+                            FailCode::Capacity,
+                            "the run queue is full".into(),
+                        ));
+                    }
+                }
+            }
             "steer" => self.agent.queue_input(Queue::Steering, text.to_string()),
             _ => self.agent.queue_input(Queue::FollowUp, text.to_string()),
         }
