@@ -1,5 +1,6 @@
 //! Starts the real `corral serve` with a temp projects root and state dir,
-//! and WebSocket clients for it, with a timeout around every read.
+//! and WebSocket clients for it, with a timeout around every read. The
+//! gateway's stderr goes to a file, printed only when the test fails.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -20,6 +21,7 @@ use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
+use crate::captured::CapturedLog;
 use crate::harness::{workspace_bin, READ_TIMEOUT};
 
 /// The client token every test gateway accepts.
@@ -127,7 +129,9 @@ impl GatewaySpawn {
         self
     }
 
-    /// Writes the gateway's stderr (debug level) to [`Gateway::log`].
+    /// Logs at debug level (`CORRAL_LOG=debug`) instead of the default
+    /// `info`. Either way the gateway's stderr goes to [`Gateway::log`],
+    /// and a failing test prints it.
     pub fn capture_log(mut self) -> Self {
         self.capture_log = true;
         self
@@ -204,12 +208,10 @@ impl GatewaySpawn {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .kill_on_drop(true);
-        let log = temp.path().join("gateway.log");
+        let (captured, file) = CapturedLog::create("gateway", temp.path().join("gateway.log"));
+        command.stderr(file);
         if self.capture_log {
-            let file = std::fs::File::create(&log).expect("log file");
-            command.stderr(file).env("CORRAL_LOG", "debug");
-        } else {
-            command.stderr(Stdio::inherit());
+            command.env("CORRAL_LOG", "debug");
         }
         for (key, value) in &self.env {
             command.env(key, value);
@@ -236,8 +238,9 @@ impl GatewaySpawn {
             addr,
             root,
             state,
-            log,
+            log: captured.path().to_path_buf(),
             startup,
+            captured,
             _temp: temp,
         }
     }
@@ -249,15 +252,23 @@ pub struct Gateway {
     pub addr: SocketAddr,
     pub root: PathBuf,
     pub state: PathBuf,
-    /// The gateway's stderr, when captured.
+    /// The file holding the gateway's stderr.
     pub log: PathBuf,
     /// What the gateway printed on stdout before `listening on` (the
     /// generated tokens, if any).
     pub startup: Vec<String>,
+    /// Prints the gateway's stderr if the test panics (dropped before the
+    /// temp dir that holds it).
+    captured: CapturedLog,
     _temp: TempDir,
 }
 
 impl Gateway {
+    /// What the gateway wrote to stderr so far.
+    pub fn log_text(&self) -> String {
+        self.captured.read()
+    }
+
     pub fn url(&self, project: &str) -> String {
         format!("ws://{}/v1/projects/{project}/rpc", self.addr)
     }

@@ -1,5 +1,6 @@
 //! Spawns the real `corral-agent` binary with a fresh temp cwd and talks
-//! NDJSON to it, with a timeout around every read.
+//! NDJSON to it, with a timeout around every read. The agent's stderr goes
+//! to a file, printed only when the test fails.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -9,6 +10,8 @@ use serde_json::Value;
 use tempfile::TempDir;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+
+use crate::captured::CapturedLog;
 
 /// How long any single read may take before the test fails.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(20);
@@ -85,6 +88,8 @@ impl AgentSpawn {
         std::fs::create_dir_all(&cwd).expect("create cwd");
         let home = temp.path().join("home");
         std::fs::create_dir_all(&home).expect("create home");
+        let (captured, log_file) =
+            CapturedLog::create("corral-agent", temp.path().join("agent.log"));
         let mut command = Command::new(workspace_bin("corral-agent"));
         command
             .args(&self.args)
@@ -98,7 +103,7 @@ impl AgentSpawn {
             .env("ZUT_HOME", &home)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(log_file)
             .kill_on_drop(true);
         for (key, value) in &self.env {
             command.env(key, value);
@@ -111,6 +116,7 @@ impl AgentSpawn {
             stdin: Some(stdin),
             stdout,
             cwd,
+            captured,
             _temp: temp,
         }
     }
@@ -123,6 +129,9 @@ pub struct AgentProc {
     stdout: Lines<BufReader<ChildStdout>>,
     /// The agent's working directory.
     pub cwd: PathBuf,
+    /// The agent's stderr, printed if the test panics (dropped before the
+    /// temp dir that holds it).
+    captured: CapturedLog,
     _temp: TempDir,
 }
 
@@ -195,6 +204,11 @@ impl AgentProc {
             .recv_until(|f| f["type"] == "response" && f.get("id").cloned() == id)
             .await;
         frames.into_iter().last().expect("a response")
+    }
+
+    /// What the agent wrote to stderr so far.
+    pub fn stderr(&self) -> String {
+        self.captured.read()
     }
 
     /// Waits for the process to exit and returns its exit code.

@@ -3,6 +3,7 @@
 //! APIs (see [`mock_llm`]), plus the `mock-llm` binary for manual trials.
 
 pub mod bench;
+pub mod captured;
 pub mod cdp;
 pub mod gateway;
 pub mod harness;
