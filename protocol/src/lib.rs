@@ -5,9 +5,11 @@
 //! No I/O policy lives here: only what the bytes on the wire look like, how
 //! lines are cut, and the typed errors for input that does not fit.
 
+pub mod acp;
 pub mod journal;
 pub mod letscode;
 pub mod ndjson;
+pub mod permission;
 pub mod transcript;
 pub mod zi;
 pub mod zut;
