@@ -92,7 +92,8 @@ impl Browser {
     pub async fn launch() -> Result<Browser, CdpError> {
         if !Path::new(CHROMIUM).exists() {
             return Err(CdpError::Launch(format!(
-                "{CHROMIUM} not found; install it with `apt-get install chromium`"
+                "{CHROMIUM} not found. {}",
+                crate::prerequisites::CHROMIUM.missing_message()
             )));
         }
         let profile = tempfile::tempdir().map_err(|e| CdpError::Launch(e.to_string()))?;

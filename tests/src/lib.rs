@@ -8,6 +8,7 @@ pub mod cdp;
 pub mod gateway;
 pub mod harness;
 pub mod mock_llm;
+pub mod prerequisites;
 pub mod raw_ws;
 
 /// A fresh directory outside `/tmp`, for tests of what the sandbox hides:

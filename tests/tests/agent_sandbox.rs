@@ -106,6 +106,7 @@ fn bash(command: &str) -> (&'static str, Value) {
 
 #[tokio::test]
 async fn files_outside_the_project_are_out_of_reach_and_real_work_runs() {
+    corral_e2e::prerequisites::PYTHON3.require();
     let layout = Layout::new();
     let mock = MockLlm::start().await;
     let mut agent = sandboxed_in(&layout, &mock, &[]).await;
@@ -350,6 +351,7 @@ async fn outer_ends_with_the_agents_signal() {
 
 #[tokio::test]
 async fn tool_network_off_cuts_tools_off_but_not_the_model() {
+    corral_e2e::prerequisites::PYTHON3.require();
     let mock = MockLlm::start().await;
     let port = mock.addr().port();
     // The project under /tmp: the private /tmp covers it and it is bound back.

@@ -4,7 +4,8 @@
 //! that gateway dies its project moves and the conversation resumes from
 //! the shared journal; two gateways never run one project's child at once.
 //!
-//! Needs `nginx` (Debian: `apt-get install nginx`); `.ci/run` installs it.
+//! Needs `nginx` (Debian: `apt-get install nginx`); `.ci/install-deps`
+//! installs it.
 
 #![allow(clippy::unwrap_used)]
 
@@ -15,26 +16,16 @@ use std::time::Duration;
 
 use corral_e2e::gateway::{agent_pids, Gateway, GatewaySpawn, Ws, ADMIN_TOKEN, TOKEN};
 use corral_e2e::harness::READ_TIMEOUT;
+use corral_e2e::prerequisites;
 use serde_json::{json, Value};
 use tempfile::TempDir;
 use tokio::process::{Child, Command};
 
 const PROJECTS: &[&str] = &["alpha", "beta", "gamma", "delta", "epsilon"];
 
-/// The nginx binary; a missing one fails the test (it is part of CI).
+/// The nginx binary; a missing one fails the test, saying what to install.
 fn nginx_bin() -> PathBuf {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain([PathBuf::from("/usr/sbin")])
-        .map(|dir| dir.join("nginx"))
-        .find(|bin| bin.is_file())
-        .unwrap_or_else(|| {
-            panic!(
-                "nginx is not installed; these tests need it \
-                 (Debian/Ubuntu: apt-get install -y --no-install-recommends nginx; \
-                 .ci/run does this)"
-            )
-        })
+    prerequisites::NGINX.require()
 }
 
 /// nginx in the foreground, as one process, with everything in a temp dir.

@@ -191,20 +191,12 @@ async fn metrics_move_with_prompts_crashes_and_reconnects() {
     );
 
     // The exposition passes promtool's checks.
-    let promtool = which("promtool").expect("promtool is missing: apt-get install prometheus");
+    let promtool = corral_e2e::prerequisites::PROMTOOL.require();
     let (status, output) = std::process::Command::new(promtool)
         .args(["check", "metrics"])
         .stdin(std::process::Stdio::piped())
         .output_with_input(text.as_bytes());
     assert!(status.success(), "promtool: {output}");
-}
-
-fn which(name: &str) -> Option<std::path::PathBuf> {
-    std::env::var_os("PATH")?
-        .to_str()?
-        .split(':')
-        .map(|dir| std::path::Path::new(dir).join(name))
-        .find(|p| p.is_file())
 }
 
 trait OutputWithInput {

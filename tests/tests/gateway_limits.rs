@@ -93,6 +93,7 @@ async fn run_until_killed(ws: &mut Ws, mock: &MockLlm, command: &str, reason: &s
 
 #[tokio::test]
 async fn a_fork_bomb_and_a_memory_hog_kill_only_their_own_child() {
+    corral_e2e::prerequisites::PYTHON3.require();
     let mock = MockLlm::start().await;
     let gateway = GatewaySpawn::default()
         .mock(&mock.anthropic_base_url())

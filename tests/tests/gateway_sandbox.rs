@@ -332,6 +332,7 @@ async fn generated_tokens_stay_out_of_reach() {
 
 #[tokio::test]
 async fn real_work_in_the_project_is_unchanged() {
+    corral_e2e::prerequisites::PYTHON3.require();
     let mock = MockLlm::start().await;
     let dir = work_dir();
     let gateway = GatewaySpawn::default()
