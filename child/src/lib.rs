@@ -9,5 +9,6 @@ pub mod provider;
 pub mod rpc;
 pub mod sandbox;
 pub mod setup;
+pub mod stdin_prompt;
 pub mod tools;
 pub mod transcript;
