@@ -148,6 +148,7 @@ pub fn build(args: &AgentArgs, prepared: Prepared) -> Result<Setup, SetupError> 
             system_prompt,
             max_steps: args.max_steps.max(1),
             tool_confinement: prepared.tool_confinement,
+            permission_mode: crate::agent::PermissionMode::Auto,
         },
         session,
         allow_unknown_models,

@@ -72,7 +72,10 @@ pub enum ContentBlock {
         uri: Option<String>,
     },
     #[serde(rename_all = "camelCase")]
-    Audio { data: String, mime_type: String },
+    Audio {
+        data: String,
+        mime_type: String,
+    },
     #[serde(rename_all = "camelCase")]
     ResourceLink {
         uri: String,

@@ -151,6 +151,16 @@ impl FromStr for PermissionOption {
     }
 }
 
+/// The zut and letscode extension: the event asking for an answer ...
+pub const REQUEST_EVENT: &str = "permission_request";
+/// ... the event saying how a request ended (answered by any client, or
+/// cancelled) ...
+pub const RESOLVED_EVENT: &str = "permission_resolved";
+/// ... the command answering a request ...
+pub const REPLY_COMMAND: &str = "permission_reply";
+/// ... and the command changing the mode.
+pub const SET_MODE_COMMAND: &str = "set_permission_mode";
+
 /// The wire name of a request that ended without an answer (the run was
 /// cancelled while it waited).
 pub const CANCELLED: &str = "cancelled";

@@ -8,6 +8,7 @@ use std::time::Duration;
 use corral_protocol::zut::{Stop, Usage};
 use serde_json::Value;
 
+use super::permission::{Outcome, PermissionAsk};
 use crate::tools::PlanUpdate;
 use crate::transcript::{Block, Message};
 
@@ -59,6 +60,15 @@ pub enum AgentEvent {
         name: String,
         args: Value,
     },
+    /// A tool call waits for the client's permission (mode `ask`).
+    PermissionRequest(PermissionAsk),
+    /// A permission request was answered, or ended unanswered.
+    PermissionResolved {
+        /// The request's id.
+        id: String,
+        call_id: String,
+        outcome: Outcome,
+    },
     ToolExecutionStarted {
         id: String,
         name: String,
@@ -82,6 +92,9 @@ pub enum AgentEvent {
         turn: Usage,
         cumulative: Usage,
     },
+    /// The model declined to answer (the provider's `refusal` or
+    /// `content_filter` stop); its `turn_end` follows.
+    Refused,
     TurnEnd {
         stop: Stop,
         error: Option<String>,

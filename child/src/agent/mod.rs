@@ -12,6 +12,7 @@ pub mod event;
 mod input;
 mod interrupted;
 pub mod journal;
+pub mod permission;
 pub mod remote;
 pub mod retry;
 pub mod session;
@@ -29,11 +30,12 @@ use tokio_util::sync::CancellationToken;
 pub use event::AgentEvent;
 pub use input::Queue;
 pub(crate) use input::Steering;
+pub use permission::{PermissionMode, Permissions};
 pub use session::Session;
 
 use crate::provider::Provider;
 use crate::sandbox::ToolConfinement;
-use crate::tools::ToolSet;
+use crate::tools::{ClientFiles, ToolSet};
 use crate::transcript::Block;
 
 /// The `error` of the transcript record of an aborted step.
@@ -53,6 +55,9 @@ pub struct Settings {
     pub max_steps: u32,
     /// What tool commands give up when the agent is sandboxed.
     pub tool_confinement: ToolConfinement,
+    /// The permission mode at start (changed later through
+    /// [`Agent::permissions`]).
+    pub permission_mode: PermissionMode,
 }
 
 /// What goes to the front-end's writer, in order.
@@ -105,6 +110,11 @@ pub(crate) struct Shared {
     pub steering: Mutex<Steering>,
     /// Cancels the active run.
     pub current: Mutex<Option<CancellationToken>>,
+    /// The permission gate every tool call passes.
+    pub permissions: Permissions,
+    /// The client's file access, when it offers one (an ACP editor's
+    /// buffers); tools use the disk otherwise.
+    pub client_files: Mutex<Option<Arc<dyn ClientFiles>>>,
     /// Cancelled when the process is going away: the active run is aborted
     /// and queued runs are dropped.
     pub stop: CancellationToken,
@@ -130,6 +140,13 @@ impl Shared {
     pub fn steering(&self) -> MutexGuard<'_, Steering> {
         self.steering.lock().unwrap_or_else(PoisonError::into_inner)
     }
+
+    pub fn client_files(&self) -> Option<Arc<dyn ClientFiles>> {
+        self.client_files
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
 }
 
 /// Handle to a running agent.
@@ -148,6 +165,7 @@ impl Agent {
         session: Session,
         out: mpsc::Sender<Output>,
     ) -> (Agent, JoinHandle<()>) {
+        let permissions = Permissions::new(settings.permission_mode);
         let shared = Arc::new(Shared {
             provider,
             tools,
@@ -159,6 +177,8 @@ impl Agent {
             discard_upto: AtomicU64::new(0),
             steering: Mutex::new(Steering::default()),
             current: Mutex::new(None),
+            permissions,
+            client_files: Mutex::new(None),
             stop: CancellationToken::new(),
         });
         let (tx, rx) = mpsc::channel(MAX_QUEUED_RUNS);
@@ -222,6 +242,20 @@ impl Agent {
 
     pub fn settings(&self) -> &Settings {
         &self.shared.settings
+    }
+
+    /// The permission gate: its mode, and the answers to its requests.
+    pub fn permissions(&self) -> &Permissions {
+        &self.shared.permissions
+    }
+
+    /// Routes the file tools through the client (`None`: the disk).
+    pub fn set_client_files(&self, files: Option<Arc<dyn ClientFiles>>) {
+        *self
+            .shared
+            .client_files
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = files;
     }
 
     /// Stops accepting runs; the worker ends after the queued ones.

@@ -91,6 +91,11 @@ impl Session {
         result
     }
 
+    /// Where the journal is, when there is one.
+    pub fn journal_path(&self) -> Option<&std::path::Path> {
+        self.journal.as_ref().map(Journal::path)
+    }
+
     pub fn clear(&mut self) -> Result<(), JournalError> {
         self.messages.clear();
         self.write(Entry::Clear)

@@ -6,6 +6,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::call::{call_model, CallError};
+use super::permission::{rejected, Gate, Outcome};
 use super::{usage, AgentEvent, RunCtx, ABORTED};
 use crate::provider::{catalogue, ModelRequest, ModelResponse, ModelStop};
 use crate::tools::{ToolContext, ToolOutput};
@@ -210,6 +211,11 @@ async fn finish_step(ctx: &RunCtx<'_>, response: ModelResponse, model: &str) -> 
             end_turn(ctx, Stop::Length, None).await;
             StepEnd::Answered
         }
+        ModelStop::Other(ref reason) if is_refusal(reason) => {
+            ctx.emit(AgentEvent::Refused).await;
+            end_turn(ctx, Stop::End, None).await;
+            StepEnd::Answered
+        }
         _ if !answered => StepEnd::MissingAnswer,
         _ => {
             end_turn(ctx, Stop::End, None).await;
@@ -227,6 +233,9 @@ async fn execute_tool(ctx: &RunCtx<'_>, id: &str, name: &str, args: Value) -> To
             ctx.shared.tools.names().join(", ")
         ));
     };
+    if let Err(refused) = permit(ctx, id, name, &args).await {
+        return refused;
+    }
     ctx.emit(AgentEvent::ToolExecutionStarted {
         id: id.to_string(),
         name: name.to_string(),
@@ -238,6 +247,7 @@ async fn execute_tool(ctx: &RunCtx<'_>, id: &str, name: &str, args: Value) -> To
         confinement: ctx.shared.settings.tool_confinement,
         cancel: ctx.cancel.child_token(),
         progress,
+        files: ctx.shared.client_files(),
     };
     let run = tool.run(args, tool_ctx);
     tokio::pin!(run);
@@ -261,6 +271,50 @@ async fn execute_tool(ctx: &RunCtx<'_>, id: &str, name: &str, args: Value) -> To
         .await;
     }
     output
+}
+
+/// Passes the permission gate: at once, or after the client's answer
+/// (mode `ask`), or not (the refusal is the tool's result). A run
+/// cancelled while it waits stops waiting.
+async fn permit(
+    ctx: &RunCtx<'_>,
+    call_id: &str,
+    name: &str,
+    args: &Value,
+) -> Result<(), ToolOutput> {
+    let (ask, answer) = match ctx.shared.permissions.check(call_id, name, args) {
+        Gate::Allow => return Ok(()),
+        Gate::Refuse(message) => return Err(ToolOutput::error(message)),
+        Gate::Ask(ask, answer) => (ask, answer),
+    };
+    let id = ask.id.clone();
+    ctx.emit(AgentEvent::PermissionRequest(ask)).await;
+    let outcome = tokio::select! {
+        biased;
+        _ = ctx.cancel.cancelled() => {
+            ctx.shared.permissions.withdraw(&id);
+            Outcome::Cancelled
+        }
+        answer = answer => answer.unwrap_or(Outcome::Cancelled),
+    };
+    ctx.emit(AgentEvent::PermissionResolved {
+        id,
+        call_id: call_id.to_string(),
+        outcome,
+    })
+    .await;
+    match outcome {
+        Outcome::Selected(option) if option.allows() => Ok(()),
+        Outcome::Selected(option) => Err(ToolOutput::error(rejected(name, option.remembered()))),
+        Outcome::Cancelled => Err(ToolOutput::error(
+            "not run: the permission request was cancelled",
+        )),
+    }
+}
+
+/// Whether a provider's stop reason means the model declined to answer.
+fn is_refusal(reason: &str) -> bool {
+    matches!(reason, "refusal" | "content_filter")
 }
 
 async fn report_usage(ctx: &RunCtx<'_>, tokens: &crate::provider::TokenUsage, model: &str) {

@@ -5,8 +5,10 @@
 //! A dialect supplies a [`Frontend`] (what to do with each input line, and
 //! how it wants EOF handled) and an [`Encoder`] (how agent events and the
 //! frontend's own frames become stdout lines, in order). zut RPC v1 is in
-//! [`zut`].
+//! [`zut`], letscode-rpc/1 in [`letscode`], Zi RPC v1 in [`zi`] and the
+//! Agent Client Protocol in [`acp`].
 
+pub mod acp;
 pub mod letscode;
 pub mod zi;
 pub mod zut;

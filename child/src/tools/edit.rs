@@ -4,12 +4,13 @@
 //! LF-only `old_text` also matches a CRLF file, and the replacement gets CRLF).
 
 use std::path::Path;
+use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
 use serde_json::{json, Value};
 
 use super::write::write_atomic;
-use super::{display_path, resolve_path, Args, Tool, ToolContext, ToolOutput};
+use super::{display_path, resolve_path, Args, ClientFiles, Tool, ToolContext, ToolOutput};
 use crate::provider::ToolSpec;
 
 pub struct EditTool;
@@ -46,6 +47,10 @@ impl Tool for EditTool {
             Ok(request) => request,
             Err(out) => return Box::pin(async move { out }),
         };
+        let (reader, writer) = (ctx.client_reader(), ctx.client_writer());
+        if reader.is_some() || writer.is_some() {
+            return Box::pin(async move { request.apply_through(reader, writer).await });
+        }
         Box::pin(async move {
             tokio::task::spawn_blocking(move || request.apply())
                 .await
@@ -95,27 +100,73 @@ impl Request {
             Ok(content) => content,
             Err(out) => return out,
         };
-        let (count, updated) =
-            match replace(&content, &self.old_text, &self.new_text, self.replace_all) {
-                Ok(done) => done,
-                Err(Ambiguity::NotFound) => {
-                    return ToolOutput::error(format!(
-                    "old_text not found in {shown}; it must match exactly, including whitespace"
-                ))
-                }
-                Err(Ambiguity::Many(n)) => {
-                    return ToolOutput::error(format!(
-                        "old_text matches {n} times in {shown}; add surrounding lines to make it \
-                     unique, or set replace_all to replace all {n}"
-                    ))
-                }
-            };
+        let (count, updated) = match self.replaced(&content) {
+            Ok(done) => done,
+            Err(out) => return out,
+        };
         if let Err(e) = write_atomic(&self.path, updated.as_bytes()) {
             return ToolOutput::error(format!("cannot write {shown}: {e}"));
         }
-        let plural = if count == 1 { "" } else { "s" };
-        ToolOutput::ok(format!("Replaced {count} occurrence{plural} in {shown}"))
+        replaced_output(count, shown)
     }
+
+    /// The edit with the client's files where it offers them (reading
+    /// and writing each go through it when it can), the disk otherwise.
+    async fn apply_through(
+        self,
+        reader: Option<Arc<dyn ClientFiles>>,
+        writer: Option<Arc<dyn ClientFiles>>,
+    ) -> ToolOutput {
+        let shown = self.shown.clone();
+        let content = match reader {
+            Some(client) => match client.read(self.path.clone()).await {
+                Ok(content) => content,
+                Err(e) => return ToolOutput::error(format!("cannot read {shown}: {e}")),
+            },
+            None => match read_text(&self.path, &shown) {
+                Ok(content) => content,
+                Err(out) => return out,
+            },
+        };
+        let (count, updated) = match self.replaced(&content) {
+            Ok(done) => done,
+            Err(out) => return out,
+        };
+        let written = match writer {
+            Some(client) => client.write(self.path.clone(), updated).await,
+            None => write_atomic(&self.path, updated.as_bytes()).map_err(|e| e.to_string()),
+        };
+        match written {
+            Ok(()) => replaced_output(count, &shown),
+            Err(e) => ToolOutput::error(format!("cannot write {shown}: {e}")),
+        }
+    }
+
+    /// The content with the replacement made, and how many were made.
+    fn replaced(&self, content: &str) -> Result<(usize, String), ToolOutput> {
+        let shown = &self.shown;
+        let (count, updated) =
+            match replace(content, &self.old_text, &self.new_text, self.replace_all) {
+                Ok(done) => done,
+                Err(Ambiguity::NotFound) => {
+                    return Err(ToolOutput::error(format!(
+                    "old_text not found in {shown}; it must match exactly, including whitespace"
+                )))
+                }
+                Err(Ambiguity::Many(n)) => {
+                    return Err(ToolOutput::error(format!(
+                        "old_text matches {n} times in {shown}; add surrounding lines to make it \
+                     unique, or set replace_all to replace all {n}"
+                    )))
+                }
+            };
+        Ok((count, updated))
+    }
+}
+
+fn replaced_output(count: usize, shown: &str) -> ToolOutput {
+    let plural = if count == 1 { "" } else { "s" };
+    ToolOutput::ok(format!("Replaced {count} occurrence{plural} in {shown}"))
 }
 
 fn read_text(path: &Path, shown: &str) -> Result<String, ToolOutput> {

@@ -5,6 +5,7 @@
 
 mod args;
 mod bash;
+mod client_files;
 mod edit;
 mod find;
 mod grep;
@@ -31,6 +32,7 @@ use crate::transcript::Block;
 
 pub use args::{ArgError, Args};
 pub use bash::BashTool;
+pub use client_files::ClientFiles;
 pub use edit::EditTool;
 pub use find::FindTool;
 pub use grep::GrepTool;
@@ -46,7 +48,7 @@ pub const ALL_TOOL_NAMES: [&str; 8] = [
 ];
 
 /// What a tool run may use.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct ToolContext {
     /// The agent's working directory; relative paths resolve against it.
     pub cwd: PathBuf,
@@ -57,6 +59,20 @@ pub struct ToolContext {
     pub cancel: CancellationToken,
     /// Progress lines, shown to clients as `tool_progress`.
     pub progress: mpsc::UnboundedSender<String>,
+    /// The client's files, when it offers them (text goes through it).
+    pub files: Option<Arc<dyn ClientFiles>>,
+}
+
+impl ToolContext {
+    /// The client, when it can read files.
+    pub fn client_reader(&self) -> Option<Arc<dyn ClientFiles>> {
+        self.files.clone().filter(|files| files.can_read())
+    }
+
+    /// The client, when it can write files.
+    pub fn client_writer(&self) -> Option<Arc<dyn ClientFiles>> {
+        self.files.clone().filter(|files| files.can_write())
+    }
 }
 
 /// One plan item of the `plan` tool.
@@ -249,6 +265,7 @@ pub(crate) mod test_support {
             confinement: ToolConfinement::none(),
             cancel: CancellationToken::new(),
             progress,
+            files: None,
         };
         (ctx, rx)
     }

@@ -62,6 +62,16 @@ impl Tool for ReadTool {
                 Ok(request) => request,
                 Err(out) => return out,
             };
+            // Images are bytes, which the client's text files cannot carry.
+            if let Some(client) = ctx
+                .client_reader()
+                .filter(|_| image_mime(&request.path, &[]).is_none())
+            {
+                return match client.read(request.path.clone()).await {
+                    Ok(text) => request.read_text(text.as_bytes()),
+                    Err(e) => ToolOutput::error(format!("cannot read {}: {e}", request.shown)),
+                };
+            }
             tokio::task::spawn_blocking(move || request.read())
                 .await
                 .unwrap_or_else(|e| ToolOutput::error(format!("read failed: {e}")))

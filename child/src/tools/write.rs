@@ -49,6 +49,22 @@ impl Tool for WriteTool {
             Err(e) => return Box::pin(async move { e.into() }),
         };
         let shown = display_path(&ctx.cwd, &path);
+        if let Some(client) = ctx.client_writer() {
+            return Box::pin(async move {
+                let verb = if path.exists() {
+                    "Overwrote"
+                } else {
+                    "Created"
+                };
+                let (bytes, lines) = (content.len(), content.lines().count());
+                match client.write(path, content).await {
+                    Ok(()) => {
+                        ToolOutput::ok(format!("{verb} {shown}: {bytes} bytes, {lines} lines"))
+                    }
+                    Err(e) => ToolOutput::error(format!("cannot write {shown}: {e}")),
+                }
+            });
+        }
         Box::pin(async move {
             tokio::task::spawn_blocking(move || write_file(&path, &shown, &content))
                 .await

@@ -12,6 +12,7 @@ use serde_json::{Map, Value};
 use super::message::ImageInput;
 use super::reasoning::{ReasoningLevel, SET_REASONING_ERROR};
 use crate::ndjson::json_kind;
+use crate::permission::{PermissionMode, PermissionOption};
 
 /// A request id: a string or a number, echoed exactly as given.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -82,6 +83,15 @@ pub enum Command {
     },
     GetModels,
     Ping,
+    /// Extension: the answer to a `permission_request` event.
+    PermissionReply {
+        request_id: String,
+        option: PermissionOption,
+    },
+    /// Extension: changes the permission mode.
+    SetPermissionMode {
+        mode: PermissionMode,
+    },
 }
 
 /// The `reasoning` field of `set_reasoning`: a string read through the
@@ -102,7 +112,7 @@ fn reasoning_alias<'de, D: serde::Deserializer<'de>>(
 }
 
 /// Names of all commands, as they appear in `type`.
-pub const COMMAND_NAMES: [&str; 11] = [
+pub const COMMAND_NAMES: [&str; 13] = [
     "hello",
     "prompt",
     "abort",
@@ -114,6 +124,8 @@ pub const COMMAND_NAMES: [&str; 11] = [
     "set_reasoning",
     "get_models",
     "ping",
+    "permission_reply",
+    "set_permission_mode",
 ];
 
 impl Command {
@@ -131,6 +143,8 @@ impl Command {
             Command::SetReasoning { .. } => "set_reasoning",
             Command::GetModels => "get_models",
             Command::Ping => "ping",
+            Command::PermissionReply { .. } => "permission_reply",
+            Command::SetPermissionMode { .. } => "set_permission_mode",
         }
     }
 }
@@ -247,6 +261,33 @@ mod tests {
             level(json!({"id":"1","type":"set_reasoning"})),
             ReasoningLevel::Off
         );
+    }
+
+    #[test]
+    fn the_permission_extension_commands_parse() {
+        let reply = parse(
+            json!({"id":"9","type":"permission_reply","request_id":"perm-1","option":"allow_always"}),
+        )
+        .expect("parses");
+        assert_eq!(
+            reply.command,
+            Command::PermissionReply {
+                request_id: "perm-1".into(),
+                option: PermissionOption::AllowAlways
+            }
+        );
+        let mode = parse(json!({"type":"set_permission_mode","mode":"read-only"})).expect("parses");
+        assert_eq!(
+            mode.command,
+            Command::SetPermissionMode {
+                mode: PermissionMode::ReadOnly
+            }
+        );
+        let error =
+            parse(json!({"id":"x","type":"permission_reply","request_id":"perm-1","option":"yes"}))
+                .expect_err("refused");
+        assert_eq!(error.command.as_deref(), Some("permission_reply"));
+        assert!(error.message.contains("allow_once"), "{error}");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Inbound commands: `{"cmd": name, "id"?: token, ...}` parsed into
 //! [`Command`], and the `hello` protocol check. Pure, no I/O.
 
+use corral_protocol::permission::{PermissionMode, PermissionOption, UnknownPermissionMode};
 use serde_json::{Map, Value};
 
 use super::wire::PROTOCOL;
@@ -15,13 +16,30 @@ pub struct Command {
 
 #[derive(Debug, PartialEq)]
 pub enum Kind {
-    Hello { protocol: String },
-    Prompt { text: String },
-    Steer { text: String },
-    FollowUp { text: String },
+    Hello {
+        protocol: String,
+    },
+    Prompt {
+        text: String,
+    },
+    Steer {
+        text: String,
+    },
+    FollowUp {
+        text: String,
+    },
     Abort,
     Reset,
     Bye,
+    /// Extension: answers a `permission_request` event.
+    PermissionReply {
+        request_id: String,
+        option: PermissionOption,
+    },
+    /// Extension: changes the permission mode.
+    SetPermissionMode {
+        mode: PermissionMode,
+    },
 }
 
 /// A line that is an object but not a valid command (always recoverable).
@@ -73,6 +91,23 @@ pub fn parse(mut object: Map<String, Value>) -> Result<Command, BadCommand> {
         "abort" => Kind::Abort,
         "reset" => Kind::Reset,
         "bye" => Kind::Bye,
+        "permission_reply" => {
+            let field = |key: &str| match object.get(key) {
+                Some(Value::String(value)) => Ok(value.clone()),
+                _ => Err(bad(format!("`permission_reply` needs a string `{key}`"))),
+            };
+            let request_id = field("request_id")?;
+            let option = field("option")?.parse().map_err(bad)?;
+            Kind::PermissionReply { request_id, option }
+        }
+        "set_permission_mode" => match object.get("mode") {
+            Some(Value::String(mode)) => Kind::SetPermissionMode {
+                mode: mode
+                    .parse()
+                    .map_err(|e: UnknownPermissionMode| bad(e.to_string()))?,
+            },
+            _ => return Err(bad("`set_permission_mode` needs a string `mode`".into())),
+        },
         other => return Err(bad(format!("unknown command {other:?}"))),
     };
     Ok(Command { id, kind })
@@ -92,6 +127,33 @@ pub fn check_protocol(given: &str) -> Result<(), ProtocolMismatch> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn permission_commands_parse_and_bad_ones_keep_their_id() {
+        let reply = parse_json(
+            json!({"cmd":"permission_reply","id":"c1","request_id":"perm-2","option":"reject_once"}),
+        )
+        .unwrap();
+        assert_eq!(
+            reply.kind,
+            Kind::PermissionReply {
+                request_id: "perm-2".into(),
+                option: PermissionOption::RejectOnce
+            }
+        );
+        let mode = parse_json(json!({"cmd":"set_permission_mode","mode":"ask"})).unwrap();
+        assert_eq!(
+            mode.kind,
+            Kind::SetPermissionMode {
+                mode: PermissionMode::Ask
+            }
+        );
+        let bad =
+            parse_json(json!({"cmd":"set_permission_mode","id":7,"mode":"never"})).unwrap_err();
+        assert_eq!(bad.id, json!(7));
+        assert!(bad.message.contains("read-only"), "{}", bad.message);
+        assert!(parse_json(json!({"cmd":"permission_reply","request_id":"p"})).is_err());
+    }
 
     fn parse_json(v: Value) -> Result<Command, BadCommand> {
         match v {

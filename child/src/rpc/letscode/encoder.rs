@@ -3,6 +3,7 @@
 //! message and tool results for `turn_end`, and a run's messages for
 //! `agent_end`; it also writes the run's `ack` / `done` around it.
 
+use corral_protocol::permission::{self, PermissionOption, PERMISSION_OPTIONS};
 use corral_protocol::zut::Stop;
 use serde_json::{json, Value};
 
@@ -319,7 +320,27 @@ impl LetscodeEncoder {
                                 "error": run.error}));
                 out.extend(run.reply.as_ref().map(wire::done));
             }
-            AgentEvent::RequestStarted { .. }
+            AgentEvent::PermissionRequest(ask) => out.push(json!({
+                "type": permission::REQUEST_EVENT,
+                "request_id": ask.id,
+                "tool_call_id": ask.call_id,
+                "tool_name": ask.tool,
+                "arguments": ask.args,
+                "kind": ask.risk.as_str(),
+                "options": PERMISSION_OPTIONS.map(PermissionOption::as_str),
+            })),
+            AgentEvent::PermissionResolved {
+                id,
+                call_id,
+                outcome,
+            } => out.push(json!({
+                "type": permission::RESOLVED_EVENT,
+                "request_id": id,
+                "tool_call_id": call_id,
+                "outcome": outcome.as_str(),
+            })),
+            AgentEvent::Refused
+            | AgentEvent::RequestStarted { .. }
             | AgentEvent::CacheDiagnostics { .. }
             | AgentEvent::ToolExecutionStarted { .. }
             | AgentEvent::TurnRecovery { .. }

@@ -29,6 +29,12 @@
 //!   `tool_result{tool_call_id,is_error,content}`. `agent_start.messages`
 //!   holds the run's prompt; `agent_end.messages` every message the run
 //!   added (prompt, steering, assistant messages, tool results).
+//! - Extension (additive, as the document allows): with `--permission-mode
+//!   ask`, a `permission_request {request_id, tool_call_id, tool_name,
+//!   arguments, kind, options}` event asks for `permission_reply
+//!   {request_id, option}`; `permission_resolved {request_id, tool_call_id,
+//!   outcome}` tells how it ended; `set_permission_mode {mode}` changes
+//!   the mode. Both commands are answered `ack` then `done` (or `error`).
 
 /// Public so that fuzz targets reach the exact parser the front-end runs.
 pub mod command;
@@ -124,6 +130,22 @@ impl LetscodeServer {
                 self.acted(&id, |agent| {
                     agent.clear_steering();
                     agent.session().clear().map_err(|e| e.to_string())
+                })
+                .await
+            }
+            Kind::PermissionReply { request_id, option } => {
+                self.acted(&id, |agent| {
+                    agent
+                        .permissions()
+                        .answer(&request_id, option)
+                        .map_err(|e| e.to_string())
+                })
+                .await
+            }
+            Kind::SetPermissionMode { mode } => {
+                self.acted(&id, |agent| {
+                    agent.permissions().set_mode(mode);
+                    Ok(())
                 })
                 .await
             }

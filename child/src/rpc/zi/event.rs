@@ -154,6 +154,11 @@ impl EventMapper {
                 self.tools.clear();
                 vec![json!({"type": "agent_end"})]
             }
+            // Zi has no way to ask (ask mode is refused at start with this
+            // dialect) and no refusal event.
+            AgentEvent::PermissionRequest(_)
+            | AgentEvent::PermissionResolved { .. }
+            | AgentEvent::Refused => Vec::new(),
         }
     }
 

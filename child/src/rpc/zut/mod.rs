@@ -2,6 +2,13 @@
 //! token auth in `auth`, the encoder (which ends a failed run with
 //! `error`) in `encoder`, the wire shapes of events and messages in
 //! `wire`.
+//!
+//! Extensions (new commands and events, which zut's versioning rule
+//! allows): `permission_reply {request_id, option}` answers a
+//! `permission_request {request_id, id, name, args, kind, options}` event;
+//! `permission_resolved {request_id, id, outcome}` says how each request
+//! ended; `set_permission_mode {mode}` changes the mode, which `get_state`
+//! reports as `permission_mode`; `refusal` says the model declined.
 
 use base64::Engine as _;
 use corral_protocol::ndjson::FrameError;
@@ -188,6 +195,16 @@ impl ZutServer {
                     .collect();
                 ok(Some(json!({ "models": models })))
             }
+            Command::PermissionReply { request_id, option } => {
+                match self.agent.permissions().answer(&request_id, option) {
+                    Ok(()) => ok(None),
+                    Err(e) => fail(e.to_string()),
+                }
+            }
+            Command::SetPermissionMode { mode } => {
+                self.agent.permissions().set_mode(mode);
+                ok(Some(json!({ "permission_mode": mode })))
+            }
         }
     }
 
@@ -225,6 +242,7 @@ impl ZutServer {
             "busy": self.agent.busy(),
             "reasoning": session.reasoning.zut_name(),
             "usage": session.usage,
+            "permission_mode": self.agent.permissions().mode(),
         })
     }
 

@@ -2,8 +2,9 @@
 //! images become byte counts, reasoning blocks are left out, and
 //! `thinking_delta {delta}` is the one extension event.
 
+use corral_protocol::permission::{self, PermissionOption, PERMISSION_OPTIONS};
 use corral_protocol::zut::{self, ContentBlock, Event, Extra};
-use serde_json::{json, Map};
+use serde_json::{json, Map, Value};
 
 use crate::agent::AgentEvent;
 use crate::transcript::{Block, Message};
@@ -59,6 +60,17 @@ pub fn wire_blocks(blocks: &[Block]) -> Vec<ContentBlock> {
 fn base64_decoded_len(data: &str) -> u64 {
     let trimmed = data.trim_end_matches('=');
     (trimmed.len() as u64 * 3) / 4
+}
+
+/// The extension event saying the model declined to answer.
+pub const REFUSAL_EVENT: &str = "refusal";
+
+/// An extension event (a type zut clients ignore unless they know it).
+fn extension(frame: Value) -> Event {
+    match frame {
+        Value::Object(map) => Event::Unknown(map),
+        _ => Event::Unknown(Map::new()),
+    }
 }
 
 /// The zut frame for an agent event (every event has one).
@@ -202,5 +214,25 @@ pub fn wire_event(event: &AgentEvent) -> Event {
             extra: extra(),
         }),
         AgentEvent::Done => Event::Done(zut::Empty::default()),
+        AgentEvent::PermissionRequest(ask) => extension(json!({
+            "type": permission::REQUEST_EVENT,
+            "request_id": ask.id,
+            "id": ask.call_id,
+            "name": ask.tool,
+            "args": ask.args,
+            "kind": ask.risk.as_str(),
+            "options": PERMISSION_OPTIONS.map(PermissionOption::as_str),
+        })),
+        AgentEvent::PermissionResolved {
+            id,
+            call_id,
+            outcome,
+        } => extension(json!({
+            "type": permission::RESOLVED_EVENT,
+            "request_id": id,
+            "id": call_id,
+            "outcome": outcome.as_str(),
+        })),
+        AgentEvent::Refused => extension(json!({"type": REFUSAL_EVENT})),
     }
 }

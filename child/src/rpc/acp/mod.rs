@@ -1,0 +1,391 @@
+//! The Agent Client Protocol v1 dialect (`corral-agent rpc --dialect
+//! acp`): JSON-RPC 2.0 on stdio, one message per line, one session per
+//! process.
+//!
+//! Client → agent: `initialize`, `session/new`, `session/load`,
+//! `session/prompt`, `session/set_mode` (the permission modes `auto`, `ask`,
+//! `read-only`) and the notification `session/cancel`. Agent → client:
+//! `session/update` notifications, `session/request_permission` (ids
+//! `perm-N`) and, when the client offers them, `fs/read_text_file` and
+//! `fs/write_text_file` (ids `fs-N`). The session id is fixed for the
+//! process: derived from the `--session` journal's path (so a new process
+//! on the same journal loads it under the same id), random without one.
+//! `session/new` starts an empty conversation (the journal records the
+//! clear); `session/load` replays the journal. Stdin EOF aborts the run.
+
+mod client;
+mod encoder;
+mod history;
+mod prompt;
+/// Public so that fuzz targets reach the exact parser the front-end runs.
+pub mod rpc;
+mod tool_call;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use corral_protocol::acp::{
+    error_code, method, CancelParams, InitializeParams, LoadSessionParams, NewSessionParams,
+    PermissionOutcome, PromptParams, SessionModeState, SessionUpdate, SetModeParams,
+    PROTOCOL_VERSION,
+};
+use corral_protocol::ndjson::FrameError;
+use corral_protocol::permission::{PermissionMode, PermissionOption};
+use serde_json::{json, Map, Value};
+use tokio::sync::mpsc;
+
+pub use self::encoder::AcpEncoder;
+use self::encoder::{update_frame, Private};
+use self::rpc::{Incoming, RpcError};
+use super::{EofPolicy, Flow, Frontend};
+use crate::agent::{Agent, Output, RunKind, RunRequest};
+
+/// Serves ACP for one agent.
+pub struct AcpServer {
+    agent: Agent,
+    out: mpsc::Sender<Output>,
+    /// The one session's id.
+    session_id: String,
+    /// File requests waiting for the client's answer.
+    outgoing: client::Outgoing,
+}
+
+impl AcpServer {
+    /// A server for `agent`; the encoder learns `session_id` from the
+    /// first frame it is sent.
+    pub async fn new(agent: Agent, out: mpsc::Sender<Output>, session_id: String) -> AcpServer {
+        let private = Private::Session {
+            id: session_id.clone(),
+        };
+        let _ = out.send(Output::Frame(private.to_frame())).await;
+        AcpServer {
+            agent,
+            out,
+            session_id,
+            outgoing: client::Outgoing::default(),
+        }
+    }
+
+    async fn send(&self, frame: Value) {
+        let _ = self.out.send(Output::Frame(frame)).await;
+    }
+
+    async fn handle_line(&mut self, line: Result<Map<String, Value>, FrameError>) -> Flow {
+        match rpc::read(line) {
+            Ok(Incoming::Request { id, method, params }) => {
+                let answer = self.request(&id, &method, params).await;
+                match answer {
+                    Ok(Some(result)) => self.send(rpc::result(&id, result)).await,
+                    Ok(None) => {}
+                    Err(error) => self.send(rpc::error(&id, &error)).await,
+                }
+            }
+            Ok(Incoming::Notification { method, params }) => {
+                self.notification(&method, params).await
+            }
+            Ok(Incoming::Response { id, result }) => self.response(id, result),
+            Err(bad) => self.send(rpc::error(&bad.id, &bad.error)).await,
+        }
+        Flow::Continue
+    }
+
+    /// Answers a request; `Ok(None)` when the answer comes later (a prompt).
+    async fn request(
+        &mut self,
+        id: &Value,
+        name: &str,
+        params: Value,
+    ) -> Result<Option<Value>, RpcError> {
+        match name {
+            method::INITIALIZE => {
+                let params: InitializeParams = rpc::params(name, params)?;
+                Ok(Some(self.initialize(params)))
+            }
+            method::SESSION_NEW => {
+                let params: NewSessionParams = rpc::params(name, params)?;
+                self.check_cwd(&params.cwd);
+                self.idle_for(name)?;
+                if !self.agent.session().messages().is_empty() {
+                    self.agent
+                        .session()
+                        .clear()
+                        .map_err(|e| RpcError::internal(e.to_string()))?;
+                }
+                Ok(Some(
+                    json!({"sessionId": self.session_id, "modes": self.modes()}),
+                ))
+            }
+            method::SESSION_LOAD => {
+                let params: LoadSessionParams = rpc::params(name, params)?;
+                self.check_session(&params.session_id)?;
+                self.check_cwd(&params.cwd);
+                self.idle_for(name)?;
+                let updates = {
+                    let session = self.agent.session();
+                    history::replay(session.messages().iter(), &self.agent.settings().cwd)
+                };
+                for update in updates {
+                    self.send(update_frame(&self.session_id, &update)).await;
+                }
+                Ok(Some(json!({"modes": self.modes()})))
+            }
+            method::SESSION_PROMPT => {
+                let params: PromptParams = rpc::params(name, params)?;
+                self.check_session(&params.session_id)?;
+                let prompt = prompt::convert(params.prompt)?;
+                let run = RunRequest {
+                    kind: RunKind::Prompt {
+                        text: prompt.text,
+                        images: prompt.images,
+                    },
+                    started: Some(
+                        Private::RunStart {
+                            request: id.clone(),
+                        }
+                        .to_frame(),
+                    ),
+                    discarded: Some(
+                        Private::Discarded {
+                            request: id.clone(),
+                        }
+                        .to_frame(),
+                    ),
+                };
+                self.agent
+                    .submit(run)
+                    .map_err(|e| RpcError::internal(e.to_string()))?;
+                Ok(None)
+            }
+            method::SESSION_SET_MODE => {
+                let params: SetModeParams = rpc::params(name, params)?;
+                self.check_session(&params.session_id)?;
+                let mode: PermissionMode = params.mode_id.parse().map_err(
+                    |e: corral_protocol::permission::UnknownPermissionMode| {
+                        RpcError::invalid_params(e.to_string())
+                    },
+                )?;
+                self.agent.permissions().set_mode(mode);
+                let update = SessionUpdate::CurrentModeUpdate {
+                    current_mode_id: mode.as_str().to_string(),
+                };
+                self.send(update_frame(&self.session_id, &update)).await;
+                Ok(Some(json!({})))
+            }
+            other => Err(RpcError::new(
+                error_code::METHOD_NOT_FOUND,
+                format!("method not found: {other}"),
+            )),
+        }
+    }
+
+    fn initialize(&self, params: InitializeParams) -> Value {
+        let fs = params.client_capabilities.fs;
+        let files = (fs.read_text_file || fs.write_text_file).then(|| {
+            Arc::new(client::EditorFiles {
+                out: self.out.clone(),
+                outgoing: self.outgoing.clone(),
+                session: self.session_id.clone(),
+                offered: fs,
+            }) as Arc<dyn crate::tools::ClientFiles>
+        });
+        self.agent.set_client_files(files);
+        if params.protocol_version != u64::from(PROTOCOL_VERSION) {
+            tracing::info!(
+                asked = params.protocol_version,
+                "the client asked for another ACP version; answering {PROTOCOL_VERSION}"
+            );
+        }
+        json!({
+            "protocolVersion": PROTOCOL_VERSION,
+            "agentCapabilities": {
+                "loadSession": true,
+                "promptCapabilities": {"image": true, "audio": false, "embeddedContext": true},
+            },
+            "authMethods": [],
+            "agentInfo": {"name": "corral-agent", "title": "corral", "version": env!("CARGO_PKG_VERSION")},
+        })
+    }
+
+    async fn notification(&mut self, name: &str, params: Value) {
+        if name != method::SESSION_CANCEL {
+            tracing::debug!(method = name, "ignoring an unknown notification");
+            return;
+        }
+        match rpc::params::<CancelParams>(name, params) {
+            Ok(params) if params.session_id == self.session_id => {
+                self.send(Private::Cancel.to_frame()).await;
+                self.agent.discard_queued();
+                self.agent.abort();
+            }
+            Ok(params) => tracing::warn!(session = params.session_id, "cancel for another session"),
+            Err(e) => tracing::warn!(error = e.message, "unreadable session/cancel"),
+        }
+    }
+
+    /// The client's answer to a file or permission request.
+    fn response(&self, id: Value, result: Result<Value, RpcError>) {
+        let Some(request) = id.as_str().map(str::to_string) else {
+            tracing::warn!(%id, "an answer to no request");
+            return;
+        };
+        if self.outgoing.settle(&id, result.clone()) {
+            return;
+        }
+        let permissions = self.agent.permissions();
+        let settled = match permission_answer(result) {
+            Ok(Some(option)) => permissions.answer(&request, option),
+            Ok(None) => permissions.cancel(&request),
+            Err(e) => {
+                tracing::warn!(
+                    request,
+                    error = e,
+                    "unusable permission answer; cancelling it"
+                );
+                permissions.cancel(&request)
+            }
+        };
+        if let Err(e) = settled {
+            tracing::debug!(error = %e, "a late or unknown answer");
+        }
+    }
+
+    fn modes(&self) -> SessionModeState {
+        SessionModeState::permission_modes(self.agent.permissions().mode())
+    }
+
+    fn check_session(&self, id: &str) -> Result<(), RpcError> {
+        if id == self.session_id {
+            return Ok(());
+        }
+        Err(RpcError::new(
+            error_code::RESOURCE_NOT_FOUND,
+            format!(
+                "session {id:?} not found; this agent serves one session, {:?}",
+                self.session_id
+            ),
+        ))
+    }
+
+    /// The agent works in its own `--cwd`; another one is noted, not used
+    /// (through a gateway the editor's path is never the agent's).
+    fn check_cwd(&self, cwd: &str) {
+        let own = &self.agent.settings().cwd;
+        if Path::new(cwd).canonicalize().ok().as_ref() != Some(own) {
+            tracing::info!(asked = cwd, serving = %own.display(), "the session works in the agent's --cwd");
+        }
+    }
+
+    fn idle_for(&self, name: &str) -> Result<(), RpcError> {
+        if self.agent.idle() {
+            return Ok(());
+        }
+        Err(RpcError::internal(format!(
+            "{name}: a prompt is running; cancel it first"
+        )))
+    }
+}
+
+/// The option a `session/request_permission` answer selected; `None` for
+/// `cancelled`.
+fn permission_answer(result: Result<Value, RpcError>) -> Result<Option<PermissionOption>, String> {
+    let result = result.map_err(|e| e.message)?;
+    let outcome = result.get("outcome").cloned().unwrap_or(Value::Null);
+    match serde_json::from_value(outcome).map_err(|e| e.to_string())? {
+        PermissionOutcome::Cancelled => Ok(None),
+        PermissionOutcome::Selected { option_id } => option_id.parse().map(Some),
+    }
+}
+
+/// The session id: from the journal's path (stable across processes on
+/// the same journal), else unique to this process.
+pub fn session_id(journal: Option<&Path>) -> String {
+    let seed = match journal {
+        Some(path) => path.to_string_lossy().into_owned(),
+        None => format!(
+            "{}-{}",
+            std::process::id(),
+            time::OffsetDateTime::now_utc().unix_timestamp_nanos()
+        ),
+    };
+    // FNV-1a: short, stable, and no path shown to clients.
+    let hash = seed.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+    });
+    format!("corral-{hash:016x}")
+}
+
+impl Frontend for AcpServer {
+    async fn handle(&mut self, line: Result<Map<String, Value>, FrameError>) -> Flow {
+        self.handle_line(line).await
+    }
+
+    fn agent(&self) -> &Agent {
+        &self.agent
+    }
+
+    fn agent_mut(&mut self) -> &mut Agent {
+        &mut self.agent
+    }
+
+    /// The client is gone: nobody would see the rest, or answer a request.
+    fn eof_policy(&self) -> EofPolicy {
+        EofPolicy::Abort
+    }
+
+    fn output(&self) -> &mpsc::Sender<Output> {
+        &self.out
+    }
+}
+
+/// Serves ACP on stdin/stdout; returns the exit code.
+pub async fn serve_stdio(setup: crate::setup::Setup, transport: super::TransportOptions) -> u8 {
+    let (out, out_rx) = mpsc::channel(super::OUTPUT_QUEUE);
+    let encoder = AcpEncoder::new(setup.settings.cwd.clone());
+    let writer = super::spawn_writer(out_rx, Box::new(encoder));
+    let id = session_id(setup.session.journal_path());
+    let (agent, worker) = Agent::start(
+        setup.provider,
+        setup.tools,
+        setup.settings,
+        setup.session,
+        out.clone(),
+    );
+    let server = AcpServer::new(agent, out, id).await;
+    super::serve(server, worker, writer, transport).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn session_ids_follow_the_journal() {
+        let a = session_id(Some(Path::new("/state/sessions/alpha.jsonl")));
+        assert_eq!(
+            a,
+            session_id(Some(Path::new("/state/sessions/alpha.jsonl")))
+        );
+        assert_ne!(a, session_id(Some(Path::new("/state/sessions/beta.jsonl"))));
+        assert!(a.starts_with("corral-") && !a.contains("alpha"));
+        assert_ne!(session_id(None), a);
+    }
+
+    #[test]
+    fn permission_answers_read_as_the_sdk_sends_them() {
+        let selected = json!({"outcome": {"outcome": "selected", "optionId": "reject_always"}});
+        assert_eq!(
+            permission_answer(Ok(selected)),
+            Ok(Some(PermissionOption::RejectAlways))
+        );
+        assert_eq!(
+            permission_answer(Ok(json!({"outcome": {"outcome": "cancelled"}}))),
+            Ok(None)
+        );
+        assert!(permission_answer(Ok(
+            json!({"outcome": {"outcome": "selected", "optionId": "maybe"}})
+        ))
+        .is_err());
+        assert!(permission_answer(Ok(json!({}))).is_err());
+        assert!(permission_answer(Err(RpcError::internal("x"))).is_err());
+    }
+}
