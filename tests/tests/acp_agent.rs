@@ -1,0 +1,294 @@
+//! `corral-agent rpc --dialect acp` driven by the official ACP SDK's
+//! `ClientSideConnection` (Node, `tests/acp_client`): initialize, a new
+//! session, a prompt answered by the mock LLM, a bash call in `ask` mode
+//! that the client allows and one it rejects, a cancel during a slow
+//! reply, and the session loaded by a second process with its history
+//! replayed.
+//!
+//! Needs Node 20+ and npm (Debian: `nodejs npm`); `npm ci` runs here when
+//! `tests/acp_client/node_modules` is missing. Without node the test fails
+//! when `CI` is set and is skipped with a note otherwise.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use corral_e2e::harness::workspace_bin;
+use corral_e2e::mock_llm::{MockLlm, Turn};
+use serde_json::{json, Value};
+use tokio::process::Command;
+
+/// How long the whole client run may take.
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(120);
+
+fn client_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("acp_client")
+}
+
+/// Whether `program --version` runs.
+fn runs(program: &str) -> bool {
+    std::process::Command::new(program)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Node is there (and the SDK installed), or the test is skipped outside CI.
+fn client_ready() -> bool {
+    if !runs("node") {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "node is missing: install Node.js 20+ and npm (Debian: apt-get install nodejs npm)"
+        );
+        eprintln!(
+            "SKIPPED acp_agent: node is missing; install Node.js 20+ and npm \
+             (Debian: apt-get install nodejs npm) to run the ACP SDK client"
+        );
+        return false;
+    }
+    let dir = client_dir();
+    if !dir.join("node_modules/@agentclientprotocol/sdk").exists() {
+        assert!(
+            runs("npm"),
+            "npm is missing: install it (Debian: apt-get install npm) to fetch the ACP SDK"
+        );
+        let status = std::process::Command::new("npm")
+            .args(["ci", "--no-audit", "--no-fund"])
+            .current_dir(&dir)
+            .status()
+            .expect("run npm ci");
+        assert!(status.success(), "npm ci in {} failed", dir.display());
+    }
+    true
+}
+
+/// The model's side of the conversation, in the client's order.
+fn script(mock: &MockLlm) {
+    mock.push(Turn::text("Hi there"));
+    mock.push(Turn::tool_call(
+        "bash",
+        json!({"command": "echo allowed > out.txt"}),
+    ));
+    mock.push(Turn::text("Ran it."));
+    mock.push(Turn::tool_call(
+        "bash",
+        json!({"command": "echo nope > no.txt"}),
+    ));
+    mock.push(Turn::EchoToolResult {
+        prefix: "saw: ".into(),
+    });
+    mock.push(Turn::Slow {
+        chunks: vec!["once upon a time ".into(); 100],
+        delay: Duration::from_millis(100),
+    });
+}
+
+async fn run_client(mock: &MockLlm, root: &Path) -> Value {
+    let project = root.join("project");
+    let home = root.join("home");
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::create_dir_all(&home).unwrap();
+    let journal = root.join("session.jsonl");
+    let base_url = mock.anthropic_base_url();
+    let args = json!([
+        "rpc",
+        "--dialect",
+        "acp",
+        "--permission-mode",
+        "ask",
+        "--provider",
+        "anthropic",
+        "--base-url",
+        base_url,
+        "--session",
+        journal,
+        "--cwd",
+        project,
+        "--no-context-files",
+    ]);
+    let child = Command::new("node")
+        .arg(client_dir().join("client.mjs"))
+        .env("ACP_AGENT", workspace_bin("corral-agent"))
+        .env("ACP_AGENT_ARGS", args.to_string())
+        .env("ACP_CWD", &project)
+        .env("ANTHROPIC_API_KEY", "k")
+        .env("ZUT_HOME", &home)
+        .env_remove("ANTHROPIC_BASE_URL")
+        .env_remove("ZUTCORE_RPC_TOKEN")
+        .current_dir(client_dir())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn node");
+    let output = tokio::time::timeout(CLIENT_TIMEOUT, child.wait_with_output())
+        .await
+        .expect("the ACP client timed out")
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "the ACP client failed; stdout: {stdout}"
+    );
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("no report ({e}): {stdout}"))
+}
+
+fn kinds(updates: &Value) -> Vec<&str> {
+    updates
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|u| u["sessionUpdate"].as_str())
+        .collect()
+}
+
+/// The updates of one kind.
+fn of_kind<'a>(updates: &'a Value, kind: &str) -> Vec<&'a Value> {
+    updates
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|u| u["sessionUpdate"] == kind)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sdk_client_prompts_approves_cancels_and_loads() {
+    if !client_ready() {
+        return;
+    }
+    let mock = MockLlm::start().await;
+    script(&mock);
+    let root = tempfile::tempdir().unwrap();
+    let report = run_client(&mock, root.path()).await;
+    let project = root.path().join("project");
+
+    let init = &report["initialize"];
+    assert_eq!(
+        init["protocolVersion"], 1,
+        "a higher version is answered with 1"
+    );
+    assert_eq!(init["agentCapabilities"]["loadSession"], true);
+    assert_eq!(
+        init["agentCapabilities"]["promptCapabilities"]["image"],
+        true
+    );
+    assert_eq!(
+        init["agentCapabilities"]["promptCapabilities"]["embeddedContext"],
+        true
+    );
+    assert_eq!(init["authMethods"], json!([]));
+
+    let session = &report["newSession"];
+    let session_id = session["sessionId"].as_str().unwrap();
+    assert!(session_id.starts_with("corral-"), "{session_id}");
+    assert_eq!(session["modes"]["currentModeId"], "ask");
+    let modes: Vec<&Value> = session["modes"]["availableModes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| &m["id"])
+        .collect();
+    assert_eq!(modes, ["auto", "ask", "read-only"]);
+
+    assert_eq!(report["hello"]["stopReason"], "end_turn");
+    assert_eq!(report["hello"]["text"], "Hi there");
+
+    let allowed = &report["allowed"];
+    assert_eq!(allowed["stopReason"], "end_turn");
+    assert_eq!(allowed["text"], "Ran it.");
+    let call = of_kind(&allowed["updates"], "tool_call")[0];
+    assert_eq!(call["kind"], "execute");
+    assert_eq!(call["status"], "pending");
+    assert_eq!(call["title"], "Run `echo allowed > out.txt`");
+    let statuses: Vec<&Value> = of_kind(&allowed["updates"], "tool_call_update")
+        .iter()
+        .filter_map(|u| u.get("status"))
+        .collect();
+    assert_eq!(statuses, ["in_progress", "completed"]);
+    assert_eq!(
+        std::fs::read_to_string(project.join("out.txt")).unwrap(),
+        "allowed\n"
+    );
+
+    let rejected = &report["rejected"];
+    assert_eq!(rejected["stopReason"], "end_turn");
+    let failed = of_kind(&rejected["updates"], "tool_call_update");
+    assert_eq!(failed.last().unwrap()["status"], "failed");
+    assert!(
+        !project.join("no.txt").exists(),
+        "the rejected command never ran"
+    );
+    let text = rejected["text"].as_str().unwrap();
+    assert!(
+        text.starts_with("saw: ") && text.contains("rejected"),
+        "the model saw the refusal: {text}"
+    );
+
+    let permissions = report["permissions"].as_array().unwrap();
+    assert_eq!(permissions.len(), 2);
+    for request in permissions {
+        assert_eq!(request["sessionId"], session_id);
+        assert_eq!(request["toolCall"]["kind"], "execute");
+        let options: Vec<&Value> = request["options"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| &o["kind"])
+            .collect();
+        assert_eq!(
+            options,
+            ["allow_once", "allow_always", "reject_once", "reject_always"]
+        );
+    }
+
+    assert_eq!(report["cancelled"]["stopReason"], "cancelled");
+    assert_eq!(report["firstExit"], 0);
+
+    // The second process replays the journal.
+    assert_eq!(report["load"]["modes"]["currentModeId"], "ask");
+    let replayed = &report["replayed"];
+    assert!(replayed
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|u| u["sessionId"] == session_id));
+    let users: Vec<&Value> = of_kind(replayed, "user_message_chunk")
+        .iter()
+        .map(|u| &u["content"]["text"])
+        .collect();
+    assert_eq!(
+        users,
+        [
+            "hello",
+            "run the allowed command",
+            "run the other command",
+            "tell me a long story"
+        ]
+    );
+    let agent_text: String = of_kind(replayed, "agent_message_chunk")
+        .iter()
+        .filter_map(|u| u["content"]["text"].as_str())
+        .collect();
+    assert!(
+        agent_text.starts_with("Hi thereRan it.saw: "),
+        "{agent_text}"
+    );
+    assert_eq!(
+        of_kind(replayed, "tool_call").len(),
+        2,
+        "{:?}",
+        kinds(replayed)
+    );
+    let results: Vec<&Value> = of_kind(replayed, "tool_call_update")
+        .iter()
+        .map(|u| &u["status"])
+        .collect();
+    assert_eq!(results, ["completed", "failed"]);
+    assert_eq!(report["secondExit"], 0);
+    assert_eq!(mock.remaining(), 0, "every scripted turn was used");
+}
