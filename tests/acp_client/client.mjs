@@ -5,7 +5,8 @@
 // Environment: ACP_AGENT (the corral-agent binary), ACP_AGENT_ARGS (a JSON
 // array of its arguments), ACP_CWD (the project directory).
 //
-// Steps: initialize, session/new, a plain prompt, a bash call the client
+// Steps: initialize (offering the editor's files), session/new, a plain
+// prompt, an edit of a file with unsaved changes, a bash call the client
 // allows, one it rejects, a cancel during a slow reply; then a second
 // process on the same journal loads the session.
 
@@ -21,13 +22,23 @@ const cwd = process.env.ACP_CWD;
 /** One agent process and the client's view of it. */
 function connect(label) {
   const child = spawn(agentBin, agentArgs, { cwd, stdio: ["pipe", "pipe", "inherit"] });
-  const seen = { updates: [], permissions: [] };
+  const seen = { updates: [], permissions: [], reads: [], writes: [] };
   const client = {
     async requestPermission(params) {
       seen.permissions.push(params);
       const command = params.toolCall?.rawInput?.command ?? "";
-      const optionId = command.includes("allowed") ? "allow_once" : "reject_once";
+      const allow = params.toolCall?.kind === "edit" || command.includes("allowed");
+      const optionId = allow ? "allow_once" : "reject_once";
       return { outcome: { outcome: "selected", optionId } };
+    },
+    // The editor's buffers: notes.txt has unsaved changes.
+    async readTextFile(params) {
+      seen.reads.push(params);
+      return { content: "the buffer text\n" };
+    },
+    async writeTextFile(params) {
+      seen.writes.push(params);
+      return {};
     },
     async sessionUpdate(params) {
       seen.updates.push(params);
@@ -64,13 +75,16 @@ async function main() {
   const first = connect("first");
   report.initialize = await first.connection.initialize({
     protocolVersion: acp.PROTOCOL_VERSION + 1,
-    clientCapabilities: { fs: { readTextFile: false, writeTextFile: false } },
+    clientCapabilities: { fs: { readTextFile: true, writeTextFile: true } },
   });
   const session = await first.connection.newSession({ cwd, mcpServers: [] });
   report.newSession = session;
   const sessionId = session.sessionId;
 
   report.hello = await prompt(first, sessionId, "hello");
+  report.edited = await prompt(first, sessionId, "edit the notes");
+  report.reads = first.seen.reads;
+  report.writes = first.seen.writes;
   report.allowed = await prompt(first, sessionId, "run the allowed command");
   report.rejected = await prompt(first, sessionId, "run the other command");
   report.permissions = first.seen.permissions;

@@ -1,6 +1,7 @@
 //! `corral-agent rpc --dialect acp` driven by the official ACP SDK's
 //! `ClientSideConnection` (Node, `tests/acp_client`): initialize, a new
-//! session, a prompt answered by the mock LLM, a bash call in `ask` mode
+//! session, a prompt answered by the mock LLM, an edit that reads and
+//! writes the editor's buffer (`fs/*`), a bash call in `ask` mode
 //! that the client allows and one it rejects, a cancel during a slow
 //! reply, and the session loaded by a second process with its history
 //! replayed.
@@ -70,6 +71,11 @@ fn client_ready() -> bool {
 fn script(mock: &MockLlm) {
     mock.push(Turn::text("Hi there"));
     mock.push(Turn::tool_call(
+        "edit",
+        json!({"path": "notes.txt", "old_text": "buffer", "new_text": "edited"}),
+    ));
+    mock.push(Turn::text("Edited."));
+    mock.push(Turn::tool_call(
         "bash",
         json!({"command": "echo allowed > out.txt"}),
     ));
@@ -92,6 +98,7 @@ async fn run_client(mock: &MockLlm, root: &Path) -> Value {
     let home = root.join("home");
     std::fs::create_dir_all(&project).unwrap();
     std::fs::create_dir_all(&home).unwrap();
+    std::fs::write(project.join("notes.txt"), "the disk text\n").unwrap();
     let journal = root.join("session.jsonl");
     let base_url = mock.anthropic_base_url();
     let args = json!([
@@ -198,6 +205,28 @@ async fn the_sdk_client_prompts_approves_cancels_and_loads() {
     assert_eq!(report["hello"]["stopReason"], "end_turn");
     assert_eq!(report["hello"]["text"], "Hi there");
 
+    // The edit read the editor's buffer and wrote through the editor.
+    let edited = &report["edited"];
+    assert_eq!(edited["stopReason"], "end_turn");
+    let notes = project.join("notes.txt").canonicalize().unwrap();
+    let notes = notes.to_str().unwrap();
+    assert_eq!(report["reads"][0]["path"], notes);
+    assert_eq!(report["reads"][0]["sessionId"], session_id);
+    assert_eq!(report["writes"][0]["path"], notes);
+    assert_eq!(report["writes"][0]["content"], "the edited text\n");
+    assert_eq!(
+        std::fs::read_to_string(project.join("notes.txt")).unwrap(),
+        "the disk text\n",
+        "the disk is the editor's business"
+    );
+    let edit = of_kind(&edited["updates"], "tool_call")[0];
+    assert_eq!(edit["kind"], "edit");
+    assert_eq!(
+        edit["content"][0],
+        json!({"type": "diff", "path": notes, "oldText": "buffer", "newText": "edited"})
+    );
+    assert_eq!(edit["locations"][0]["path"], notes);
+
     let allowed = &report["allowed"];
     assert_eq!(allowed["stopReason"], "end_turn");
     assert_eq!(allowed["text"], "Ran it.");
@@ -230,10 +259,10 @@ async fn the_sdk_client_prompts_approves_cancels_and_loads() {
     );
 
     let permissions = report["permissions"].as_array().unwrap();
-    assert_eq!(permissions.len(), 2);
+    let kinds_asked: Vec<&Value> = permissions.iter().map(|p| &p["toolCall"]["kind"]).collect();
+    assert_eq!(kinds_asked, ["edit", "execute", "execute"]);
     for request in permissions {
         assert_eq!(request["sessionId"], session_id);
-        assert_eq!(request["toolCall"]["kind"], "execute");
         let options: Vec<&Value> = request["options"]
             .as_array()
             .unwrap()
@@ -265,6 +294,7 @@ async fn the_sdk_client_prompts_approves_cancels_and_loads() {
         users,
         [
             "hello",
+            "edit the notes",
             "run the allowed command",
             "run the other command",
             "tell me a long story"
@@ -275,12 +305,13 @@ async fn the_sdk_client_prompts_approves_cancels_and_loads() {
         .filter_map(|u| u["content"]["text"].as_str())
         .collect();
     assert!(
-        agent_text.starts_with("Hi thereRan it.saw: "),
+        agent_text.starts_with("Hi thereEdited.Ran it.saw: ")
+            && agent_text.ends_with("once upon a time "),
         "{agent_text}"
     );
     assert_eq!(
         of_kind(replayed, "tool_call").len(),
-        2,
+        3,
         "{:?}",
         kinds(replayed)
     );
@@ -288,7 +319,7 @@ async fn the_sdk_client_prompts_approves_cancels_and_loads() {
         .iter()
         .map(|u| &u["status"])
         .collect();
-    assert_eq!(results, ["completed", "failed"]);
+    assert_eq!(results, ["completed", "completed", "failed"]);
     assert_eq!(report["secondExit"], 0);
     assert_eq!(mock.remaining(), 0, "every scripted turn was used");
 }
