@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 use corral_protocol::ndjson::DEFAULT_MAX_LINE;
+use corral_protocol::permission::PermissionMode;
 use corral_protocol::zut::ReasoningLevel;
 
 #[derive(Debug, Parser)]
@@ -28,9 +29,15 @@ pub enum Mode {
     Rpc {
         #[command(flatten)]
         agent: AgentArgs,
-        /// Wire dialect on stdio: zut (zut RPC v1), letscode (letscode-rpc/1) or zi (Zi RPC v1).
+        /// Wire dialect on stdio: zut (zut RPC v1), letscode (letscode-rpc/1), zi (Zi RPC v1)
+        /// or acp (Agent Client Protocol v1).
         #[arg(long, value_enum, default_value_t = Dialect::Zut)]
         dialect: Dialect,
+        /// Tool calls that write files or run commands: auto (run them), ask (wait for the
+        /// client's approval; not with zi) or read-only (refuse them). Clients change it at run
+        /// time (ACP session/set_mode, zut and letscode set_permission_mode).
+        #[arg(long, default_value = "auto", value_name = "MODE")]
+        permission_mode: PermissionMode,
         /// Longest accepted input line, in bytes.
         #[arg(long, default_value_t = DEFAULT_MAX_LINE, value_name = "BYTES")]
         max_line_bytes: usize,
@@ -89,6 +96,7 @@ pub enum Dialect {
     Zut,
     Letscode,
     Zi,
+    Acp,
 }
 
 /// Flags shared by every mode.
@@ -233,6 +241,28 @@ mod tests {
             assert_eq!(agent.cwd, Some(PathBuf::from("/d")));
             assert!(agent.no_session && agent.session.is_none(), "{args:?}");
         }
+    }
+
+    #[test]
+    fn permission_mode_defaults_to_auto_and_takes_the_three_modes() {
+        let mode = |args: &[&str]| match parse(args).map(|cli| cli.mode) {
+            Ok(Mode::Rpc {
+                permission_mode, ..
+            }) => Ok(permission_mode),
+            Ok(_) => panic!("not rpc"),
+            Err(e) => Err(e.to_string()),
+        };
+        assert_eq!(mode(&["rpc"]), Ok(PermissionMode::Auto));
+        assert_eq!(
+            mode(&["rpc", "--dialect", "acp", "--permission-mode", "read-only"]),
+            Ok(PermissionMode::ReadOnly)
+        );
+        assert_eq!(
+            mode(&["rpc", "--permission-mode", "ask"]),
+            Ok(PermissionMode::Ask)
+        );
+        let err = mode(&["rpc", "--permission-mode", "never"]).unwrap_err();
+        assert!(err.contains("auto, ask, read-only"), "{err}");
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use corral_agent::agent::{Agent, AgentEvent, Output, RunKind, RunRequest};
+use corral_agent::agent::{Agent, AgentEvent, Output, PermissionMode, RunKind, RunRequest};
 use corral_agent::cli::{self, AgentArgs, Cli, Dialect, Mode, ToolNetwork};
 use corral_agent::rpc::{self, TransportOptions};
 use corral_agent::sandbox::{self, SandboxConfig, ToolConfinement};
@@ -64,11 +64,16 @@ fn main() -> ExitCode {
                 max_line_bytes,
                 eof_grace,
                 max_in_flight,
+                permission_mode,
             } => {
                 let transport = TransportOptions {
                     max_line: max_line_bytes,
                     eof_grace: Duration::from_secs(eof_grace),
                     max_in_flight: max_in_flight.max(1),
+                };
+                let dialect = DialectChoice {
+                    dialect,
+                    permission_mode,
                 };
                 rpc_mode(&agent, prepared, dialect, token, transport).await
             }
@@ -134,24 +139,39 @@ fn init_logging() {
     }
 }
 
+/// The dialect of `rpc` and the permission mode it starts in.
+struct DialectChoice {
+    dialect: Dialect,
+    permission_mode: PermissionMode,
+}
+
 async fn rpc_mode(
     args: &AgentArgs,
     prepared: Prepared,
-    dialect: Dialect,
+    choice: DialectChoice,
     token: Option<String>,
     transport: TransportOptions,
 ) -> u8 {
-    let setup = match setup::build(args, prepared) {
+    if choice.dialect == Dialect::Zi && choice.permission_mode == PermissionMode::Ask {
+        eprintln!(
+            "corral-agent: --permission-mode ask needs a dialect that can ask the client \
+             (acp, zut or letscode); Zi RPC has no permission request"
+        );
+        return 2;
+    }
+    let mut setup = match setup::build(args, prepared) {
         Ok(setup) => setup,
         Err(e) => {
             eprintln!("corral-agent: {e}");
             return e.exit_code();
         }
     };
-    match dialect {
+    setup.settings.permission_mode = choice.permission_mode;
+    match choice.dialect {
         Dialect::Zut => rpc::zut::serve_stdio(setup, token, transport).await,
         Dialect::Letscode => rpc::letscode::serve_stdio(setup, transport).await,
         Dialect::Zi => rpc::zi::serve_stdio(setup, transport).await,
+        Dialect::Acp => rpc::acp::serve_stdio(setup, transport).await,
     }
 }
 
