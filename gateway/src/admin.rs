@@ -236,9 +236,11 @@ async fn action(
     match action.as_str() {
         "restart" => hub.restart().await,
         // The stop is graceful and may take the stop grace; answer now.
-        "stop" => drop(tokio::spawn(
-            async move { hub.stop(StopReason::Admin).await },
-        )),
+        "stop" => drop(
+            state
+                .shutdown
+                .spawn(async move { hub.stop(StopReason::Admin).await }),
+        ),
         "abort" => hub.abort().await,
         _ => {
             let error = format!("unknown action {action:?}; use restart, stop or abort");

@@ -18,6 +18,7 @@ pub mod projects;
 pub mod registry;
 pub mod scrub;
 pub mod server;
+pub mod shutdown;
 pub mod supervisor;
 pub mod throttle;
 pub mod ws;

@@ -28,10 +28,10 @@ use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 
 use crate::metrics::Metrics;
+use crate::shutdown::Shutdown;
 
 /// The answer to a connection over the cap, written once without reading.
 const OVER_CAPACITY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\n\
@@ -122,22 +122,22 @@ impl Drop for ConnectionSlot {
     }
 }
 
-/// Accepts until `shutdown`, then lets open HTTP connections finish their
-/// requests (upgraded WebSockets are the caller's to wait for).
+/// Accepts until the shutdown starts. Each connection is a task on the
+/// shutdown's tracker that, once the shutdown starts, finishes the request
+/// in flight and closes.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     limits: ListenerLimits,
     metrics: Arc<Metrics>,
-    shutdown: CancellationToken,
+    shutdown: Shutdown,
 ) {
     let open = Arc::new(AtomicUsize::new(0));
     let mut queue = EvictionQueue::default();
-    let tasks = TaskTracker::new();
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
-            () = shutdown.cancelled() => break,
+            () = shutdown.started() => break,
         };
         let (stream, peer) = match accepted {
             Ok(accepted) => accepted,
@@ -180,12 +180,10 @@ pub async fn serve(
             slot,
             router.clone(),
             limits.header_timeout,
-            shutdown.clone(),
+            shutdown.token().clone(),
         );
-        tasks.spawn(connection);
+        shutdown.spawn(connection);
     }
-    tasks.close();
-    tasks.wait().await;
 }
 
 /// Over the cap: one write that cannot block, then close.

@@ -18,14 +18,12 @@ use corral::listener::ListenerLimits;
 use corral::metrics::Metrics;
 use corral::registry::Registry;
 use corral::server::{self, AppState};
+use corral::shutdown::Shutdown;
 use corral::supervisor::backoff::RestartPolicy;
 use corral::supervisor::env::child_env;
 use corral::supervisor::probe::Probe;
 use corral::supervisor::{Credentials, Limits};
 use corral::throttle::{AuthThrottle, ThrottlePolicy};
-use tokio::signal::unix::{signal, SignalKind};
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 /// First restart delay after a crash, and the cap of the backoff.
 const RESTART_BASE: Duration = Duration::from_millis(500);
@@ -192,11 +190,12 @@ async fn serve(config: Config, limits: Arc<Limits>) -> anyhow::Result<()> {
     let settings = hub_settings(&config, metrics.clone(), limits.clone())?;
     std::fs::create_dir_all(&settings.sessions_dir)
         .with_context(|| format!("cannot create {}", settings.sessions_dir.display()))?;
+    let shutdown = Shutdown::new();
     let registry = Arc::new(Registry::new(
         Arc::new(settings),
         config.limits.max_children,
+        shutdown.clone(),
     ));
-    let shutdown = CancellationToken::new();
     let state = Arc::new(AppState {
         dialect: config.supervisor.dialect,
         registry,
@@ -211,7 +210,6 @@ async fn serve(config: Config, limits: Arc<Limits>) -> anyhow::Result<()> {
         shutdown: shutdown.clone(),
         metrics: metrics.clone(),
         started: std::time::Instant::now(),
-        connections: TaskTracker::new(),
         confinement: confinement_status(&config, &limits),
     });
     if let Some(addr) = config.metrics_listen {
@@ -221,27 +219,27 @@ async fn serve(config: Config, limits: Arc<Limits>) -> anyhow::Result<()> {
     // be killed and reaped (the children were already checked by the probe).
     match corral::supervisor::leftovers::become_subreaper() {
         Ok(()) => {
-            tokio::spawn(corral::supervisor::leftovers::watch_orphans(
-                shutdown.clone(),
+            shutdown.spawn(corral::supervisor::leftovers::watch_orphans(
+                shutdown.token().clone(),
             ));
         }
         Err(e) => {
             tracing::warn!(error = %e, "cannot become a child subreaper: processes that leave their agent's session survive it")
         }
     }
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    let trigger = shutdown.clone();
-    tokio::spawn(async move {
-        tokio::select! {
-            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
-            _ = int.recv() => tracing::info!("SIGINT: shutting down"),
-        }
-        trigger.cancel();
-    });
-    corral::notify::announce_ready();
+    let manager = corral::notify::service_manager();
+    if let Some(manager) = &manager {
+        manager.notify("READY=1");
+    }
+    shutdown
+        .on_signals(move || {
+            if let Some(manager) = manager {
+                manager.notify("STOPPING=1");
+            }
+        })
+        .context("cannot listen for SIGTERM and SIGINT")?;
     let listener_limits = listener_limits(&config);
-    server::run(listener, state, listener_limits, config.shutdown_grace).await?;
+    server::run(listener, state, listener_limits, config.shutdown_grace).await;
     limits.cleanup();
     tracing::info!("stopped");
     Ok(())
@@ -383,6 +381,7 @@ async fn serve_metrics(addr: std::net::SocketAddr, state: Arc<AppState>) -> anyh
         .with_context(|| format!("cannot listen on {addr} for metrics"))?;
     tracing::info!(%addr, "serving /metrics without a token");
     let shutdown = state.shutdown.clone();
+    let stopped = shutdown.token().clone().cancelled_owned();
     let app = axum::Router::new()
         .route(
             "/metrics",
@@ -393,8 +392,8 @@ async fn serve_metrics(addr: std::net::SocketAddr, state: Arc<AppState>) -> anyh
             ),
         )
         .with_state(state);
-    tokio::spawn(async move {
-        let server = axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned());
+    shutdown.spawn(async move {
+        let server = axum::serve(listener, app).with_graceful_shutdown(stopped);
         if let Err(e) = server.await {
             tracing::error!(error = %e, "metrics listener failed");
         }

@@ -1,6 +1,7 @@
 //! systemd readiness notification (`sd_notify`), without libsystemd: when
 //! `NOTIFY_SOCKET` is set, `READY=1` goes to it once the gateway accepts
-//! connections and `STOPPING=1` when SIGTERM or SIGINT starts the shutdown.
+//! connections and `STOPPING=1` when SIGTERM or SIGINT starts the shutdown
+//! (sent by the one signal listener, [`crate::shutdown`]).
 //! The socket is a unix datagram socket, named by a path or, with a leading
 //! `@`, in the abstract namespace. Without `NOTIFY_SOCKET` nothing happens.
 
@@ -9,8 +10,6 @@ use std::io;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::{SocketAddr, UnixDatagram};
-
-use tokio::signal::unix::{signal, SignalKind};
 
 /// The variable systemd sets for `Type=notify` services.
 pub const NOTIFY_SOCKET: &str = "NOTIFY_SOCKET";
@@ -62,44 +61,26 @@ impl Notifier {
     }
 }
 
-/// Tells the service manager the gateway is ready, and that it is stopping
-/// once SIGTERM or SIGINT arrives (the gateway's own handlers still run:
-/// tokio delivers a signal to every listener). Call it inside the runtime,
-/// after the listener is bound. Failures are logged, never fatal: the
-/// gateway works the same without a service manager.
-pub fn announce_ready() {
-    let notifier = match Notifier::from_env() {
-        None => return,
-        Some(Ok(notifier)) => notifier,
-        Some(Err(e)) => {
+/// The service manager's notifier, when `NOTIFY_SOCKET` names one. A
+/// socket that cannot be used is logged and treated as none: the gateway
+/// works the same without a service manager.
+pub fn service_manager() -> Option<Notifier> {
+    match Notifier::from_env()? {
+        Ok(notifier) => Some(notifier),
+        Err(e) => {
             tracing::warn!("cannot notify the service manager: {e}");
-            return;
+            None
         }
-    };
-    notify(&notifier, "READY=1");
-    let (mut term, mut int) = match (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) {
-        (Ok(term), Ok(int)) => (term, int),
-        (Err(e), _) | (_, Err(e)) => {
-            tracing::warn!("cannot watch for shutdown signals to notify STOPPING=1: {e}");
-            return;
-        }
-    };
-    tokio::spawn(async move {
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = int.recv() => {}
-        }
-        notify(&notifier, "STOPPING=1");
-    });
+    }
 }
 
-fn notify(notifier: &Notifier, state: &str) {
-    match notifier.send(state) {
-        Ok(()) => tracing::debug!(state, "notified the service manager"),
-        Err(e) => tracing::warn!(state, "cannot notify the service manager: {e}"),
+impl Notifier {
+    /// Sends `state`, logging a failure instead of returning it.
+    pub fn notify(&self, state: &str) {
+        match self.send(state) {
+            Ok(()) => tracing::debug!(state, "notified the service manager"),
+            Err(e) => tracing::warn!(state, "cannot notify the service manager: {e}"),
+        }
     }
 }
 

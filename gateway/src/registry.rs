@@ -11,13 +11,14 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use crate::hub::{
     AttachError, Attached, ChildState, HubHandle, HubSettings, HubStatus, Join, StopReason,
 };
+use crate::shutdown::Shutdown;
 
 /// Why a client could not be attached.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -49,7 +50,9 @@ pub struct Registry {
     settings: Arc<HubSettings>,
     max_children: usize,
     inner: Mutex<Inner>,
-    shutting_down: AtomicBool,
+    /// Refuses attaches once started; tracks every hub task and eviction
+    /// so the gateway waits for them before it exits.
+    shutdown: Shutdown,
 }
 
 /// A project's hub and the attaches on their way into it.
@@ -109,12 +112,12 @@ impl Drop for Pending<'_> {
 }
 
 impl Registry {
-    pub fn new(settings: Arc<HubSettings>, max_children: usize) -> Registry {
+    pub fn new(settings: Arc<HubSettings>, max_children: usize, shutdown: Shutdown) -> Registry {
         Registry {
             settings,
             max_children: max_children.max(1),
             inner: Mutex::new(Inner::default()),
-            shutting_down: AtomicBool::new(false),
+            shutdown,
         }
     }
 
@@ -184,10 +187,12 @@ impl Registry {
     /// One decision under the lock: the existing hub, a new one in a free
     /// slot, or an idle hub evicted (the caller waits for it to exit).
     fn claim(&self, project: &str, dir: &Path) -> Result<Claim, RegistryError> {
-        if self.shutting_down.load(Ordering::SeqCst) {
+        let mut inner = self.inner();
+        // Checked under the lock: `shutdown` starts before it takes the
+        // lock, so no hub is added after it has taken them all.
+        if self.shutdown.is_started() {
             return Err(RegistryError::ShuttingDown);
         }
-        let mut inner = self.inner();
         inner.prune();
         if let Some(entry) = inner.hubs.get_mut(project) {
             entry.pending += 1;
@@ -200,6 +205,7 @@ impl Registry {
                 dir.to_path_buf(),
                 self.settings.clone(),
                 seq,
+                self.shutdown.tasks(),
             );
             let entry = Entry {
                 hub: hub.clone(),
@@ -218,7 +224,8 @@ impl Registry {
             inner.hubs.remove(&victim.project);
             inner.leaving.push(victim.clone());
             let stopping = victim.clone();
-            tokio::spawn(async move { stopping.stop(StopReason::Evicted).await });
+            self.shutdown
+                .spawn(async move { stopping.stop(StopReason::Evicted).await });
             return Ok(Claim::WaitFor(victim));
         }
         match inner.leaving.first() {
@@ -250,12 +257,13 @@ impl Registry {
     }
 
     pub fn is_shutting_down(&self) -> bool {
-        self.shutting_down.load(Ordering::SeqCst)
+        self.shutdown.is_started()
     }
 
-    /// Refuses new clients and stops every child gracefully, concurrently.
+    /// Starts the gateway's shutdown if it has not (so no client is
+    /// attached any more) and stops every child gracefully, concurrently.
     pub async fn shutdown(&self) {
-        self.shutting_down.store(true, Ordering::SeqCst);
+        self.shutdown.start();
         let hubs: Vec<HubHandle> = {
             let mut inner = self.inner();
             let mut hubs: Vec<HubHandle> = inner.hubs.drain().map(|(_, entry)| entry.hub).collect();

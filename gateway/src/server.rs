@@ -19,13 +19,12 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::json;
 use tokio::net::TcpListener;
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 use crate::auth::{self, Role, Tokens};
 use crate::listener::ListenerLimits;
 use crate::metrics::Metrics;
 use crate::registry::Registry;
+use crate::shutdown::Shutdown;
 use crate::throttle::AuthThrottle;
 
 /// Everything request handlers share.
@@ -44,14 +43,12 @@ pub struct AppState {
     pub ws_buffer_bytes: usize,
     /// Failed authentications per source address, to slow brute force.
     pub throttle: AuthThrottle,
-    /// Cancelled when the gateway starts shutting down.
-    pub shutdown: CancellationToken,
+    /// Started when the gateway starts shutting down; tracks the tasks
+    /// (connections, hubs, admin stops) it waits for before exiting.
+    pub shutdown: Shutdown,
     pub metrics: Arc<Metrics>,
     /// When the gateway started, for `/v1/stats`.
     pub started: std::time::Instant,
-    /// Open WebSocket connections, so shutdown can wait for their close
-    /// frames to go out.
-    pub connections: TaskTracker,
     /// How children are confined (for `/v1/stats`).
     pub confinement: crate::admin::ConfinementStatus,
 }
@@ -68,7 +65,7 @@ pub fn router(state: Arc<AppState>) -> Router {
 }
 
 async fn readyz(State(state): State<Arc<AppState>>) -> Response {
-    if state.shutdown.is_cancelled() {
+    if state.shutdown.is_started() {
         (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n").into_response()
     } else {
         "ready\n".into_response()
@@ -98,59 +95,39 @@ pub fn admin_refusal(state: &AppState, headers: &HeaderMap) -> Option<Response> 
     Some((status, Json(json!({ "error": error }))).into_response())
 }
 
-/// Serves until `shutdown` is cancelled, then stops every child (within
-/// `grace`) and waits (bounded) for connections to close.
+/// How long connections and the other tracked tasks get to end after
+/// the children have stopped (or the shutdown grace ran out): time for
+/// close frames and in-flight HTTP answers to go out.
+pub const DRAIN_MARGIN: Duration = Duration::from_secs(5);
+
+/// Serves until the shutdown starts, then stops every child (within
+/// `grace`) and waits for every tracked task (connections, hubs,
+/// evictions) within what is left of `grace` plus [`DRAIN_MARGIN`].
 pub async fn run(
     listener: TcpListener,
     state: Arc<AppState>,
     limits: ListenerLimits,
     grace: Duration,
-) -> std::io::Result<()> {
+) {
     let shutdown = state.shutdown.clone();
     let registry = state.registry.clone();
-    let connections = state.connections.clone();
     let metrics = state.metrics.clone();
     let app = router(state);
-    let server = async {
-        crate::listener::serve(listener, app, limits, metrics, shutdown.clone()).await;
-        Ok::<(), std::io::Error>(())
-    };
-    let drain = async {
-        shutdown.cancelled().await;
-        if tokio::time::timeout(grace, registry.shutdown())
-            .await
-            .is_err()
-        {
-            tracing::warn!(
-                grace_secs = grace.as_secs(),
-                "children did not stop within the grace"
-            );
-        }
-        // Stopped hubs have told their clients to close; let them finish.
-        connections.close();
-        if tokio::time::timeout(Duration::from_secs(2), connections.wait())
-            .await
-            .is_err()
-        {
-            tracing::warn!(
-                open = connections.len(),
-                "some connections did not close in time"
-            );
-        }
-    };
-    let both = async {
-        let (result, ()) = tokio::join!(server, drain);
-        result
-    };
-    let deadline = async {
-        shutdown.cancelled().await;
-        tokio::time::sleep(grace + Duration::from_secs(5)).await;
-    };
-    tokio::select! {
-        result = both => result,
-        () = deadline => {
-            tracing::warn!("connections did not close in time; exiting anyway");
-            Ok(())
-        }
+    // Returns once the shutdown has started; its connections are tracked.
+    crate::listener::serve(listener, app, limits, metrics, shutdown.clone()).await;
+    let deadline = tokio::time::Instant::now() + grace + DRAIN_MARGIN;
+    if tokio::time::timeout(grace, registry.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            grace_secs = grace.as_secs(),
+            "children did not stop within the grace"
+        );
+    }
+    // Stopped hubs have told their clients to close; let them finish.
+    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+    if let Err(open) = shutdown.drain(left).await {
+        tracing::warn!(open, "tasks did not end in time; exiting anyway");
     }
 }

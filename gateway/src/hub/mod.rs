@@ -242,6 +242,7 @@ impl HubHandle {
         dir: PathBuf,
         settings: Arc<HubSettings>,
         seq: Arc<AtomicU64>,
+        tasks: &tokio_util::task::TaskTracker,
     ) -> HubHandle {
         let (commands, rx) = mpsc::channel(COMMAND_QUEUE);
         let status = Arc::new(Mutex::new(HubStatus {
@@ -262,7 +263,7 @@ impl HubHandle {
             stderr_tail: None,
         }));
         let hub = actor::Hub::new(project.clone(), dir, settings, seq, status.clone());
-        tokio::spawn(hub.run(rx));
+        tasks.spawn(hub.run(rx));
         HubHandle {
             project,
             commands,

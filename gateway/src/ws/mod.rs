@@ -113,8 +113,8 @@ pub async fn upgrade(
     // The connection's place under --max-connections, held while it lives.
     let slot = request.extensions_mut().remove::<Arc<ConnectionSlot>>();
     let (response, on_upgrade) = upgrade.accept();
-    let connections = state.connections.clone();
-    connections.spawn(async move {
+    let shutdown = state.shutdown.clone();
+    shutdown.spawn(async move {
         let io = match on_upgrade.await {
             Ok(upgraded) => hyper_util::rt::TokioIo::new(upgraded),
             Err(e) => {
@@ -168,7 +168,7 @@ async fn connection(
                     .await;
                     return;
                 }
-                _ = state.shutdown.cancelled() => {
+                () = state.shutdown.started() => {
                     preauth::close(&mut io, CLOSE_GOING_AWAY, "the gateway is shutting down").await;
                     return;
                 }

@@ -91,7 +91,7 @@ pub async fn read_loop(
     loop {
         let next = tokio::select! {
             next = next_object(stream, &state.metrics) => next,
-            _ = state.shutdown.cancelled() => {
+            () = state.shutdown.started() => {
                 // The hub closes this client once its child has stopped;
                 // keep reading so the close handshake completes.
                 next_object(stream, &state.metrics).await
