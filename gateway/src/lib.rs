@@ -10,6 +10,7 @@ pub mod dialect;
 pub mod fdlimit;
 pub mod hub;
 pub mod journal;
+pub mod layers;
 pub mod listener;
 pub mod metrics;
 pub mod notify;

@@ -382,16 +382,15 @@ async fn serve_metrics(addr: std::net::SocketAddr, state: Arc<AppState>) -> anyh
     tracing::info!(%addr, "serving /metrics without a token");
     let shutdown = state.shutdown.clone();
     let stopped = shutdown.token().clone().cancelled_owned();
-    let app = axum::Router::new()
-        .route(
-            "/metrics",
-            axum::routing::get(
-                |axum::extract::State(state): axum::extract::State<Arc<AppState>>| async move {
-                    corral::admin::metrics_text(&state)
-                },
-            ),
-        )
-        .with_state(state);
+    let app = axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(
+            |axum::extract::State(state): axum::extract::State<Arc<AppState>>| async move {
+                corral::admin::metrics_text(&state)
+            },
+        ),
+    );
+    let app = corral::layers::http(app).with_state(state);
     shutdown.spawn(async move {
         let server = axum::serve(listener, app).with_graceful_shutdown(stopped);
         if let Err(e) = server.await {

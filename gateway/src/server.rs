@@ -53,14 +53,18 @@ pub struct AppState {
     pub confinement: crate::admin::ConfinementStatus,
 }
 
+/// Every route; the plain HTTP ones under [`crate::layers::http`], the
+/// WebSocket one outside it.
 pub fn router(state: Arc<AppState>) -> Router {
-    Router::new()
+    let http = Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
-        .route("/v1/projects/{project}/rpc", get(crate::ws::upgrade))
         .route("/metrics", get(crate::admin::metrics))
         .merge(crate::admin::router())
-        .merge(crate::dashboard::router())
+        .merge(crate::dashboard::router());
+    Router::new()
+        .route("/v1/projects/{project}/rpc", get(crate::ws::upgrade))
+        .merge(crate::layers::http(http))
         .with_state(state)
 }
 

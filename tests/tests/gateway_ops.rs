@@ -165,6 +165,39 @@ async fn admin_listing_health_and_readiness() {
     assert!(alpha["uptime_secs"].as_u64().is_some());
 }
 
+/// `GET path` on a raw socket: the response head, lowercased.
+async fn response_head(gateway: &corral_e2e::gateway::Gateway, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(gateway.addr).await.unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: corral\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut response))
+        .await
+        .unwrap()
+        .unwrap();
+    let response = String::from_utf8_lossy(&response).to_ascii_lowercase();
+    response.split("\r\n\r\n").next().unwrap().to_string()
+}
+
+#[tokio::test]
+async fn plain_http_answers_carry_the_layers_headers() {
+    let gateway = GatewaySpawn::default().echo().spawn().await;
+    for path in ["/healthz", "/readyz", "/v1/projects", "/"] {
+        let head = response_head(&gateway, path).await;
+        assert!(
+            head.contains("x-content-type-options: nosniff"),
+            "{path}: {head}"
+        );
+    }
+    let dashboard = response_head(&gateway, "/").await;
+    assert!(dashboard.contains("content-security-policy: default-src 'none'"));
+    assert!(dashboard.contains("cache-control: no-cache"));
+    assert!(!response_head(&gateway, "/healthz")
+        .await
+        .contains("content-security-policy"));
+}
+
 #[tokio::test]
 async fn the_child_token_never_leaves_the_gateway() {
     let gateway = GatewaySpawn::default().echo().capture_log().spawn().await;

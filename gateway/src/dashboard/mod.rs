@@ -11,10 +11,11 @@
 //! gateway needs no build step and no files beside the binary.
 
 use axum::extract::Path;
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
+use tower_http::set_header::SetResponseHeaderLayer;
 
 const HTML: &str = "text/html; charset=utf-8";
 const JS: &str = "text/javascript; charset=utf-8";
@@ -43,11 +44,22 @@ const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; \
      style-src 'self'; connect-src 'self'; img-src 'self'; base-uri 'none'; \
      form-action 'none'; frame-ancestors 'none'";
 
-/// The dashboard's routes, to be merged into the gateway's router.
+/// The dashboard's routes, to be merged into the gateway's router. Every
+/// answer makes the browser revalidate (so an upgraded gateway serves its
+/// own page), keeps the page same-origin and sends no referrer.
 pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
+    let fixed =
+        |name, value| SetResponseHeaderLayer::overriding(name, HeaderValue::from_static(value));
     Router::new()
         .route("/", get(|| async { asset(HTML, INDEX_HTML) }))
         .route("/assets/{file}", get(named_asset))
+        .layer(fixed(header::CACHE_CONTROL, "no-cache"))
+        .layer(fixed(header::X_CONTENT_TYPE_OPTIONS, "nosniff"))
+        .layer(fixed(header::REFERRER_POLICY, "no-referrer"))
+        .layer(fixed(
+            header::CONTENT_SECURITY_POLICY,
+            CONTENT_SECURITY_POLICY,
+        ))
 }
 
 async fn named_asset(Path(file): Path<String>) -> Response {
@@ -57,20 +69,9 @@ async fn named_asset(Path(file): Path<String>) -> Response {
     }
 }
 
-/// One embedded asset with headers that make the browser revalidate it (so
-/// an upgraded gateway serves its own page) and keep it same-origin.
+/// One embedded asset with its content type.
 fn asset(content_type: &'static str, body: &'static str) -> Response {
-    (
-        [
-            (header::CONTENT_TYPE, content_type),
-            (header::CACHE_CONTROL, "no-cache"),
-            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
-            (header::REFERRER_POLICY, "no-referrer"),
-            (header::CONTENT_SECURITY_POLICY, CONTENT_SECURITY_POLICY),
-        ],
-        body,
-    )
-        .into_response()
+    ([(header::CONTENT_TYPE, content_type)], body).into_response()
 }
 
 #[cfg(test)]
@@ -125,8 +126,14 @@ mod tests {
                 headers.contains(&format!("content-type: {content_type}")),
                 "{path}: {headers}"
             );
-            assert!(headers.contains("cache-control: no-cache"), "{path}");
-            assert!(headers.contains("content-security-policy:"), "{path}");
+            for fixed in [
+                "cache-control: no-cache",
+                "x-content-type-options: nosniff",
+                "referrer-policy: no-referrer",
+                "content-security-policy: default-src 'none';",
+            ] {
+                assert!(headers.contains(fixed), "{path}: {headers}");
+            }
             assert_eq!(got, *body, "{path}");
         }
     }

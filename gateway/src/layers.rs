@@ -1,0 +1,82 @@
+//! The tower layers around every plain HTTP endpoint (`/healthz`,
+//! `/readyz`, `/metrics`, the admin API, the dashboard): a request span
+//! ([`TraceLayer`]), a timeout ([`HTTP_TIMEOUT`]) and the fixed response
+//! headers. The WebSocket endpoint is not under them: a WebSocket lives
+//! for hours and has its own limits ([`crate::ws`]).
+
+use std::time::Duration;
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::Router;
+use tower_http::set_header::SetResponseHeaderLayer;
+use tower_http::timeout::TimeoutLayer;
+use tower_http::trace::{DefaultMakeSpan, DefaultOnFailure, DefaultOnResponse, TraceLayer};
+use tracing::Level;
+
+/// How long a plain HTTP request may take before it is answered `503`:
+/// every such handler answers from memory (or `/proc`) well within it.
+pub const HTTP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// `router` with a request span (at debug level: the handlers log what
+/// matters), [`HTTP_TIMEOUT`], and `X-Content-Type-Options: nosniff` on
+/// every response (no browser guesses a type for JSON or metrics).
+pub fn http<S: Clone + Send + Sync + 'static>(router: Router<S>) -> Router<S> {
+    let trace = TraceLayer::new_for_http()
+        .make_span_with(DefaultMakeSpan::new().level(Level::DEBUG))
+        .on_response(DefaultOnResponse::new().level(Level::DEBUG))
+        // A 503 from /readyz while stopping is an answer, not a failure.
+        .on_failure(DefaultOnFailure::new().level(Level::DEBUG));
+    // The last layer added is the outermost: the header is set on the
+    // timeout's answer too.
+    router
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::SERVICE_UNAVAILABLE,
+            HTTP_TIMEOUT,
+        ))
+        .layer(SetResponseHeaderLayer::if_not_present(
+            header::X_CONTENT_TYPE_OPTIONS,
+            HeaderValue::from_static("nosniff"),
+        ))
+        .layer(trace)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Body;
+    use axum::http::Request;
+    use axum::routing::get;
+    use tower::ServiceExt;
+
+    fn app() -> Router {
+        http(
+            Router::new()
+                .route("/fast", get(|| async { "ok" }))
+                .route("/stuck", get(std::future::pending::<&'static str>)),
+        )
+    }
+
+    async fn get_status(path: &str) -> (StatusCode, Option<HeaderValue>) {
+        let request = Request::get(path).body(Body::empty()).unwrap();
+        let response = app().oneshot(request).await.unwrap();
+        let nosniff = response
+            .headers()
+            .get(header::X_CONTENT_TYPE_OPTIONS)
+            .cloned();
+        (response.status(), nosniff)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stuck_handler_is_answered_503_after_the_timeout() {
+        let (status, nosniff) = get_status("/stuck").await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(nosniff.unwrap(), "nosniff");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn answers_carry_the_fixed_headers() {
+        let (status, nosniff) = get_status("/fast").await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(nosniff.unwrap(), "nosniff");
+    }
+}
