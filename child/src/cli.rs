@@ -9,13 +9,39 @@ use corral_protocol::ndjson::DEFAULT_MAX_LINE;
 use corral_protocol::permission::PermissionMode;
 use corral_protocol::zut::ReasoningLevel;
 
+/// What `corral-agent --help` says after the commands.
+const AFTER_HELP: &str = "\
+Dialects (rpc --dialect): zut (zut RPC v1, the default), letscode (letscode-rpc/1),
+zi (Zi RPC v1), acp (Agent Client Protocol v1). `--mode rpc` also means `rpc`.
+
+Examples:
+  corral-agent rpc --provider echo                  zut RPC on stdin/stdout, offline
+  corral-agent run \"explain src/main.rs\"            one prompt; the reply on stdout
+  git diff | corral-agent run -                     the prompt read from stdin
+
+Environment:
+  ANTHROPIC_API_KEY, OPENAI_API_KEY    the provider's API key (or --api-key)
+  ANTHROPIC_BASE_URL, OPENAI_BASE_URL  the provider's base URL (or --base-url)
+  ZUTCORE_RPC_TOKEN  zut: the token a client's hello must carry; removed from the
+                     environment at start, so tools never see it
+  CORRAL_LOG         log filter for stderr, e.g. debug [default: warn]
+  ZUT_HOME, CORRAL_HOME  the home holding config.json [default: ~/.corral]
+
+Exit codes:
+  0   a normal end: stdin closed, or SIGTERM/SIGINT
+  1   the client's hello was refused (zut), input framing could not be recovered
+      (zi), or the `run` failed
+  2   bad flags or setup: a missing API key, an unreadable journal, a prompt on
+      stdin over 16 MiB
+  75  the --session journal is in use by another agent process
+  78  --sandbox was asked for and this host cannot provide it (reason on stderr)";
+
 #[derive(Debug, Parser)]
 #[command(
     name = "corral-agent",
     version,
-    about = "A coding agent on stdio: zut RPC v1 (default), letscode-rpc/1 or Zi RPC v1 (--dialect)",
-    after_help = "Exit codes: 75 = the session journal is in use by another agent process; \
-                  78 = the sandbox is unavailable on this host (the reason is on stderr)."
+    about = "A coding agent on stdio: zut RPC v1 (default), letscode-rpc/1, Zi RPC v1 or ACP (rpc --dialect)",
+    after_help = AFTER_HELP
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -54,7 +80,7 @@ pub enum Mode {
     Run {
         #[command(flatten)]
         agent: AgentArgs,
-        /// The prompt.
+        /// The prompt, or - to read it from stdin (up to EOF, at most 16 MiB).
         prompt: String,
     },
     /// Check that the sandbox works on this host.
@@ -263,6 +289,35 @@ mod tests {
         );
         let err = mode(&["rpc", "--permission-mode", "never"]).unwrap_err();
         assert!(err.contains("auto, ask, read-only"), "{err}");
+    }
+
+    #[test]
+    fn help_names_the_dialects_environment_and_exit_codes() {
+        use clap::CommandFactory;
+        let help = Cli::command().render_long_help().to_string();
+        for needle in [
+            "zut (zut RPC v1, the default)",
+            "letscode (letscode-rpc/1)",
+            "zi (Zi RPC v1)",
+            "acp (Agent Client Protocol v1)",
+            "ANTHROPIC_API_KEY",
+            "ZUTCORE_RPC_TOKEN",
+            "CORRAL_LOG",
+            "ZUT_HOME",
+            "Exit codes:",
+            "  75  ",
+            "  78  ",
+            "corral-agent run -",
+        ] {
+            assert!(help.contains(needle), "--help lacks {needle:?}:\n{help}");
+        }
+        let mut command = Cli::command();
+        let run = command.find_subcommand_mut("run").unwrap();
+        let run_help = run.render_long_help().to_string();
+        assert!(
+            run_help.contains("or - to read it from stdin"),
+            "{run_help}"
+        );
     }
 
     #[test]

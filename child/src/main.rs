@@ -17,6 +17,7 @@ use corral_agent::cli::{self, AgentArgs, Cli, Dialect, Mode, ToolNetwork};
 use corral_agent::rpc::{self, TransportOptions};
 use corral_agent::sandbox::{self, SandboxConfig, ToolConfinement};
 use corral_agent::setup::{self, Prepared, SetupError};
+use corral_agent::stdin_prompt;
 use tokio::sync::mpsc;
 
 fn main() -> ExitCode {
@@ -176,6 +177,17 @@ async fn rpc_mode(
 }
 
 async fn run_mode(args: &AgentArgs, prepared: Prepared, prompt: String) -> u8 {
+    let prompt = if prompt == stdin_prompt::FROM_STDIN {
+        match stdin_prompt::read_prompt(std::io::stdin().lock(), stdin_prompt::MAX_STDIN_PROMPT) {
+            Ok(prompt) => prompt,
+            Err(e) => {
+                eprintln!("corral-agent: {e}");
+                return 2;
+            }
+        }
+    } else {
+        prompt
+    };
     let setup = match setup::build(args, prepared) {
         Ok(setup) => setup,
         Err(e) => {
