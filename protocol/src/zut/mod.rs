@@ -1,5 +1,5 @@
 //! zut RPC v1: commands, responses, events and the message shape, as
-//! specified in `zut-rpc.md`.
+//! `docs/protocol.md` describes them (and zut's own RPC document).
 
 mod command;
 mod event;
