@@ -346,6 +346,7 @@ fn hub_settings(
         replay_events: config.limits.replay_events,
         replay_bytes: config.limits.replay_bytes,
         outbox_frames: config.limits.outbox_frames,
+        max_client_requests: config.limits.max_client_requests,
         max_line: config.limits.max_frame_bytes,
         ping_interval: supervisor.ping_interval,
         ping_timeout: supervisor.ping_timeout,

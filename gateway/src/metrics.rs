@@ -77,6 +77,9 @@ pub const FRAME_REASONS: [&str; 3] = ["malformed", "binary", "too_large"];
 /// Why a connection was refused or closed before its first request
 /// (`connections_refused_total{reason}`).
 pub const REFUSAL_REASONS: [&str; 3] = ["max_connections", "header_timeout", "evicted"];
+/// Reasons of `requests_refused_total{reason}`: over the per-client bound
+/// of requests in flight, or the child's input queue is full.
+pub const REQUEST_REFUSALS: [&str; 2] = ["in_flight", "child_busy"];
 /// Kinds of `tokens_total{kind}`.
 pub const TOKEN_KINDS: [&str; 5] = ["input", "output", "reasoning", "cache_read", "cache_write"];
 
@@ -103,6 +106,9 @@ pub struct Metrics {
     /// Open TCP connections of the main listener.
     pub connections: IntGauge,
     pub connections_refused: IntCounterVec,
+    /// Client requests the hub refused without sending them to the
+    /// child, by `reason`; count through [`Metrics::requests_refused`].
+    requests_refused: IntCounterVec,
     /// Authentication attempts that waited because their source failed
     /// too often, and the total time they waited.
     pub auth_delayed: IntCounter,
@@ -173,6 +179,10 @@ impl Metrics {
                 "connections_refused_total",
                 "Connections refused over --max-connections or closed for not sending a request's headers within --header-timeout.",
             ), &["reason"])?,
+            requests_refused: IntCounterVec::new(opts(
+                "requests_refused_total",
+                "Client requests refused by the gateway without reaching the agent: over --max-client-requests in flight (in_flight), or the agent's input queue was full (child_busy).",
+            ), &["reason"])?,
             auth_delayed: IntCounter::with_opts(opts("auth_delayed_total", "Authentication attempts slowed because their source failed too often."))?,
             auth_delay_seconds: Counter::with_opts(opts("auth_delay_seconds_total", "Time authentication attempts were held back by the per-source throttle."))?,
             request_duration: HistogramVec::new(
@@ -214,6 +224,7 @@ impl Metrics {
             Box::new(self.invalid_frames.clone()),
             Box::new(self.connections.clone()),
             Box::new(self.connections_refused.clone()),
+            Box::new(self.requests_refused.clone()),
             Box::new(self.auth_delayed.clone()),
             Box::new(self.auth_delay_seconds.clone()),
             Box::new(self.request_duration.clone()),
@@ -259,6 +270,9 @@ impl Metrics {
         for kind in TOKEN_KINDS {
             self.tokens.with_label_values(&[kind]);
         }
+        for reason in REQUEST_REFUSALS {
+            self.requests_refused.with_label_values(&[reason]);
+        }
     }
 
     /// Counts one frame of `len` bytes crossing `direction`.
@@ -291,6 +305,12 @@ impl Metrics {
                     .get()
             })
             .sum()
+    }
+
+    /// Counts a client request refused by the hub; `reason` is one of
+    /// [`REQUEST_REFUSALS`].
+    pub fn requests_refused(&self, reason: &'static str) {
+        self.requests_refused.with_label_values(&[reason]).inc();
     }
 
     pub fn connection_refused(&self, reason: &'static str) {

@@ -148,6 +148,10 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N")]
     pub outbox_frames: Option<usize>,
 
+    /// Requests one client may have waiting for the agent's answer; more get an error [default: 64].
+    #[arg(long, value_name = "N")]
+    pub max_client_requests: Option<usize>,
+
     /// Largest frame accepted from a client or a child [default: 16MiB].
     #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
     pub max_frame_bytes: Option<usize>,

@@ -41,6 +41,7 @@ pub struct FileConfig {
     pub replay_events: Option<usize>,
     pub replay_bytes: Option<FileBytes>,
     pub outbox_frames: Option<usize>,
+    pub max_client_requests: Option<usize>,
     pub max_frame_bytes: Option<FileBytes>,
     pub ws_buffer_bytes: Option<FileBytes>,
     pub hello_timeout: Option<FileDuration>,

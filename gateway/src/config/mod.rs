@@ -21,6 +21,7 @@
 //! | `-- CHILD_ARGS…` | `child_args` | none |
 //! | `--replay-events N` / `--replay-bytes BYTES` | `replay_events` / `replay_bytes` | 10000 / 8MiB |
 //! | `--outbox-frames N` | `outbox_frames` | 256 |
+//! | `--max-client-requests N` | `max_client_requests` | 64 (requests in flight per client) |
 //! | `--max-frame-bytes BYTES` | `max_frame_bytes` | 16MiB |
 //! | `--ws-buffer-bytes BYTES` | `ws_buffer_bytes` | 8KiB (read and write buffer per WebSocket) |
 //! | `--hello-timeout DUR` | `hello_timeout` | 10s |
@@ -121,6 +122,8 @@ pub struct Limits {
     /// Frames queued for one client not yet written to its socket; a
     /// client that fills it is caught up from replay or disconnected.
     pub outbox_frames: usize,
+    /// Requests one client may have waiting for the child's answer.
+    pub max_client_requests: usize,
     /// Largest frame accepted from a client or a child (bytes).
     pub max_frame_bytes: usize,
     /// Read and write buffer of each WebSocket connection (bytes).
@@ -186,6 +189,7 @@ pub mod defaults {
     pub const REPLAY_EVENTS: usize = 10_000;
     pub const REPLAY_BYTES: usize = 8 << 20;
     pub const OUTBOX_FRAMES: usize = 256;
+    pub const MAX_CLIENT_REQUESTS: usize = 64;
     pub const MAX_FRAME_BYTES: usize = 16 << 20;
     /// Read and write buffer per WebSocket: about what an idle client
     /// costs; larger frames grow the buffer while they pass.
@@ -341,6 +345,13 @@ pub fn load_with_env(
             args.outbox_frames
                 .or(file.outbox_frames)
                 .unwrap_or(defaults::OUTBOX_FRAMES),
+            1,
+        )?,
+        max_client_requests: at_least(
+            "--max-client-requests / max_client_requests",
+            args.max_client_requests
+                .or(file.max_client_requests)
+                .unwrap_or(defaults::MAX_CLIENT_REQUESTS),
             1,
         )?,
         max_frame_bytes: at_least(

@@ -77,6 +77,7 @@ fn defaults_and_generated_token_on_loopback() {
             replay_events: 10_000,
             replay_bytes: 8 << 20,
             outbox_frames: 256,
+            max_client_requests: 64,
             max_frame_bytes: 16 << 20,
             ws_buffer_bytes: 8 << 10,
             hello_timeout: Duration::from_secs(10),

@@ -1,37 +1,36 @@
-//! The hub task: its state, its main loop, and client attach/detach.
-//! Frame routing is in [`super::routing`], the child's lifecycle in
-//! [`super::lifecycle`].
+//! The hub task: its state, its main loop and its commands. Clients
+//! joining are in [`super::attach`], frame routing in [`super::routing`],
+//! the child's lifecycle in [`super::lifecycle`] over the states of
+//! [`super::supervision`].
+//!
+//! The loop never waits on the child: lines for it are queued without
+//! waiting, and its start and stop are futures polled here beside the
+//! commands, so a project serves attach, detach, abort and status while
+//! its child starts or stops.
 
 use std::collections::{HashMap, VecDeque};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Instant as StdInstant;
 use std::time::SystemTime;
 
-use bytes::Bytes;
-use serde_json::{json, Map, Value};
-use tokio::sync::{mpsc, oneshot};
+use serde_json::{Map, Value};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::{sleep_until, Instant};
 
-use super::feed::{ClientFeed, Feed, Unicast};
+use super::child::Launcher;
+use super::feed::{Feed, Unicast};
 use super::ids::IdMap;
-use super::lifecycle::Running;
 use super::ring::ReplayRing;
 use super::runs::RunBook;
+use super::supervision::{far_future, Supervision};
 use super::{
-    AttachError, Attached, ChildState, ClientInfo, HubCommand, HubSettings, HubStatus, Join,
-    LastExit,
+    AttachError, Attached, ClientInfo, HubCommand, HubSettings, HubStatus, Join, LastExit,
+    StopReason,
 };
 use crate::auth::Role;
 use crate::dialect::Inbound;
-use crate::metrics::Direction;
 use crate::supervisor::backoff::CrashHistory;
-use crate::supervisor::ChildOutput;
-
-/// Client ids issued by this process: unique across projects and hubs, so
-/// a client id named to resume never means another project's client.
-static CLIENT_IDS: AtomicU64 = AtomicU64::new(0);
 
 /// An attached client.
 pub(super) struct Client {
@@ -53,19 +52,24 @@ pub(super) struct WaitingAttach {
 /// All state of one project. Owned by its task; nothing else touches it.
 pub(super) struct Hub {
     pub project: String,
-    pub dir: PathBuf,
     pub settings: Arc<HubSettings>,
     /// The project's event counter; outlives this hub.
     pub seq: Arc<AtomicU64>,
-    /// Published snapshot for the admin API.
-    pub status: Arc<Mutex<HubStatus>>,
+    /// The admin API's view of this hub, published by the hub alone.
+    pub status: watch::Sender<HubStatus>,
     pub feed: Arc<Feed>,
     pub clients: HashMap<u64, Client>,
     pub ids: IdMap,
     /// Which client each run belongs to.
     pub runbook: RunBook,
-    pub child: Option<Running>,
-    pub state: ChildState,
+    /// Where the child is.
+    pub supervision: Supervision,
+    /// How children start.
+    pub launcher: Box<dyn Launcher>,
+    /// The hub ends once its loop sees this.
+    pub ending: bool,
+    /// Who waits for the hub to end (stop requests).
+    pub stopped: Vec<oneshot::Sender<()>>,
     /// Runs in flight: from a started `prompt`/`compact` to its `done`.
     pub busy: u32,
     pub waiting_attach: Vec<WaitingAttach>,
@@ -73,10 +77,6 @@ pub(super) struct Hub {
     pub waiting_requests: VecDeque<(u64, Map<String, Value>)>,
     pub crashes: CrashHistory,
     pub restarts: u32,
-    /// When to start the child again after a crash.
-    pub restart_at: Option<Instant>,
-    /// End of a crash-loop cool-down.
-    pub failed_until: Option<Instant>,
     /// Since when nobody is attached and nothing runs.
     pub idle_since: Option<Instant>,
     /// The child's hello data, given to clients on attach.
@@ -104,10 +104,10 @@ pub(super) struct Hub {
 impl Hub {
     pub fn new(
         project: String,
-        dir: PathBuf,
         settings: Arc<HubSettings>,
         seq: Arc<AtomicU64>,
-        status: Arc<Mutex<HubStatus>>,
+        status: watch::Sender<HubStatus>,
+        launcher: Box<dyn Launcher>,
     ) -> Hub {
         let ring = ReplayRing::new(
             settings.replay_events,
@@ -116,7 +116,6 @@ impl Hub {
         );
         Hub {
             project,
-            dir,
             feed: Arc::new(Feed::new(ring)),
             settings,
             seq,
@@ -124,15 +123,15 @@ impl Hub {
             clients: HashMap::new(),
             ids: IdMap::default(),
             runbook: RunBook::default(),
-            child: None,
-            state: ChildState::Starting,
+            supervision: Supervision::Exited,
+            launcher,
+            ending: false,
+            stopped: Vec::new(),
             busy: 0,
             waiting_attach: Vec::new(),
             waiting_requests: VecDeque::new(),
             crashes: CrashHistory::default(),
             restarts: 0,
-            restart_at: None,
-            failed_until: None,
             idle_since: None,
             hello: Map::new(),
             busy_since: None,
@@ -149,8 +148,11 @@ impl Hub {
 
     pub async fn run(mut self, mut commands: mpsc::Receiver<HubCommand>) {
         self.serve(&mut commands).await;
-        self.set_state(ChildState::Exited);
-        // Whatever arrived meanwhile: attaches must ask again (a new hub).
+        // A start still in progress is abandoned (its child killed).
+        self.supervision = Supervision::Exited;
+        self.publish();
+        // Closed before anyone hears `Gone`, so the registry, asked
+        // again, sees this hub ended and starts a new one.
         commands.close();
         while let Ok(command) = commands.try_recv() {
             match command {
@@ -167,93 +169,73 @@ impl Hub {
         for waiting in self.waiting_attach.drain(..).chain(snapshots) {
             let _ = waiting.reply.send(Err(AttachError::Gone));
         }
+        for done in self.stopped.drain(..) {
+            let _ = done.send(());
+        }
     }
 
     /// Runs the child and serves commands until the hub should end.
     async fn serve(&mut self, commands: &mut mpsc::Receiver<HubCommand>) {
-        // The attach that created this hub is already queued: take it (and
-        // anything else waiting) first, so a failed start can answer it.
-        while let Ok(command) = commands.try_recv() {
-            if let HubCommand::Stop { done, .. } = command {
-                let _ = done.send(());
-                return;
-            }
-            self.command(command).await;
-        }
-        self.start_child().await;
+        self.start_child();
         let mut ping = tokio::time::interval(self.settings.ping_interval);
         ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             if self.should_end() {
                 break;
             }
-            let restart_at = self.restart_at;
-            let failed_until = self.failed_until;
-            let ping_deadline = self.child.as_ref().and_then(|c| c.ping_deadline);
             let idle_deadline = self.idle_deadline();
             tokio::select! {
                 command = commands.recv() => match command {
                     None => break,
-                    Some(HubCommand::Stop { reason, done }) => {
-                        self.stop(reason).await;
-                        let _ = done.send(());
-                        break;
-                    }
-                    Some(command) => self.command(command).await,
+                    Some(command) => self.command(command),
                 },
-                output = next_output(&mut self.child) => self.child_output(output).await,
-                _ = sleep_until(restart_at.unwrap_or_else(far_future)), if restart_at.is_some() => {
-                    self.restart_at = None;
-                    self.settings.metrics.child_restarts.inc();
-                    self.start_child().await;
-                }
-                _ = sleep_until(failed_until.unwrap_or_else(far_future)), if failed_until.is_some() => {
-                    self.failed_until = None;
-                    self.crashes.reset();
-                    self.start_child().await;
-                }
-                _ = ping.tick() => self.send_ping().await,
-                _ = sleep_until(ping_deadline.unwrap_or_else(far_future)), if ping_deadline.is_some() => self.hung(),
-                _ = sleep_until(idle_deadline.unwrap_or_else(far_future)), if idle_deadline.is_some() => {
+                wake = self.supervision.next() => self.supervise(wake),
+                _ = ping.tick() => self.send_ping(),
+                () = sleep_until(idle_deadline.unwrap_or_else(far_future)), if idle_deadline.is_some() => {
                     tracing::info!(project = %self.project, "reaping idle agent");
-                    self.stop(super::StopReason::Idle).await;
-                    break;
+                    self.begin_stop(StopReason::Idle);
                 }
             }
         }
     }
 
-    /// A hub with nobody to serve and no child worth keeping ends. A child
-    /// in backoff after a crash is worth keeping: it restarts like any
-    /// crashed child, and the hub's replay ring stays for a client that
-    /// left a moment before the crash and resumes after it (idle reaping
-    /// ends the hub later).
+    /// A hub ends once it was stopped, or has nobody to serve and no
+    /// child worth keeping. A child in backoff after a crash is worth
+    /// keeping: it restarts like any crashed child, and the hub's replay
+    /// ring stays for a client that left a moment before the crash and
+    /// resumes after it (idle reaping ends the hub later).
     fn should_end(&self) -> bool {
-        self.clients.is_empty()
-            && self.waiting_attach.is_empty()
-            && self.snapshots.is_empty()
-            && self.busy == 0
-            && matches!(self.state, ChildState::Failed | ChildState::Exited)
+        self.ending
+            || (self.clients.is_empty()
+                && self.waiting_attach.is_empty()
+                && self.snapshots.is_empty()
+                && self.busy == 0
+                && matches!(
+                    self.supervision,
+                    Supervision::Failed { .. } | Supervision::Exited
+                ))
     }
 
     fn idle_deadline(&self) -> Option<Instant> {
         let timeout = self.settings.idle_timeout?;
-        if !self.clients.is_empty() || self.busy > 0 || !self.waiting_attach.is_empty() {
+        if !self.clients.is_empty()
+            || self.busy > 0
+            || !self.waiting_attach.is_empty()
+            || matches!(self.supervision, Supervision::Stopping(_))
+        {
             return None;
         }
         self.idle_since.map(|since| since + timeout)
     }
 
-    async fn command(&mut self, command: HubCommand) {
+    pub(super) fn command(&mut self, command: HubCommand) {
         match command {
             HubCommand::Attach { join, reply } => {
                 let waiting = WaitingAttach { join, reply };
-                match self.state {
-                    ChildState::Ready => self.attach(waiting).await,
-                    ChildState::Failed => {
-                        let wait = self
-                            .failed_until
-                            .map_or(0, |t| t.saturating_duration_since(Instant::now()).as_secs());
+                match &self.supervision {
+                    Supervision::Ready(_) => self.attach(waiting),
+                    Supervision::Failed { until } => {
+                        let wait = until.saturating_duration_since(Instant::now()).as_secs();
                         let _ = waiting.reply.send(Err(AttachError::CrashLoop(wait)));
                     }
                     _ => self.waiting_attach.push(waiting),
@@ -270,24 +252,29 @@ impl Hub {
                     self.publish();
                 }
             }
-            HubCommand::Request { client, frame } => self.request(client, frame).await,
+            HubCommand::Request { client, frame } => self.request(client, frame),
             HubCommand::Reply { client, bytes } => self.unicast(client, bytes),
-            HubCommand::Restart => self.restart().await,
-            HubCommand::Abort => {
-                if self.child.is_some() {
-                    self.aborts += 1;
-                    let id = format!("corral-abort-{}", self.aborts);
-                    let line = self.settings.dialect.abort_line(&id);
-                    self.abort_claim(&id, &line);
-                    self.settings
-                        .metrics
-                        .frame(Direction::GatewayToChild, line.len());
-                    if let Some(child) = &self.child {
-                        let _ = child.process.send(Bytes::from(line)).await;
-                    }
-                }
+            HubCommand::Restart => self.restart(),
+            HubCommand::Abort => self.abort(),
+            HubCommand::Stop { reason, done } => {
+                self.stopped.push(done);
+                self.begin_stop(reason);
             }
-            HubCommand::Stop { .. } => {}
+        }
+    }
+
+    /// An admin abort: the dialect's abort of the run in flight, if the
+    /// child is ready (a child starting or stopping has no run to abort).
+    fn abort(&mut self) {
+        if self.supervision.ready().is_none() {
+            return;
+        }
+        self.aborts += 1;
+        let id = format!("corral-abort-{}", self.aborts);
+        let line = self.settings.dialect.abort_line(&id);
+        self.abort_claim(&id, &line);
+        if let Err(refused) = self.send_line(line) {
+            tracing::warn!(project = %self.project, ?refused, "could not send an abort to the agent");
         }
     }
 
@@ -304,185 +291,35 @@ impl Hub {
         }
     }
 
-    /// Attaches a client once the child is ready. When the dialect's
-    /// greeting needs a fresh state snapshot (Zi), the attach completes
-    /// when the child answers the request sent for it.
-    pub(super) async fn attach(&mut self, waiting: WaitingAttach) {
-        let id = format!("corral-state-{}", self.snapshot_ids + 1);
-        let Some(line) = self.settings.dialect.state_request(&id) else {
-            self.finish_attach(waiting, Value::Null);
-            return;
-        };
-        let Some(child) = self.child.as_ref() else {
-            self.waiting_attach.push(waiting);
-            return;
-        };
-        self.snapshot_ids += 1;
-        self.settings
-            .metrics
-            .frame(Direction::GatewayToChild, line.len());
-        self.snapshots.insert(id, waiting);
-        let _ = child.process.send(Bytes::from(line)).await;
-    }
-
-    /// Puts attaches that waited for a snapshot back in line for the next
-    /// child (or refuses them when there will be none soon).
-    pub(super) fn requeue_snapshots(&mut self) {
-        for (_, waiting) in std::mem::take(&mut self.snapshots) {
-            if self.state == ChildState::Failed {
-                let _ = waiting.reply.send(Err(AttachError::CrashLoop(
-                    self.settings.restart.cooldown.as_secs(),
-                )));
-            } else {
-                self.waiting_attach.push(waiting);
-            }
-        }
-    }
-
-    /// Registers the client and queues its greeting: the dialect's first
-    /// frames (`state` is the snapshot, when the dialect needs one).
-    pub(super) fn finish_attach(&mut self, waiting: WaitingAttach, state: Value) {
-        let client = CLIENT_IDS.fetch_add(1, Ordering::Relaxed) + 1;
-        let own_runs = waiting.join.own_runs;
-        let owner = own_runs.client_id.unwrap_or(client);
-        let (unicast, rx) = mpsc::channel(self.settings.outbox_frames.max(4));
-        let (cursor, gap) = self.feed.start_cursor(waiting.join.resume_after);
-        let last_seq = self.feed.last_seq();
-        let metrics = &self.settings.metrics;
-        if waiting.join.resume_after.is_some() {
-            metrics
-                .replayed_events
-                .inc_by(last_seq.saturating_sub(cursor));
-        }
-        if gap {
-            metrics.replay_gaps.inc();
-        }
-        // Due before any event after the cursor: the first frames out.
-        for bytes in self.greeting(owner, &waiting.join, gap, state) {
-            let _ = unicast.try_send(Unicast::Frame {
-                after_seq: cursor,
-                bytes,
-            });
-        }
-        let feed = ClientFeed::new(
-            self.feed.clone(),
-            cursor,
-            rx,
-            self.settings.metrics.clone(),
-            self.settings.outbox_frames,
-        )
-        .with_owner((own_runs.on == Some(true)).then_some(owner))
-        .with_dialect(self.settings.dialect);
-        let attached = Attached {
-            client,
-            child_hello: self.hello.clone(),
-            last_seq,
-            gap,
-            feed,
-        };
-        // Counted before the reply, so the registry never sees a moment
-        // where the client is neither attaching nor attached.
-        self.clients.insert(
-            client,
-            Client {
-                role: waiting.join.role,
-                owner,
-                unicast,
-                cursor: attached.feed.shared_cursor(),
-            },
-        );
-        self.publish();
-        if waiting.reply.send(Ok(attached)).is_ok() {
-            self.settings.metrics.client_connections.inc();
-            self.idle_since = None;
-        } else {
-            self.clients.remove(&client);
-            self.publish();
-        }
-    }
-
-    /// A new client's first frames: the dialect's greeting, then the
-    /// answer to its hello (if it sent one). `owner` is the client id it is
-    /// known by.
-    fn greeting(&self, owner: u64, join: &Join, gap: bool, state: Value) -> Vec<Bytes> {
-        let gateway = self.gateway_info(owner, join.role, gap);
-        let mut frames = self.settings.dialect.greeting(&self.hello, gateway, state);
-        if let Some(id) = &join.hello {
-            frames.extend(self.hello_answer(owner, join.role, id.as_ref(), gap));
-        }
-        frames
-    }
-
-    /// The answer to a client's hello (`id` is its id), in its dialect.
-    pub(super) fn hello_answer(
-        &self,
-        client: u64,
-        role: Role,
-        id: Option<&Value>,
-        gap: bool,
-    ) -> Vec<Bytes> {
-        let gateway = self.gateway_info(client, role, gap);
-        self.settings
-            .dialect
-            .hello_answer(id, &self.hello, gateway, gap)
-    }
-
-    /// What the gateway says of itself to a client.
-    pub(super) fn gateway_info(&self, client: u64, role: Role, gap: bool) -> Value {
-        json!({
-            "version": env!("CARGO_PKG_VERSION"),
-            "project": self.project,
-            "client_id": client.to_string(),
-            "role": role.as_str(),
-            "last_seq": self.feed.last_seq(),
-            "gap": gap,
-        })
-    }
-
-    pub(super) fn set_state(&mut self, state: ChildState) {
-        self.state = state;
-        self.publish();
-    }
-
     pub(super) fn touch(&self) {
         self.status
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .last_activity = SystemTime::now();
+            .send_modify(|status| status.last_activity = SystemTime::now());
     }
 
+    /// Publishes the hub's state to the admin API.
     pub(super) fn publish(&self) {
-        let mut status = self.status.lock().unwrap_or_else(PoisonError::into_inner);
-        status.pid = self.child.as_ref().map(|c| c.process.pid());
-        status.state = self.state;
-        status.busy = self.busy > 0;
-        status.busy_since = self.busy_since;
-        status.clients = self.clients.len();
-        status.client_list = self
-            .clients
-            .iter()
-            .map(|(id, c)| ClientInfo {
-                client: *id,
-                role: c.role,
-                cursor: c.cursor.clone(),
-            })
-            .collect();
-        status.restarts = self.restarts;
-        status.last_seq = self.feed.last_seq();
-        status.last_exit = self.last_exit.clone();
-        status.model = self.model.clone();
-        status.usage = self.usage.clone();
-        status.stderr_tail = self.child.as_ref().map(|c| c.process.stderr_tail());
+        self.status.send_modify(|status| {
+            let child = self.supervision.child();
+            status.pid = child.map(|c| c.control.pid());
+            status.state = self.supervision.state();
+            status.busy = self.busy > 0;
+            status.busy_since = self.busy_since;
+            status.clients = self.clients.len();
+            status.client_list = self
+                .clients
+                .iter()
+                .map(|(id, c)| ClientInfo {
+                    client: *id,
+                    role: c.role,
+                    cursor: c.cursor.clone(),
+                })
+                .collect();
+            status.restarts = self.restarts;
+            status.last_seq = self.feed.last_seq();
+            status.last_exit = self.last_exit.clone();
+            status.model = self.model.clone();
+            status.usage = self.usage.clone();
+            status.stderr_tail = child.map(|c| c.control.stderr_tail());
+        });
     }
-}
-
-async fn next_output(child: &mut Option<Running>) -> Option<ChildOutput> {
-    match child {
-        Some(running) => running.output.recv().await,
-        None => std::future::pending().await,
-    }
-}
-
-fn far_future() -> Instant {
-    Instant::now() + std::time::Duration::from_secs(86_400 * 365)
 }

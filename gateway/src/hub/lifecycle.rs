@@ -1,174 +1,142 @@
-//! The child's lifecycle inside a hub: spawn and hello, health pings,
-//! crash handling with restart backoff, and graceful stop.
+//! The child's lifecycle inside a hub, as transitions between the states
+//! of [`Supervision`]: start and greeting, health pings, crash handling
+//! with restart backoff and the crash-loop cutoff, admin restarts, and
+//! stops (idle, admin, eviction, shutdown).
 
+use std::mem;
 use std::time::SystemTime;
 
-use bytes::Bytes;
 use nix::sys::signal::Signal;
 use serde_json::{json, Value};
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::actor::Hub;
-use super::spawn::{StartError, StartFailure, SANDBOX_UNAVAILABLE_EXIT, SESSION_IN_USE_EXIT};
-use super::{AttachError, ChildState, LastExit, StopReason};
+use super::child::{Launched, Running};
+use super::launch::{StartError, StartFailure};
+use super::supervision::{AfterStop, Stopping, Supervision, Wake};
+use super::{AttachError, LastExit, StopReason};
 use crate::dialect::Inbound;
 use crate::supervisor::backoff::{self, Decision};
-use crate::supervisor::{handshake, spawner};
-use crate::supervisor::{ChildOutput, ChildProcess, ExitInfo};
-
-/// A child that answered its hello.
-pub(super) struct Running {
-    pub process: ChildProcess,
-    pub output: mpsc::Receiver<ChildOutput>,
-    /// Id of the health ping in flight.
-    pub ping_id: Option<String>,
-    /// When that ping counts as unanswered.
-    pub ping_deadline: Option<Instant>,
-    pub pings: u64,
-    /// Killed because it stopped answering pings.
-    pub hung: bool,
-}
+use crate::supervisor::{ChildOutput, ExitInfo};
 
 impl Hub {
-    /// Spawns the child and waits for its hello; on failure schedules a
-    /// retry (or gives up after a crash loop).
-    pub(super) async fn start_child(&mut self) {
-        self.set_state(ChildState::Starting);
-        match self.spawn_and_hello().await {
-            Ok(running) => {
-                let pid = running.process.pid();
-                tracing::info!(project = %self.project, pid, restarts = self.restarts, "agent ready");
-                self.child = Some(running);
-                self.set_state(ChildState::Ready);
-                {
-                    let mut status = self
-                        .status
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner);
-                    status.ready_since = Some(SystemTime::now());
-                }
-                self.emit(
-                    "child_started",
-                    json!({"pid": pid, "restarts": self.restarts}),
-                );
-                if self.clients.is_empty() && self.busy == 0 {
-                    self.idle_since = Some(Instant::now());
-                }
-                self.flush_waiting().await;
+    /// Begins a start: the launch is polled by the hub's loop.
+    pub(super) fn start_child(&mut self) {
+        self.supervision = Supervision::Starting(self.launcher.launch());
+        self.publish();
+    }
+
+    /// Handles what the supervision state waited for.
+    pub(super) fn supervise(&mut self, wake: Wake) {
+        match wake {
+            Wake::Started(Ok(launched)) => self.started(launched),
+            Wake::Started(Err(error)) => self.start_failed(error),
+            Wake::Output(output) => self.child_output(output),
+            Wake::PingLate => self.hung(),
+            Wake::Stopped(exit) => self.stopped(exit),
+            Wake::Retry => {
+                self.settings.metrics.child_restarts.inc();
+                self.start_child();
             }
-            Err(StartError {
-                message: error,
-                kind,
-            }) => {
-                tracing::error!(project = %self.project, "agent failed to start: {error}");
-                let refusal = match kind {
-                    StartFailure::Elsewhere => AttachError::Elsewhere(error.clone()),
-                    _ => AttachError::StartFailed(error.clone()),
-                };
-                for waiting in std::mem::take(&mut self.waiting_attach) {
-                    let _ = waiting.reply.send(Err(refusal.clone()));
-                }
-                let pending: Vec<_> = self.waiting_requests.drain(..).collect();
-                let dialect = self.settings.dialect;
-                for (client, frame) in pending {
-                    // Only requests for the child wait for it.
-                    let command = match dialect.inbound(&frame, false) {
-                        Inbound::Forward { command, .. } => command,
-                        _ => String::new(),
-                    };
-                    let error = format!("the agent failed to start: {error}");
-                    let reply = dialect.request_failed(frame.get("id"), &command, false, &error);
-                    self.unicast(client, reply);
-                }
-                match kind {
-                    StartFailure::Elsewhere => {
-                        // Another agent process (another gateway) runs this
-                        // session: not a crash, nothing to restart here.
-                        self.close_clients(1013, "the session is in use by another agent process");
-                        self.set_state(ChildState::Exited);
-                    }
-                    StartFailure::Refused => {
-                        self.close_clients(1011, &error);
-                        self.set_state(ChildState::Exited);
-                    }
-                    StartFailure::Crash => {
-                        self.after_crash(&format!("failed to start: {error}"));
-                    }
-                }
+            Wake::CooledDown => {
+                self.crashes.reset();
+                self.start_child();
             }
         }
     }
 
-    async fn spawn_and_hello(&mut self) -> Result<Running, StartError> {
-        let token = handshake::random_token();
-        // Held until the hello is answered: a burst of starts queues here
-        // instead of crowding the CPU, and each child's ready timeout
-        // starts once it is its turn.
-        let _slot = spawner::start_slot().await;
-        let spec = self.spawn_spec(&token)?;
-        let started = std::time::Instant::now();
-        let (process, mut output) = ChildProcess::spawn(spec)
-            .await
-            .map_err(|e| StartError::crash(e.to_string()))?;
-        self.settings.metrics.child_spawns.inc();
-        let timeout = self.settings.ready_timeout;
-        let dialect = self.settings.dialect;
-        let greeted = if dialect.child_token() {
-            handshake::hello(&process, &mut output, &token, timeout).await
-        } else {
-            handshake::ready(&process, &mut output, dialect, timeout).await
+    fn started(&mut self, launched: Launched) {
+        let pid = launched.control.pid();
+        tracing::info!(project = %self.project, pid, restarts = self.restarts, "agent ready");
+        self.model = model_of(&launched.hello);
+        self.hello = launched.hello.clone();
+        self.supervision = Supervision::Ready(Running::new(launched));
+        self.status
+            .send_modify(|status| status.ready_since = Some(SystemTime::now()));
+        self.publish();
+        self.emit(
+            "child_started",
+            json!({"pid": pid, "restarts": self.restarts}),
+        );
+        if self.clients.is_empty() && self.busy == 0 {
+            self.idle_since = Some(Instant::now());
+        }
+        self.flush_waiting();
+    }
+
+    fn start_failed(&mut self, error: StartError) {
+        let StartError {
+            message: error,
+            kind,
+        } = error;
+        tracing::error!(project = %self.project, "agent failed to start: {error}");
+        let refusal = match kind {
+            StartFailure::Elsewhere => AttachError::Elsewhere(error.clone()),
+            _ => AttachError::StartFailed(error.clone()),
         };
-        match greeted {
-            Ok(data) => {
-                self.settings
-                    .metrics
-                    .child_spawn_seconds
-                    .observe(started.elapsed().as_secs_f64());
-                self.model = data
-                    .get("model")
-                    .and_then(Value::as_str)
-                    .or_else(|| {
-                        let state = data.get("state")?;
-                        state.pointer("/model/model/id")?.as_str()
-                    })
-                    .map(str::to_string);
-                self.hello = data;
-                Ok(Running {
-                    process,
-                    output,
-                    ping_id: None,
-                    ping_deadline: None,
-                    pings: 0,
-                    hung: false,
-                })
+        for waiting in mem::take(&mut self.waiting_attach) {
+            let _ = waiting.reply.send(Err(refusal.clone()));
+        }
+        self.refuse_waiting_requests(&format!("the agent failed to start: {error}"));
+        match kind {
+            StartFailure::Elsewhere => {
+                // Another agent process (another gateway) runs this
+                // session: not a crash, nothing to restart here.
+                self.supervision = Supervision::Exited;
+                self.close_clients(1013, "the session is in use by another agent process");
             }
-            Err(error) => {
-                process.signal_group(Signal::SIGKILL);
-                let exit = process.wait().await;
-                let line = last_stderr_line(&process).await;
-                let message = match (exit.code, line) {
-                    (Some(SANDBOX_UNAVAILABLE_EXIT), Some(line)) => {
-                        format!("the agent sandbox is unavailable: {line}")
-                    }
-                    (_, Some(line)) => format!("{error}: {line}"),
-                    (_, None) => error.to_string(),
-                };
-                let kind = match exit.code {
-                    Some(SESSION_IN_USE_EXIT) => StartFailure::Elsewhere,
-                    _ => StartFailure::Crash,
-                };
-                Err(StartError { message, kind })
+            StartFailure::Refused => {
+                self.supervision = Supervision::Exited;
+                self.close_clients(1011, &error);
             }
+            StartFailure::Crash => {
+                self.after_crash(&format!("failed to start: {error}"));
+            }
+        }
+    }
+
+    /// Answers the requests that waited for a child that will not come.
+    fn refuse_waiting_requests(&mut self, error: &str) {
+        let dialect = self.settings.dialect;
+        for (client, frame) in mem::take(&mut self.waiting_requests) {
+            // Only requests for the child wait for it.
+            let command = match dialect.inbound(&frame, false) {
+                Inbound::Forward { command, .. } => command,
+                _ => String::new(),
+            };
+            let reply = dialect.request_failed(frame.get("id"), &command, false, error);
+            self.unicast(client, reply);
+        }
+    }
+
+    /// Routes the child's output; its end is its exit.
+    pub(super) fn child_output(&mut self, output: Option<ChildOutput>) {
+        let exit = match output {
+            Some(ChildOutput::Line(line)) => return self.child_line(&line),
+            Some(ChildOutput::Invalid(what)) => return self.invalid_line(&what),
+            Some(ChildOutput::Exited(exit)) => exit,
+            // The output channel closed without an exit report.
+            None => ExitInfo {
+                code: None,
+                signal: None,
+            },
+        };
+        match &mut self.supervision {
+            // A child being stopped: its stop reports the exit.
+            Supervision::Stopping(stopping) => stopping.drained = true,
+            Supervision::Ready(_) => self.child_exited(exit),
+            _ => {}
         }
     }
 
     /// The child exited without being asked to.
-    pub(super) async fn child_exited(&mut self, exit: ExitInfo) {
-        let child = self.child.take();
-        let hung = child.as_ref().is_some_and(|c| c.hung);
-        let limit = child.as_ref().and_then(|c| c.process.limit_hit());
-        let (reason, metric) = match (limit, hung, exit.code) {
+    fn child_exited(&mut self, exit: ExitInfo) {
+        let Supervision::Ready(child) = mem::replace(&mut self.supervision, Supervision::Exited)
+        else {
+            return;
+        };
+        let limit = child.control.limit_hit();
+        let (reason, metric) = match (limit, child.hung, exit.code) {
             (Some(hit), _, _) => (hit.reason(), hit.reason()),
             (None, true, _) => ("hung", "health"),
             (None, false, Some(0)) => ("crashed", "normal"),
@@ -200,110 +168,118 @@ impl Hub {
         self.requeue_snapshots();
     }
 
-    /// Records a crash and schedules the restart; returns whether one is
-    /// scheduled.
+    /// Records a crash and schedules the restart (`Backoff`), or marks a
+    /// crash loop (`Failed`); returns whether a restart is scheduled.
     fn after_crash(&mut self, reason: &str) -> bool {
         let now = Instant::now();
-        match self
-            .crashes
-            .on_crash(now.into_std(), &self.settings.restart, backoff::jitter())
-        {
+        let restarting = match self.crashes.on_crash(
+            now.into_std(),
+            &self.settings.restart,
+            backoff::jitter(),
+        ) {
             Decision::Restart { after, restarts } => {
                 self.restarts = restarts;
-                self.restart_at = Some(now + after);
-                self.set_state(ChildState::Backoff);
+                self.supervision = Supervision::Backoff { until: now + after };
                 tracing::info!(project = %self.project, delay_ms = after.as_millis() as u64, reason, "restart scheduled");
                 true
             }
             Decision::Failed { until } => {
                 self.settings.metrics.crash_loops.inc();
-                self.failed_until = Some(Instant::from_std(until));
-                self.set_state(ChildState::Failed);
+                self.supervision = Supervision::Failed {
+                    until: Instant::from_std(until),
+                };
                 tracing::error!(project = %self.project, reason, "agent is crash-looping; not restarting until the cool-down ends");
                 false
             }
-        }
+        };
+        self.publish();
+        restarting
     }
 
     /// Admin restart: a graceful stop and a fresh start (or, after a crash
-    /// loop, a start with a clean crash history). Clients stay attached.
-    pub(super) async fn restart(&mut self) {
-        self.failed_until = None;
-        self.restart_at = None;
+    /// or a crash loop, a start now with a clean crash history). Clients
+    /// stay attached. A child starting or stopping is left to it.
+    pub(super) fn restart(&mut self) {
         self.crashes.reset();
-        if let Some(running) = self.child.take() {
-            self.set_state(ChildState::Stopping);
-            let exit = running.process.stop(self.settings.stop_grace).await;
-            let mut output = running.output;
-            while let Ok(item) = output.try_recv() {
-                if let ChildOutput::Line(line) = item {
-                    self.child_line(&line);
-                }
+        match mem::replace(&mut self.supervision, Supervision::Exited) {
+            Supervision::Ready(running) => self.stop_child(running, AfterStop::Restart),
+            Supervision::Backoff { .. } | Supervision::Failed { .. } => {
+                self.restarts += 1;
+                self.settings.metrics.child_restarts.inc();
+                self.start_child();
             }
-            self.settings.metrics.child_exit("admin");
-            self.last_exit = Some(LastExit {
-                code: exit.code,
-                signal: exit.signal,
-                reason: "restart".into(),
-            });
-            self.emit(
-                "child_exited",
-                json!({"code": exit.code, "signal": exit.signal, "reason": "restart", "restarting": true}),
-            );
-            self.end_runs("the agent was restarted by an administrator");
-            self.fail_pending("the agent was restarted by an administrator");
-            self.requeue_snapshots();
+            other => self.supervision = other,
         }
-        self.restarts += 1;
-        self.settings.metrics.child_restarts.inc();
-        self.start_child().await;
     }
 
-    /// Sends a health ping when none is outstanding.
-    pub(super) async fn send_ping(&mut self) {
-        if self.state != ChildState::Ready {
-            return;
+    /// Stops the child on purpose; the hub ends once it has exited.
+    pub(super) fn begin_stop(&mut self, reason: StopReason) {
+        match mem::replace(&mut self.supervision, Supervision::Exited) {
+            Supervision::Ready(running) => self.stop_child(running, AfterStop::End(reason)),
+            Supervision::Stopping(mut stopping) => {
+                if stopping.then == AfterStop::Restart {
+                    stopping.then = AfterStop::End(reason);
+                }
+                self.supervision = Supervision::Stopping(stopping);
+            }
+            // No child to stop; a start in progress is dropped, which
+            // kills what it started.
+            _ => self.finish_stop(None, reason),
         }
-        let timeout = self.settings.ping_timeout;
-        let Some(child) = self.child.as_mut() else {
+    }
+
+    /// Moves to `Stopping`: the stop runs while the hub keeps serving.
+    fn stop_child(&mut self, running: Running, then: AfterStop) {
+        let exit = running.control.clone().stop(self.settings.stop_grace);
+        self.supervision = Supervision::Stopping(Stopping {
+            running,
+            exit,
+            drained: false,
+            then,
+        });
+        self.publish();
+    }
+
+    /// The child stopped on purpose.
+    fn stopped(&mut self, exit: ExitInfo) {
+        let Supervision::Stopping(mut stopping) =
+            mem::replace(&mut self.supervision, Supervision::Exited)
+        else {
             return;
         };
-        if child.ping_id.is_some() {
-            return;
-        }
-        child.pings += 1;
-        let id = format!("corral-ping-{}", child.pings);
-        let line = self.settings.dialect.ping_line(&id);
-        self.settings
-            .metrics
-            .frame(crate::metrics::Direction::GatewayToChild, line.len());
-        child.ping_id = Some(id);
-        child.ping_deadline = Some(Instant::now() + timeout);
-        let _ = child.process.send(Bytes::from(line)).await;
-    }
-
-    /// A ping went unanswered: kill the child; its exit restarts it.
-    pub(super) fn hung(&mut self) {
-        if let Some(child) = self.child.as_mut() {
-            tracing::warn!(project = %self.project, pid = child.process.pid(), "agent did not answer a health ping; killing it");
-            child.hung = true;
-            child.ping_deadline = None;
-            child.process.signal_group(Signal::SIGKILL);
-        }
-    }
-
-    /// Stops the child on purpose and tells clients.
-    pub(super) async fn stop(&mut self, reason: StopReason) {
-        self.set_state(ChildState::Stopping);
-        self.restart_at = None;
-        if let Some(mut running) = self.child.take() {
-            let exit = running.process.stop(self.settings.stop_grace).await;
-            // Lines written before the exit still count (a final `done`).
-            while let Ok(output) = running.output.try_recv() {
-                if let ChildOutput::Line(line) = output {
-                    self.child_line(&line);
-                }
+        // Lines written before the exit still count (a final `done`).
+        while let Ok(output) = stopping.running.output.try_recv() {
+            if let ChildOutput::Line(line) = output {
+                self.child_line(&line);
             }
+        }
+        match stopping.then {
+            AfterStop::End(reason) => self.finish_stop(Some(exit), reason),
+            AfterStop::Restart => {
+                self.settings.metrics.child_exit("admin");
+                self.last_exit = Some(LastExit {
+                    code: exit.code,
+                    signal: exit.signal,
+                    reason: "restart".into(),
+                });
+                self.emit(
+                    "child_exited",
+                    json!({"code": exit.code, "signal": exit.signal, "reason": "restart", "restarting": true}),
+                );
+                self.end_runs("the agent was restarted by an administrator");
+                self.fail_pending("the agent was restarted by an administrator");
+                self.requeue_snapshots();
+                self.restarts += 1;
+                self.settings.metrics.child_restarts.inc();
+                self.start_child();
+            }
+        }
+    }
+
+    /// The end of a stop on purpose (`exit` is the child's, if one ran):
+    /// runs end, requests fail, clients are told, and the hub ends.
+    fn finish_stop(&mut self, exit: Option<ExitInfo>, reason: StopReason) {
+        if let Some(exit) = exit {
             tracing::info!(project = %self.project, reason = reason.as_str(), code = ?exit.code, signal = ?exit.signal, "agent stopped");
             let metric = match reason {
                 _ if exit.signal == Some(Signal::SIGKILL as i32) => "killed",
@@ -322,35 +298,61 @@ impl Hub {
                 json!({"code": exit.code, "signal": exit.signal, "reason": reason.as_str(), "restarting": false}),
             );
         }
-        self.end_runs(&format!("the agent was stopped ({})", reason.as_str()));
-        self.fail_pending(&format!("the agent was stopped ({})", reason.as_str()));
+        let error = format!("the agent was stopped ({})", reason.as_str());
+        self.end_runs(&error);
+        self.fail_pending(&error);
+        self.refuse_waiting_requests(&error);
         self.requeue_snapshots();
-        let (code, message) = match reason {
-            StopReason::Shutdown => (1001, "the gateway is shutting down"),
-            StopReason::Admin => (1001, "the agent was stopped by an administrator"),
-            StopReason::Idle | StopReason::Evicted => (1001, "the agent was stopped"),
+        let message = match reason {
+            StopReason::Shutdown => "the gateway is shutting down",
+            StopReason::Admin => "the agent was stopped by an administrator",
+            StopReason::Idle | StopReason::Evicted => "the agent was stopped",
         };
-        self.set_state(ChildState::Exited);
-        self.close_clients(code, message);
+        self.supervision = Supervision::Exited;
+        self.ending = true;
+        self.close_clients(1001, message);
+    }
+
+    /// Sends a health ping when none is outstanding.
+    pub(super) fn send_ping(&mut self) {
+        let timeout = self.settings.ping_timeout;
+        let Some(child) = self.supervision.ready_mut() else {
+            return;
+        };
+        if child.ping_id.is_some() {
+            return;
+        }
+        child.pings += 1;
+        let id = format!("corral-ping-{}", child.pings);
+        child.ping_id = Some(id.clone());
+        // A child that does not read its input does not answer either:
+        // the deadline holds whether or not the ping got through.
+        child.ping_deadline = Some(Instant::now() + timeout);
+        let line = self.settings.dialect.ping_line(&id);
+        let _ = self.send_line(line);
+    }
+
+    /// A ping went unanswered: kill the child; its exit restarts it.
+    fn hung(&mut self) {
+        if let Some(child) = self.supervision.ready_mut() {
+            tracing::warn!(project = %self.project, pid = child.control.pid(), "agent did not answer a health ping; killing it");
+            child.hung = true;
+            child.ping_deadline = None;
+            child.control.kill();
+        }
     }
 }
 
-/// The child's last stderr line (its own account of why it failed). The
-/// stderr reader may trail the exit by a moment, so wait briefly for it.
-async fn last_stderr_line(process: &ChildProcess) -> Option<String> {
-    let tail = process.stderr_tail();
-    for _ in 0..20 {
-        let last = tail
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .back()
-            .cloned();
-        if last.is_some() {
-            return last;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-    None
+/// The model a child's greeting names.
+fn model_of(hello: &serde_json::Map<String, Value>) -> Option<String> {
+    hello
+        .get("model")
+        .and_then(Value::as_str)
+        .or_else(|| {
+            let state = hello.get("state")?;
+            state.pointer("/model/model/id")?.as_str()
+        })
+        .map(str::to_string)
 }
 
 fn describe(exit: ExitInfo) -> String {

@@ -5,29 +5,37 @@
 //! and lines from the child. Requests get gateway-unique ids ([`ids`]);
 //! responses go back to the one client that asked; events get a `seq` and go
 //! into the shared [`feed`] that every client reads at its own pace
-//! (`routing`). Child lifecycle (spawn, hello, health, restart, stop) is
-//! in `lifecycle`. Which client each run belongs to is in [`runs`]. What
-//! frames mean (ids, answers, runs, greetings) is the business of the
-//! project's [`Dialect`].
+//! (`routing`). The child's lifecycle (start, health, restart, stop) is a
+//! state machine (`supervision`, `lifecycle`) over a child the hub only
+//! knows through the `child` traits, so tests drive it with a fake child.
+//! Which client each run belongs to is in [`runs`]. What frames mean
+//! (ids, answers, runs, greetings) is the business of the project's
+//! [`Dialect`]. The admin API reads each hub's [`HubStatus`] from a
+//! `watch` channel the hub alone writes.
 
 mod actor;
+mod attach;
+mod child;
 pub mod feed;
 pub mod ids;
+mod launch;
 mod lifecycle;
 pub mod ring;
 mod routing;
 pub mod runs;
-mod spawn;
+mod supervision;
+#[cfg(test)]
+mod tests;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 use serde_json::{Map, Value};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::auth::Role;
 use crate::dialect::{Dialect, OwnRuns};
@@ -64,6 +72,8 @@ pub struct HubSettings {
     pub replay_bytes: usize,
     /// Per-client queue of responses not yet written.
     pub outbox_frames: usize,
+    /// Requests one client may have waiting for the child's answer.
+    pub max_client_requests: usize,
     /// Longest line accepted from a child.
     pub max_line: usize,
     pub ping_interval: Duration,
@@ -231,7 +241,7 @@ pub struct HubStatus {
 pub struct HubHandle {
     pub project: String,
     commands: mpsc::Sender<HubCommand>,
-    status: Arc<Mutex<HubStatus>>,
+    status: watch::Receiver<HubStatus>,
 }
 
 impl HubHandle {
@@ -244,8 +254,24 @@ impl HubHandle {
         seq: Arc<AtomicU64>,
         tasks: &tokio_util::task::TaskTracker,
     ) -> HubHandle {
+        let launcher = launch::AgentLauncher {
+            project: project.clone(),
+            dir,
+            settings: settings.clone(),
+        };
+        HubHandle::start(project, settings, seq, Box::new(launcher), tasks)
+    }
+
+    /// Starts a hub whose children come from `launcher`.
+    fn start(
+        project: String,
+        settings: Arc<HubSettings>,
+        seq: Arc<AtomicU64>,
+        launcher: Box<dyn child::Launcher>,
+        tasks: &tokio_util::task::TaskTracker,
+    ) -> HubHandle {
         let (commands, rx) = mpsc::channel(COMMAND_QUEUE);
-        let status = Arc::new(Mutex::new(HubStatus {
+        let (publisher, status) = watch::channel(HubStatus {
             project: project.clone(),
             pid: None,
             state: ChildState::Starting,
@@ -261,8 +287,8 @@ impl HubHandle {
             model: None,
             usage: None,
             stderr_tail: None,
-        }));
-        let hub = actor::Hub::new(project.clone(), dir, settings, seq, status.clone());
+        });
+        let hub = actor::Hub::new(project.clone(), settings, seq, publisher, launcher);
         tasks.spawn(hub.run(rx));
         HubHandle {
             project,
@@ -337,9 +363,6 @@ impl HubHandle {
     }
 
     pub fn status(&self) -> HubStatus {
-        self.status
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        self.status.borrow().clone()
     }
 }

@@ -12,6 +12,7 @@ use serde_json::{json, Map, Value};
 use tokio::time::Instant;
 
 use super::actor::Hub;
+use super::child::SendError;
 use super::feed::Unicast;
 use super::ids::Pending;
 use super::ring::Frame;
@@ -21,7 +22,6 @@ use crate::auth::Role;
 use crate::dialect::hub::ClientRequests;
 use crate::dialect::{to_bytes, EventKind, Inbound, Outbound, OwnRuns};
 use crate::metrics::Direction;
-use crate::supervisor::ChildOutput;
 
 /// Close code for a client dismissed after it said it leaves.
 const CLOSE_NORMAL: u16 = 1000;
@@ -29,7 +29,7 @@ const CLOSE_NORMAL: u16 = 1000;
 const CLOSE_PROTOCOL: u16 = 1002;
 
 impl Hub {
-    pub(super) async fn request(&mut self, client: u64, frame: Map<String, Value>) {
+    pub(super) fn request(&mut self, client: u64, frame: Map<String, Value>) {
         let Some(role) = self.clients.get(&client).map(|c| c.role) else {
             return;
         };
@@ -65,7 +65,7 @@ impl Hub {
                     self.unicast(client, refusal);
                     return;
                 }
-                self.forward(client, frame, id, command).await;
+                self.forward(client, frame, id, command);
             }
         }
     }
@@ -104,31 +104,35 @@ impl Hub {
 
     /// Sends a request to the child under a gateway id (or holds it until
     /// the child is ready).
-    async fn forward(
+    fn forward(
         &mut self,
         client: u64,
         mut frame: Map<String, Value>,
         id: Option<Value>,
         command: String,
     ) {
-        let Some(child) = self
-            .child
-            .as_ref()
-            .filter(|_| self.state == ChildState::Ready)
-        else {
-            if self.state == ChildState::Failed {
+        let dialect = self.settings.dialect;
+        if self.supervision.ready().is_none() {
+            if self.supervision.state() == ChildState::Failed {
                 let error = "the agent is in a crash loop and was not restarted";
-                let reply =
-                    self.settings
-                        .dialect
-                        .request_failed(id.as_ref(), &command, false, error);
+                let reply = dialect.request_failed(id.as_ref(), &command, false, error);
                 self.unicast(client, reply);
             } else {
                 self.waiting_requests.push_back((client, frame));
             }
             return;
-        };
-        let claim = self.settings.dialect.run_claim(&command, &frame);
+        }
+        let limit = self.settings.max_client_requests;
+        if self.ids.count_client(client, "") >= limit {
+            self.settings.metrics.requests_refused("in_flight");
+            let error = format!(
+                "too many requests in flight for this client (at most {limit}); wait for answers before sending more"
+            );
+            let reply = dialect.request_failed(id.as_ref(), &command, false, &error);
+            self.unicast(client, reply);
+            return;
+        }
+        let claim = dialect.run_claim(&command, &frame);
         let owner = self.clients.get(&client).map_or(client, |c| c.owner);
         let gateway_id = self.ids.insert(Pending {
             client,
@@ -137,50 +141,62 @@ impl Hub {
             sent: StdInstant::now(),
             acked: false,
         });
-        self.runbook.forwarded(&gateway_id, &command, owner, claim);
-        frame.insert("id".into(), Value::String(gateway_id));
+        frame.insert("id".into(), Value::String(gateway_id.clone()));
         let mut line = to_bytes(&Value::Object(frame)).to_vec();
         line.push(b'\n');
+        match self.send_bytes(Bytes::from(line)) {
+            Ok(()) => {
+                self.runbook.forwarded(&gateway_id, &command, owner, claim);
+                self.touch();
+            }
+            // A child that exited fails the request when its exit is seen.
+            Err(SendError::Gone) => self.runbook.forwarded(&gateway_id, &command, owner, claim),
+            Err(SendError::Full) => {
+                let pending = self.ids.take(&gateway_id);
+                self.settings.metrics.requests_refused("child_busy");
+                let error = "the agent is not reading its input; try again later";
+                let original = pending.and_then(|p| p.original);
+                let reply = dialect.request_failed(original.as_ref(), &command, false, error);
+                self.unicast(client, reply);
+            }
+        }
+    }
+
+    /// Queues a line the gateway made (ending in LF) for the child,
+    /// without waiting.
+    pub(super) fn send_line(&self, line: String) -> Result<(), SendError> {
+        self.send_bytes(Bytes::from(line))
+    }
+
+    fn send_bytes(&self, line: Bytes) -> Result<(), SendError> {
+        let Some(child) = self.supervision.ready() else {
+            return Err(SendError::Gone);
+        };
         self.settings
             .metrics
             .frame(Direction::GatewayToChild, line.len());
-        // A send to a dead child fails; its exit then fails the request.
-        let _ = child.process.send(Bytes::from(line)).await;
-        self.touch();
+        child.control.try_send(line)
     }
 
     /// Forwards requests that waited for the child.
-    pub(super) async fn flush_waiting(&mut self) {
+    pub(super) fn flush_waiting(&mut self) {
         for waiting in std::mem::take(&mut self.waiting_attach) {
-            self.attach(waiting).await;
+            self.attach(waiting);
         }
-        while let Some((client, frame)) = self.waiting_requests.pop_front() {
-            self.request(client, frame).await;
+        for (client, frame) in std::mem::take(&mut self.waiting_requests) {
+            self.request(client, frame);
         }
     }
 
-    pub(super) async fn child_output(&mut self, output: Option<ChildOutput>) {
-        match output {
-            Some(ChildOutput::Line(line)) => self.child_line(&line),
-            Some(ChildOutput::Invalid(what)) => {
-                self.settings.metrics.invalid_frame("child", "malformed");
-                tracing::warn!(project = %self.project, "dropped a line from the agent: {what}");
-                // Clients learn that something is missing.
-                // Most likely a line of the run in progress: part of it.
-                let message = format!("a line from the agent was not delivered: {what}");
-                let run = self.runbook.active().cloned();
-                self.emit_for(run.as_ref(), "error", json!({ "message": message }));
-            }
-            Some(ChildOutput::Exited(exit)) => self.child_exited(exit).await,
-            None => {
-                // The output channel closed without an exit report.
-                let exit = crate::supervisor::ExitInfo {
-                    code: None,
-                    signal: None,
-                };
-                self.child_exited(exit).await;
-            }
-        }
+    /// A line of the child that could not be read.
+    pub(super) fn invalid_line(&mut self, what: &str) {
+        self.settings.metrics.invalid_frame("child", "malformed");
+        tracing::warn!(project = %self.project, "dropped a line from the agent: {what}");
+        // Clients learn that something is missing: most likely a line of
+        // the run in progress, so part of it.
+        let message = format!("a line from the agent was not delivered: {what}");
+        let run = self.runbook.active().cloned();
+        self.emit_for(run.as_ref(), "error", json!({ "message": message }));
     }
 
     /// Routes one line of the child: an answer to its client, an event to
@@ -287,7 +303,7 @@ impl Hub {
 
     /// An answer of the child to the request with gateway id `id`.
     fn child_reply(&mut self, line: &[u8], id: String, last: bool) {
-        if let Some(child) = self.child.as_mut() {
+        if let Some(child) = self.supervision.ready_mut() {
             if child.ping_id.as_deref() == Some(id.as_str()) {
                 child.ping_id = None;
                 child.ping_deadline = None;

@@ -36,7 +36,9 @@ pub use env::{child_env, DEFAULT_ALLOWED, TOKEN_VAR};
 pub use handshake::{hello, random_token, HandshakeError, HELLO_ID};
 pub use limits::{LimitHit, Limits};
 pub use pipes::{StderrTail, STDERR_TAIL_LINES};
-pub use process::{ChildGone, ChildOutput, ChildProcess, Confine, ExitInfo, SpawnError, SpawnSpec};
+pub use process::{
+    ChildGone, ChildOutput, ChildProcess, Confine, ExitInfo, LineRefused, SpawnError, SpawnSpec,
+};
 pub use sys::Credentials;
 
 #[cfg(test)]

@@ -23,7 +23,9 @@ use super::leftovers;
 use super::limits::{self, ChildLimits, LimitHit};
 use super::pipes::{self, ChildTag};
 use super::spawner;
-pub use super::spec::{ChildGone, ChildOutput, Confine, ExitInfo, SpawnError, SpawnSpec};
+pub use super::spec::{
+    ChildGone, ChildOutput, Confine, ExitInfo, LineRefused, SpawnError, SpawnSpec,
+};
 use super::sys::{self, PreExec};
 
 /// Capacity of the stdout queue towards the hub, in lines.
@@ -164,6 +166,21 @@ impl ChildProcess {
         );
         let queue = self.lock_stdin().clone().ok_or(ChildGone)?;
         queue.send(line).await.map_err(|_| ChildGone)
+    }
+
+    /// Queues one line for the child's stdin without waiting; `line` must
+    /// end with `'\n'`.
+    pub fn try_send(&self, line: Bytes) -> Result<(), LineRefused> {
+        debug_assert!(
+            line.ends_with(b"\n"),
+            "a line for the child must end with LF"
+        );
+        let guard = self.lock_stdin();
+        let queue = guard.as_ref().ok_or(LineRefused::Gone)?;
+        queue.try_send(line).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => LineRefused::Full,
+            mpsc::error::TrySendError::Closed(_) => LineRefused::Gone,
+        })
     }
 
     /// Closes the child's stdin once the lines already queued are written.

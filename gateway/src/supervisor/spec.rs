@@ -138,3 +138,12 @@ impl SpawnError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("the child process is gone (stdin closed)")]
 pub struct ChildGone;
+
+/// Why a line was not queued for the child's stdin without waiting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum LineRefused {
+    #[error("the child's stdin queue is full")]
+    Full,
+    #[error("the child process is gone (stdin closed)")]
+    Gone,
+}

@@ -1,0 +1,165 @@
+//! Clients joining a hub: the attach (after a state snapshot when the
+//! dialect's greeting needs one), the greeting and hello answer, and what
+//! the gateway says of itself.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytes::Bytes;
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use super::actor::{Client, Hub, WaitingAttach};
+use super::child::SendError;
+use super::feed::{ClientFeed, Unicast};
+use super::{AttachError, Attached, ChildState, Join};
+use crate::auth::Role;
+
+/// Client ids issued by this process: unique across projects and hubs, so
+/// a client id named to resume never means another project's client.
+static CLIENT_IDS: AtomicU64 = AtomicU64::new(0);
+
+impl Hub {
+    /// Attaches a client once the child is ready. When the dialect's
+    /// greeting needs a fresh state snapshot (Zi), the attach completes
+    /// when the child answers the request sent for it.
+    pub(super) fn attach(&mut self, waiting: WaitingAttach) {
+        let id = format!("corral-state-{}", self.snapshot_ids + 1);
+        let Some(line) = self.settings.dialect.state_request(&id) else {
+            self.finish_attach(waiting, Value::Null);
+            return;
+        };
+        if self.supervision.ready().is_none() {
+            self.waiting_attach.push(waiting);
+            return;
+        }
+        self.snapshot_ids += 1;
+        self.snapshots.insert(id.clone(), waiting);
+        if let Err(refused) = self.send_line(line) {
+            // Not sent: the attach waits for the next child, or fails now.
+            if let Some(waiting) = self.snapshots.remove(&id) {
+                match refused {
+                    SendError::Gone => self.waiting_attach.push(waiting),
+                    SendError::Full => {
+                        let error =
+                            AttachError::StartFailed("the agent is not reading its input".into());
+                        let _ = waiting.reply.send(Err(error));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Puts attaches that waited for a snapshot back in line for the next
+    /// child (or refuses them when there will be none soon).
+    pub(super) fn requeue_snapshots(&mut self) {
+        for (_, waiting) in std::mem::take(&mut self.snapshots) {
+            if self.supervision.state() == ChildState::Failed {
+                let _ = waiting.reply.send(Err(AttachError::CrashLoop(
+                    self.settings.restart.cooldown.as_secs(),
+                )));
+            } else {
+                self.waiting_attach.push(waiting);
+            }
+        }
+    }
+
+    /// Registers the client and queues its greeting: the dialect's first
+    /// frames (`state` is the snapshot, when the dialect needs one).
+    pub(super) fn finish_attach(&mut self, waiting: WaitingAttach, state: Value) {
+        let client = CLIENT_IDS.fetch_add(1, Ordering::Relaxed) + 1;
+        let own_runs = waiting.join.own_runs;
+        let owner = own_runs.client_id.unwrap_or(client);
+        let (unicast, rx) = mpsc::channel(self.settings.outbox_frames.max(4));
+        let (cursor, gap) = self.feed.start_cursor(waiting.join.resume_after);
+        let last_seq = self.feed.last_seq();
+        let metrics = &self.settings.metrics;
+        if waiting.join.resume_after.is_some() {
+            metrics
+                .replayed_events
+                .inc_by(last_seq.saturating_sub(cursor));
+        }
+        if gap {
+            metrics.replay_gaps.inc();
+        }
+        // Due before any event after the cursor: the first frames out.
+        for bytes in self.greeting(owner, &waiting.join, gap, state) {
+            let _ = unicast.try_send(Unicast::Frame {
+                after_seq: cursor,
+                bytes,
+            });
+        }
+        let feed = ClientFeed::new(
+            self.feed.clone(),
+            cursor,
+            rx,
+            self.settings.metrics.clone(),
+            self.settings.outbox_frames,
+        )
+        .with_owner((own_runs.on == Some(true)).then_some(owner))
+        .with_dialect(self.settings.dialect);
+        let attached = Attached {
+            client,
+            child_hello: self.hello.clone(),
+            last_seq,
+            gap,
+            feed,
+        };
+        // Counted before the reply, so the registry never sees a moment
+        // where the client is neither attaching nor attached.
+        self.clients.insert(
+            client,
+            Client {
+                role: waiting.join.role,
+                owner,
+                unicast,
+                cursor: attached.feed.shared_cursor(),
+            },
+        );
+        self.publish();
+        if waiting.reply.send(Ok(attached)).is_ok() {
+            self.settings.metrics.client_connections.inc();
+            self.idle_since = None;
+        } else {
+            self.clients.remove(&client);
+            self.publish();
+        }
+    }
+
+    /// A new client's first frames: the dialect's greeting, then the
+    /// answer to its hello (if it sent one). `owner` is the client id it is
+    /// known by.
+    fn greeting(&self, owner: u64, join: &Join, gap: bool, state: Value) -> Vec<Bytes> {
+        let gateway = self.gateway_info(owner, join.role, gap);
+        let mut frames = self.settings.dialect.greeting(&self.hello, gateway, state);
+        if let Some(id) = &join.hello {
+            frames.extend(self.hello_answer(owner, join.role, id.as_ref(), gap));
+        }
+        frames
+    }
+
+    /// The answer to a client's hello (`id` is its id), in its dialect.
+    pub(super) fn hello_answer(
+        &self,
+        client: u64,
+        role: Role,
+        id: Option<&Value>,
+        gap: bool,
+    ) -> Vec<Bytes> {
+        let gateway = self.gateway_info(client, role, gap);
+        self.settings
+            .dialect
+            .hello_answer(id, &self.hello, gateway, gap)
+    }
+
+    /// What the gateway says of itself to a client.
+    pub(super) fn gateway_info(&self, client: u64, role: Role, gap: bool) -> Value {
+        json!({
+            "version": env!("CARGO_PKG_VERSION"),
+            "project": self.project,
+            "client_id": client.to_string(),
+            "role": role.as_str(),
+            "last_seq": self.feed.last_seq(),
+            "gap": gap,
+        })
+    }
+}

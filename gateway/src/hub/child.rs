@@ -1,0 +1,122 @@
+//! The hub's view of its child: what it does with a running child
+//! ([`ChildControl`]) and how a child comes to exist ([`Launcher`]). The
+//! real ones are a [`ChildProcess`] and the agent launcher (`launch`);
+//! the hub's unit tests give it a fake.
+//!
+//! Nothing here blocks the hub: a line for the child is queued without
+//! waiting ([`ChildControl::try_send`]), and starting and stopping are
+//! futures the hub's loop polls next to its commands.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use nix::sys::signal::Signal;
+use serde_json::{Map, Value};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::launch::StartError;
+use crate::supervisor::{ChildOutput, ChildProcess, ExitInfo, LimitHit, LineRefused, StderrTail};
+
+/// A future the hub owns and polls in its loop.
+pub(super) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+/// Why a line could not be queued for the child.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum SendError {
+    /// The child's stdin queue is full: it is not reading.
+    Full,
+    /// Its stdin is closed (it is stopping or gone).
+    Gone,
+}
+
+/// What the hub does with a running child.
+pub(super) trait ChildControl: Send + Sync + 'static {
+    fn pid(&self) -> u32;
+    /// Queues one line (ending in LF) for the child's stdin, without
+    /// waiting.
+    fn try_send(&self, line: Bytes) -> Result<(), SendError>;
+    /// Kills the child at once (it stopped answering pings); its exit
+    /// arrives on its output.
+    fn kill(&self);
+    /// Stops the child gracefully (stdin EOF, then signals) and returns how
+    /// it ended.
+    fn stop(self: Arc<Self>, grace: Duration) -> BoxFuture<ExitInfo>;
+    /// The last lines of its stderr, shared.
+    fn stderr_tail(&self) -> StderrTail;
+    /// The resource limit it hit, if it was killed for one.
+    fn limit_hit(&self) -> Option<LimitHit>;
+}
+
+impl ChildControl for ChildProcess {
+    fn pid(&self) -> u32 {
+        ChildProcess::pid(self)
+    }
+
+    fn try_send(&self, line: Bytes) -> Result<(), SendError> {
+        ChildProcess::try_send(self, line).map_err(|refused| match refused {
+            LineRefused::Full => SendError::Full,
+            LineRefused::Gone => SendError::Gone,
+        })
+    }
+
+    fn kill(&self) {
+        self.signal_group(Signal::SIGKILL);
+    }
+
+    fn stop(self: Arc<Self>, grace: Duration) -> BoxFuture<ExitInfo> {
+        Box::pin(async move { ChildProcess::stop(&self, grace).await })
+    }
+
+    fn stderr_tail(&self) -> StderrTail {
+        ChildProcess::stderr_tail(self)
+    }
+
+    fn limit_hit(&self) -> Option<LimitHit> {
+        ChildProcess::limit_hit(self)
+    }
+}
+
+/// A child that answered its greeting.
+pub(super) struct Launched {
+    pub control: Arc<dyn ChildControl>,
+    pub output: mpsc::Receiver<ChildOutput>,
+    /// Its hello data (or `ready` frame).
+    pub hello: Map<String, Value>,
+}
+
+/// How a hub gets a child.
+pub(super) trait Launcher: Send + 'static {
+    /// Starts a child and waits for its greeting. Dropping the future
+    /// abandons the start and kills whatever it started.
+    fn launch(&mut self) -> BoxFuture<Result<Launched, StartError>>;
+}
+
+/// A ready child, as the hub keeps it.
+pub(super) struct Running {
+    pub control: Arc<dyn ChildControl>,
+    pub output: mpsc::Receiver<ChildOutput>,
+    /// Id of the health ping in flight.
+    pub ping_id: Option<String>,
+    /// When that ping counts as unanswered.
+    pub ping_deadline: Option<Instant>,
+    pub pings: u64,
+    /// Killed because it stopped answering pings.
+    pub hung: bool,
+}
+
+impl Running {
+    pub fn new(launched: Launched) -> Running {
+        Running {
+            control: launched.control,
+            output: launched.output,
+            ping_id: None,
+            ping_deadline: None,
+            pings: 0,
+            hung: false,
+        }
+    }
+}

@@ -1,0 +1,216 @@
+//! How a project's real child starts: its command line (the dialect's
+//! flags, the sandbox flags, the user's extra arguments), its environment
+//! with a fresh token, and its confinement (the project directory checked
+//! again and opened, the journal file owned by the child user, the
+//! account and the limits); then the spawn, off the event loop, and the
+//! greeting. Also how a failed start is classified.
+
+use std::ffi::OsString;
+use std::fs::OpenOptions;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use nix::sys::signal::Signal;
+
+use super::child::{BoxFuture, Launched, Launcher};
+use super::HubSettings;
+use crate::projects;
+use crate::supervisor::{handshake, spawner};
+use crate::supervisor::{ChildProcess, Confine, Credentials, SpawnSpec};
+
+/// The child's exit code when its session journal is held by another
+/// agent process (`corral-agent` exits with `EX_TEMPFAIL` then).
+pub(super) const SESSION_IN_USE_EXIT: i32 = 75;
+/// The child's exit code when its sandbox cannot be set up on this host
+/// (`EX_CONFIG`); its last stderr line says why.
+pub(super) const SANDBOX_UNAVAILABLE_EXIT: i32 = 78;
+
+/// Why a child did not become ready.
+#[derive(Debug)]
+pub(super) struct StartError {
+    pub message: String,
+    pub kind: StartFailure,
+}
+
+/// What a failed start means for the hub.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum StartFailure {
+    /// Counts as a crash: retried with backoff.
+    Crash,
+    /// The session runs in another agent process: not a crash, no retry.
+    Elsewhere,
+    /// The project may not run (its directory is no longer a real
+    /// directory under the root): clients are told and the hub ends.
+    Refused,
+}
+
+impl StartError {
+    pub fn crash(message: impl Into<String>) -> StartError {
+        StartError {
+            message: message.into(),
+            kind: StartFailure::Crash,
+        }
+    }
+}
+
+/// The real [`Launcher`]: `corral-agent` (or the configured child) for
+/// one project, spawned off the event loop and greeted.
+pub(super) struct AgentLauncher {
+    pub project: String,
+    pub dir: PathBuf,
+    pub settings: Arc<HubSettings>,
+}
+
+impl Launcher for AgentLauncher {
+    fn launch(&mut self) -> BoxFuture<Result<Launched, StartError>> {
+        let project = self.project.clone();
+        let dir = self.dir.clone();
+        let settings = self.settings.clone();
+        Box::pin(async move { spawn_and_greet(&project, &dir, &settings).await })
+    }
+}
+
+/// Spawns the child and waits for its hello (or `ready`).
+async fn spawn_and_greet(
+    project: &str,
+    dir: &Path,
+    settings: &HubSettings,
+) -> Result<Launched, StartError> {
+    let token = handshake::random_token();
+    // Held until the greeting: a burst of starts queues here instead of
+    // crowding the CPU, and each child's ready timeout starts once it is
+    // its turn.
+    let _slot = spawner::start_slot().await;
+    let spec = spawn_spec(project, dir, settings, &token)?;
+    let started = std::time::Instant::now();
+    let (process, mut output) = ChildProcess::spawn(spec)
+        .await
+        .map_err(|e| StartError::crash(e.to_string()))?;
+    settings.metrics.child_spawns.inc();
+    let timeout = settings.ready_timeout;
+    let dialect = settings.dialect;
+    let greeted = if dialect.child_token() {
+        handshake::hello(&process, &mut output, &token, timeout).await
+    } else {
+        handshake::ready(&process, &mut output, dialect, timeout).await
+    };
+    match greeted {
+        Ok(hello) => {
+            settings
+                .metrics
+                .child_spawn_seconds
+                .observe(started.elapsed().as_secs_f64());
+            Ok(Launched {
+                control: Arc::new(process),
+                output,
+                hello,
+            })
+        }
+        Err(error) => {
+            process.signal_group(Signal::SIGKILL);
+            let exit = process.wait().await;
+            let line = last_stderr_line(&process).await;
+            let message = match (exit.code, line) {
+                (Some(SANDBOX_UNAVAILABLE_EXIT), Some(line)) => {
+                    format!("the agent sandbox is unavailable: {line}")
+                }
+                (_, Some(line)) => format!("{error}: {line}"),
+                (_, None) => error.to_string(),
+            };
+            let kind = match exit.code {
+                Some(SESSION_IN_USE_EXIT) => StartFailure::Elsewhere,
+                _ => StartFailure::Crash,
+            };
+            Err(StartError { message, kind })
+        }
+    }
+}
+
+/// The spawn of `project`'s child with `token`, after checking its
+/// directory again.
+fn spawn_spec(
+    project: &str,
+    expected_dir: &Path,
+    settings: &HubSettings,
+    token: &str,
+) -> Result<SpawnSpec, StartError> {
+    let refused = |e: projects::ProjectError| StartError {
+        message: e.to_string(),
+        kind: StartFailure::Refused,
+    };
+    let (dir, dir_fd) = projects::open_dir(&settings.projects_root, project).map_err(refused)?;
+    if dir != expected_dir {
+        return Err(refused(projects::ProjectError::OutsideRoot {
+            name: project.to_string(),
+        }));
+    }
+    let session = settings.sessions_dir.join(format!("{project}.jsonl"));
+    if let Some(user) = &settings.credentials {
+        prepare_journal(&session, user).map_err(|e| {
+            StartError::crash(format!(
+                "cannot prepare the session journal {} for the child user: {e}",
+                session.display()
+            ))
+        })?;
+    }
+    let mut args: Vec<OsString> = vec!["rpc".into()];
+    args.extend(settings.dialect.child_args());
+    args.extend(settings.sandbox_args.iter().cloned());
+    args.extend([
+        "--cwd".into(),
+        dir.clone().into_os_string(),
+        "--session".into(),
+        session.into_os_string(),
+    ]);
+    args.extend(settings.child_args.iter().cloned());
+    let mut env = settings.child_env.clone();
+    if settings.dialect.child_token() {
+        env.push((crate::supervisor::env::TOKEN_VAR.into(), token.into()));
+    }
+    Ok(SpawnSpec {
+        program: settings.child_bin.clone(),
+        args,
+        cwd: dir,
+        env,
+        project: project.to_string(),
+        max_line: settings.max_line,
+        confine: Confine {
+            cwd_dir: Some(Arc::new(dir_fd)),
+            credentials: settings.credentials.clone(),
+            limits: settings.limits.clone(),
+            sandboxed: !settings.sandbox_args.is_empty(),
+        },
+    })
+}
+
+/// The child's last stderr line (its own account of why it failed). The
+/// stderr reader may trail the exit by a moment, so wait briefly for it.
+async fn last_stderr_line(process: &ChildProcess) -> Option<String> {
+    let tail = process.stderr_tail();
+    for _ in 0..20 {
+        let last = tail
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .back()
+            .cloned();
+        if last.is_some() {
+            return last;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    None
+}
+
+/// Creates the journal if missing, owned by the child user with mode 0600,
+/// so the child can open it after dropping to that user.
+fn prepare_journal(path: &Path, user: &Credentials) -> std::io::Result<()> {
+    let file = OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(path)?;
+    std::os::unix::fs::fchown(&file, Some(user.uid), Some(user.gid))?;
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))
+}
