@@ -1,10 +1,16 @@
 //! The admin API (admin token as `Authorization: Bearer`, JSON):
 //! - `GET /v1/projects` — every running project: state, pid, uptime,
 //!   restarts, last exit, busy and since when, clients, model, cumulative
-//!   usage and cost, resident memory and CPU.
+//!   usage and cost, resident memory and CPU. With `?all=true`, also every
+//!   project directory that has no child (`running: false`).
 //! - `GET /v1/projects/{project}` — the same for one project, plus each
 //!   client's role and lag and the last lines of the child's stderr.
+//! - `POST /v1/projects/{project}/start` — starts the child without a
+//!   client: 200 once it is ready (or if it ran already), 400/404 for a
+//!   name a client could not attach to, 503 when no slot is free.
 //! - `POST /v1/projects/{project}/restart|stop|abort` — 202 when sent.
+//! - `GET /v1/events[?after=SEQ]` — recent gateway events (children
+//!   started and exited, crash loops, slow clients closed).
 //! - `GET /v1/stats` — gateway-wide counters for the dashboard, and how
 //!   children are confined (`sandbox`).
 //! - `GET /metrics` — Prometheus text (unless `--metrics-listen` serves it
@@ -12,21 +18,30 @@
 //! - `GET /v1/openapi.json` — an OpenAPI description of these endpoints.
 
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
 
-use crate::hub::{ChildState, HubHandle, HubStatus, StopReason};
+use crate::hub::{AttachError, ChildState, HubHandle, HubStatus, StopReason};
 use crate::metrics::{Direction, Metrics, CHILD_STATES, TOKEN_KINDS};
 use crate::procfs;
+use crate::projects;
+use crate::registry::RegistryError;
 use crate::server::{admin_refusal, AppState};
 
 const OPENAPI: &str = include_str!("openapi.json");
+
+/// Project directories `?all=true` lists at most.
+const MAX_LISTED_DIRS: usize = 10_000;
+
+/// How long `start` waits for the child to be ready before answering 202
+/// (it keeps starting): under the HTTP timeout of every admin request.
+const START_WAIT: Duration = Duration::from_secs(20);
 
 /// How children are confined, as `/v1/stats` reports it under `sandbox`.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -55,6 +70,7 @@ pub fn router() -> Router<Arc<AppState>> {
         .route("/v1/projects/{project}", get(detail))
         .route("/v1/projects/{project}/{action}", post(action))
         .route("/v1/stats", get(stats))
+        .route("/v1/events", get(events))
         .route("/v1/openapi.json", get(openapi))
 }
 
@@ -142,6 +158,7 @@ fn project_json(status: &HubStatus, detailed: bool) -> Value {
         .unwrap_or(0.0);
     let mut out = json!({
         "project": status.project,
+        "running": true,
         "pid": status.pid,
         "state": status.state,
         "busy": status.busy,
@@ -180,17 +197,101 @@ fn project_json(status: &HubStatus, detailed: bool) -> Value {
     out
 }
 
-async fn list(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+#[derive(Debug, Default, serde::Deserialize)]
+struct ListQuery {
+    /// Also list project directories that have no child.
+    #[serde(default)]
+    all: bool,
+}
+
+async fn list(
+    State(state): State<Arc<AppState>>,
+    Query(query): Query<ListQuery>,
+    headers: HeaderMap,
+) -> Response {
     if let Some(refused) = admin_refusal(&state, &headers) {
         return refused;
     }
-    let projects: Vec<Value> = state
+    let mut projects: Vec<Value> = state
         .registry
         .list()
         .iter()
         .map(|s| project_json(s, false))
         .collect();
-    Json(json!({ "projects": projects })).into_response()
+    if !query.all {
+        return Json(json!({ "projects": projects })).into_response();
+    }
+    let root = state.projects_root.clone();
+    let listed = tokio::task::spawn_blocking(move || projects::list(&root, MAX_LISTED_DIRS)).await;
+    let Ok(Ok((names, truncated))) = listed else {
+        tracing::warn!("cannot read the projects root");
+        let error = "cannot read the projects root";
+        return (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            Json(json!({ "error": error })),
+        )
+            .into_response();
+    };
+    let running: std::collections::HashSet<String> = projects
+        .iter()
+        .filter_map(|p| p["project"].as_str().map(str::to_string))
+        .collect();
+    projects.extend(
+        names
+            .into_iter()
+            .filter(|name| !running.contains(name))
+            .map(|name| json!({"project": name, "running": false, "state": "stopped"})),
+    );
+    projects.sort_by(|a, b| a["project"].as_str().cmp(&b["project"].as_str()));
+    Json(json!({ "projects": projects, "truncated": truncated })).into_response()
+}
+
+/// `POST /v1/projects/{project}/start`: the name is checked as a client's
+/// attach checks it; the start runs on (and is not cancelled with) this
+/// request, so an answer after [`START_WAIT`] says it is still starting.
+async fn start(state: &AppState, project: String) -> Response {
+    let dir = match projects::resolve(&state.projects_root, &project) {
+        Ok(dir) => dir,
+        Err(e) => {
+            let status = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::NOT_FOUND);
+            return (status, Json(json!({"error": e.to_string()}))).into_response();
+        }
+    };
+    let registry = state.registry.clone();
+    let name = project.clone();
+    let task = state
+        .shutdown
+        .spawn(async move { registry.start(&name, dir).await });
+    let error = match tokio::time::timeout(START_WAIT, task).await {
+        Ok(Ok(Ok(()))) => {
+            tracing::info!(%project, "admin action: start");
+            return Json(json!({"ok": true})).into_response();
+        }
+        Err(_) => {
+            let body = json!({"ok": true, "starting": true});
+            return (StatusCode::ACCEPTED, Json(body)).into_response();
+        }
+        Ok(Err(_)) => {
+            let error = "the start failed";
+            return (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                Json(json!({"error": error})),
+            )
+                .into_response();
+        }
+        Ok(Ok(Err(error))) => error,
+    };
+    tracing::warn!(%project, "admin start refused: {error}");
+    let status = match &error {
+        RegistryError::Full(_)
+        | RegistryError::ShuttingDown
+        | RegistryError::Attach(AttachError::Gone) => StatusCode::SERVICE_UNAVAILABLE,
+        RegistryError::Attach(AttachError::Elsewhere(_) | AttachError::CrashLoop(_)) => {
+            StatusCode::CONFLICT
+        }
+        RegistryError::Attach(AttachError::StartFailed(_)) => StatusCode::BAD_GATEWAY,
+    };
+    (status, Json(json!({"error": error.to_string()}))).into_response()
 }
 
 fn not_running(project: &str) -> Response {
@@ -229,6 +330,12 @@ async fn action(
     Path((project, action)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Response {
+    if action == "start" {
+        if let Some(refused) = admin_refusal(&state, &headers) {
+            return refused;
+        }
+        return start(&state, project).await;
+    }
     let hub = match hub(&state, &headers, &project) {
         Ok(hub) => hub,
         Err(response) => return *response,
@@ -243,7 +350,7 @@ async fn action(
         ),
         "abort" => hub.abort().await,
         _ => {
-            let error = format!("unknown action {action:?}; use restart, stop or abort");
+            let error = format!("unknown action {action:?}; use start, restart, stop or abort");
             return (StatusCode::NOT_FOUND, Json(json!({ "error": error }))).into_response();
         }
     }
@@ -295,6 +402,27 @@ async fn stats(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Respon
         "sandbox": state.confinement,
     }))
     .into_response()
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+struct EventsQuery {
+    /// Only events with a greater `seq`.
+    #[serde(default)]
+    after: u64,
+}
+
+/// `GET /v1/events`: the kept events after `?after=`, oldest first, and
+/// the newest `seq` (lower than `after` when the gateway restarted).
+async fn events(
+    State(state): State<Arc<AppState>>,
+    Query(query): Query<EventsQuery>,
+    headers: HeaderMap,
+) -> Response {
+    if let Some(refused) = admin_refusal(&state, &headers) {
+        return refused;
+    }
+    let (events, last_seq) = state.registry.events().after(query.after);
+    Json(json!({ "events": events, "last_seq": last_seq })).into_response()
 }
 
 async fn openapi() -> Response {

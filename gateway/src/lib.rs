@@ -7,6 +7,7 @@ pub mod auth;
 pub mod config;
 pub mod dashboard;
 pub mod dialect;
+pub mod events;
 pub mod fdlimit;
 pub mod hub;
 pub mod journal;

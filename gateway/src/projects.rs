@@ -127,6 +127,32 @@ pub fn open_dir(root: &Path, name: &str) -> Result<(PathBuf, OwnedFd), ProjectEr
     Ok((dir, OwnedFd::from(file)))
 }
 
+/// The names of the project directories under `root`, sorted: every entry
+/// [`resolve`] would accept (a valid name, a real directory, not a symlink),
+/// at most `max` of them. The second value says whether more were left out.
+pub fn list(root: &Path, max: usize) -> std::io::Result<(Vec<String>, bool)> {
+    let mut names = Vec::new();
+    let mut more = false;
+    for entry in fs::read_dir(root)? {
+        let Ok(entry) = entry else { continue };
+        // The entry's own type: a symlink is a symlink, wherever it points.
+        let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+        let Ok(name) = entry.file_name().into_string() else {
+            continue;
+        };
+        if !is_dir || validate_name(&name).is_err() {
+            continue;
+        }
+        if names.len() == max {
+            more = true;
+            break;
+        }
+        names.push(name);
+    }
+    names.sort();
+    Ok((names, more))
+}
+
 /// At most 80 characters of `name`, for error messages.
 fn shorten(name: &str) -> String {
     const MAX: usize = 80;
@@ -288,6 +314,25 @@ mod tests {
         symlink(f.outside.join("alpha"), f.root.join("alpha")).unwrap();
         let err = open_dir(&f.root, "alpha").unwrap_err();
         assert!(matches!(err, ProjectError::Symlink { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn list_names_only_what_resolve_accepts() {
+        let f = fixture();
+        fs::create_dir(f.root.join("beta")).unwrap();
+        fs::create_dir(f.root.join("has space")).unwrap();
+        fs::write(f.root.join("notes.txt"), "hi").unwrap();
+        symlink(f.root.join("alpha"), f.root.join("alias")).unwrap();
+        symlink(&f.outside, f.root.join("escape")).unwrap();
+        let (names, more) = list(&f.root, 100).unwrap();
+        assert_eq!(names, ["alpha", "beta"]);
+        assert!(!more);
+        for name in &names {
+            assert!(resolve(&f.root, name).is_ok(), "{name}");
+        }
+        let (names, more) = list(&f.root, 1).unwrap();
+        assert_eq!(names.len(), 1);
+        assert!(more);
     }
 
     #[test]

@@ -15,6 +15,9 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use crate::auth::Role;
+use crate::dialect::OwnRuns;
+use crate::events::EventLog;
 use crate::hub::{
     AttachError, Attached, ChildState, HubHandle, HubSettings, HubStatus, Join, StopReason,
 };
@@ -53,6 +56,9 @@ pub struct Registry {
     /// Refuses attaches once started; tracks every hub task and eviction
     /// so the gateway waits for them before it exits.
     shutdown: Shutdown,
+    /// Recent gateway events (children started and exited, slow clients
+    /// closed), fed by a watcher per hub, for `/v1/events`.
+    events: Arc<EventLog>,
 }
 
 /// A project's hub and the attaches on their way into it.
@@ -118,7 +124,12 @@ impl Registry {
             max_children: max_children.max(1),
             inner: Mutex::new(Inner::default()),
             shutdown,
+            events: Arc::new(EventLog::new()),
         }
+    }
+
+    pub fn events(&self) -> &Arc<EventLog> {
+        &self.events
     }
 
     fn inner(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -207,6 +218,8 @@ impl Registry {
                 seq,
                 self.shutdown.tasks(),
             );
+            self.shutdown
+                .spawn(crate::events::watch_hub(hub.clone(), self.events.clone()));
             let entry = Entry {
                 hub: hub.clone(),
                 pending: 1,
@@ -232,6 +245,22 @@ impl Registry {
             Some(leaving) => Ok(Claim::WaitFor(leaving.clone())),
             None => Err(RegistryError::Full(self.max_children)),
         }
+    }
+
+    /// Starts `project`'s child without a client (an admin's Start): a
+    /// transient observer attaches, which waits until the child is ready
+    /// under the same `--max-children` rules as any client, and leaves.
+    /// A project that runs already is left as it is.
+    pub async fn start(&self, project: &str, dir: PathBuf) -> Result<(), RegistryError> {
+        let join = Join {
+            role: Role::Observer,
+            resume_after: None,
+            hello: None,
+            own_runs: OwnRuns::default(),
+        };
+        let (hub, attached) = self.attach(project, dir, join).await?;
+        hub.detach(attached.client).await;
+        Ok(())
     }
 
     /// Status of every live hub, sorted by project.

@@ -342,3 +342,137 @@ async fn admin_api_reports_and_acts() {
     let list = admin_json(&gateway, "/v1/projects").await;
     assert_eq!(list["projects"], json!([]));
 }
+
+/// Polls `/v1/events` until one matches `wanted` (bounded by the read
+/// timeout of every admin call, times the 100 ms between polls).
+async fn wait_for_event(gateway: &Gateway, wanted: impl Fn(&Value) -> bool) -> Value {
+    for _ in 0..200 {
+        let events = admin_json(gateway, "/v1/events").await;
+        if let Some(found) = events["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| wanted(e))
+        {
+            return found.clone();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!(
+        "no such event in {}",
+        admin_json(gateway, "/v1/events").await
+    );
+}
+
+/// Project directories that never ran are listed with `?all=true` and
+/// started by an admin without a client, under the same name rules as an
+/// attach and the same `--max-children` bound; what happens to children
+/// shows in `/v1/events`.
+#[tokio::test]
+async fn admin_lists_directories_that_never_ran_and_starts_them() {
+    let gateway = GatewaySpawn::default()
+        .echo()
+        .arg("--max-children")
+        .arg("1")
+        .spawn()
+        .await;
+    std::fs::create_dir(gateway.root.join("gamma")).unwrap();
+    std::fs::write(gateway.root.join("notes.txt"), "not a project").unwrap();
+    std::os::unix::fs::symlink(gateway.root.join("alpha"), gateway.root.join("alias")).unwrap();
+
+    let list = admin_json(&gateway, "/v1/projects?all=true").await;
+    let names: Vec<&str> = list["projects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["project"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["alpha", "beta", "gamma"], "{list}");
+    for project in list["projects"].as_array().unwrap() {
+        assert_eq!(project["running"], false, "{project}");
+        assert_eq!(project["state"], "stopped", "{project}");
+    }
+    assert_eq!(list["truncated"], false);
+    let running = admin_json(&gateway, "/v1/projects").await;
+    assert_eq!(
+        running["projects"],
+        json!([]),
+        "without ?all only running ones"
+    );
+
+    // Refusals: the token, then the name exactly as an attach checks it.
+    let post = |path: &'static str, token: Option<&'static str>| gateway.http_post(path, token);
+    assert_eq!(post("/v1/projects/gamma/start", None).await.0, 401);
+    assert_eq!(post("/v1/projects/gamma/start", Some(TOKEN)).await.0, 403);
+    for (path, status) in [
+        ("/v1/projects/missing/start", 404),
+        ("/v1/projects/alias/start", 404),
+        ("/v1/projects/notes.txt/start", 404),
+        ("/v1/projects/..%2Falpha/start", 400),
+        ("/v1/projects/a%20b/start", 400),
+    ] {
+        let (got, body) = post(path, Some(ADMIN_TOKEN)).await;
+        assert_eq!(got, status, "{path}: {body}");
+        let error: Value = serde_json::from_str(&body).unwrap();
+        assert!(error["error"].is_string(), "{path}: {body}");
+    }
+    assert!(gateway.child_pids().is_empty(), "no refused start spawns");
+
+    // Start: answered once the child is ready; a second start is a no-op.
+    let (status, body) = post("/v1/projects/gamma/start", Some(ADMIN_TOKEN)).await;
+    assert_eq!(status, 200, "{body}");
+    let gamma = admin_json(&gateway, "/v1/projects/gamma").await;
+    assert_eq!(gamma["state"], "ready", "{gamma}");
+    assert_eq!(gamma["clients"], 0, "the start leaves no client behind");
+    let pid = gamma["pid"].as_u64().unwrap();
+    assert_eq!(
+        post("/v1/projects/gamma/start", Some(ADMIN_TOKEN)).await.0,
+        200
+    );
+    assert_eq!(admin_json(&gateway, "/v1/projects/gamma").await["pid"], pid);
+    let list = admin_json(&gateway, "/v1/projects?all=true").await;
+    let gamma = list["projects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["project"] == "gamma")
+        .unwrap();
+    assert_eq!(gamma["running"], true, "{list}");
+    let started = wait_for_event(&gateway, |e| {
+        e["kind"] == "child_started" && e["project"] == "gamma"
+    })
+    .await;
+    assert_eq!(started["pid"], pid);
+
+    // --max-children 1 and gamma has a client: no slot for beta.
+    let mut ws = gateway.client("gamma").await;
+    ws.request(json!({"id":"1","type":"ping"})).await;
+    let (status, body) = post("/v1/projects/beta/start", Some(ADMIN_TOKEN)).await;
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("--max-children"), "{body}");
+
+    // A stop shows in the events with its reason.
+    assert_eq!(
+        post("/v1/projects/gamma/stop", Some(ADMIN_TOKEN)).await.0,
+        202
+    );
+    assert_eq!(ws.closed().await.map(|c| c.0), Some(1001));
+    let exited = wait_for_event(&gateway, |e| {
+        e["kind"] == "child_exited" && e["project"] == "gamma"
+    })
+    .await;
+    assert_eq!(exited["reason"], "admin", "{exited}");
+    assert_eq!(exited["pid"], pid);
+    let (_, last) = {
+        let events = admin_json(&gateway, "/v1/events").await;
+        (events.clone(), events["last_seq"].as_u64().unwrap())
+    };
+    let newer = admin_json(&gateway, &format!("/v1/events?after={last}")).await;
+    assert_eq!(newer["events"], json!([]));
+
+    // The slot is free again: beta starts.
+    assert_eq!(
+        post("/v1/projects/beta/start", Some(ADMIN_TOKEN)).await.0,
+        200
+    );
+}

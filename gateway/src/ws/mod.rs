@@ -37,7 +37,7 @@ use tokio_tungstenite::WebSocketStream;
 
 use crate::auth;
 use crate::dialect::OwnRuns;
-use crate::hub::Join;
+use crate::hub::{Join, CLOSE_LAGGED};
 use crate::listener::ConnectionSlot;
 use crate::projects;
 use crate::server::AppState;
@@ -248,7 +248,12 @@ async fn attached(
     let client = attached.client;
     tracing::debug!(%project, client, role = hello.role.as_str(), "client attached");
     let end = tokio::select! {
-        () = session::write_loop(&mut sink, attached.feed, state.metrics.clone()) => ReadEnd::Closed,
+        closed = session::write_loop(&mut sink, attached.feed, state.metrics.clone()) => {
+            if closed == Some(CLOSE_LAGGED) {
+                state.registry.events().slow_client_closed(&project);
+            }
+            ReadEnd::Closed
+        }
         end = session::read_loop(&mut stream, &hub, client, state.clone()) => end,
     };
     hub.detach(client).await;

@@ -106,24 +106,29 @@ pub async fn read_loop(
     }
 }
 
-/// Feed → socket, until the feed says close or the socket fails.
-pub async fn write_loop(sink: &mut Sink, mut feed: crate::hub::ClientFeed, metrics: Arc<Metrics>) {
+/// Feed → socket, until the feed says close (returns the close code it
+/// sent) or the socket fails (returns `None`).
+pub async fn write_loop(
+    sink: &mut Sink,
+    mut feed: crate::hub::ClientFeed,
+    metrics: Arc<Metrics>,
+) -> Option<u16> {
     loop {
         match feed.next().await {
             Delivery::Frames(frames) => {
                 for frame in frames {
                     metrics.frame(Direction::GatewayToClient, frame.len());
                     if sink.feed(text(frame)).await.is_err() {
-                        return;
+                        return None;
                     }
                 }
                 if sink.flush().await.is_err() {
-                    return;
+                    return None;
                 }
             }
             Delivery::Close { code, reason } => {
                 close(sink, code, &reason).await;
-                return;
+                return Some(code);
             }
         }
     }
