@@ -38,7 +38,7 @@ pub enum LogFormat {
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the gateway.
+    /// Run the gateway (needs --listen and --projects-root; see --help).
     Serve(ServeArgs),
     /// Bridge this process's stdin/stdout to a project on a remote gateway.
     Attach(AttachArgs),
@@ -47,13 +47,29 @@ pub enum Command {
 }
 
 const SERVE_ENV_HELP: &str = "\
+Required: --listen and --projects-root, on the command line or in --config.
+
+Example: serve every directory under ~/projects, agents on the offline echo provider:
+  corral serve --listen 127.0.0.1:7000 --projects-root ~/projects -- --provider echo
+On a loopback address without tokens, a client and an admin token are
+generated and printed; the dashboard is at http://127.0.0.1:7000/ and
+clients connect to ws://127.0.0.1:7000/v1/projects/NAME/rpc.
+
+Dialects (--dialect): zut (zut RPC v1, the default), letscode (letscode-rpc/1),
+zi (Zi RPC v1). Clients and children speak the same one.
+
 Durations: 250ms, 10s, 5m, 2h, or a number of seconds. Sizes: bytes, or KiB/MiB/GiB.
 Precedence: command line > environment > config file > default.
 
 Environment:
+  CORRAL_LOG              log filter for stderr, e.g. debug or corral=debug [default: info]
   CORRAL_TOKENS           client tokens, comma-separated
   CORRAL_OBSERVER_TOKENS  observer tokens, comma-separated
   CORRAL_ADMIN_TOKEN      the admin token
+  ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL, OPENAI_API_KEY, OPENAI_BASE_URL,
+  ZUT_HOME, CORRAL_HOME   passed to children (as are PATH, HOME, LANG and the
+                          like, and --child-env names); nothing else is
+  NOTIFY_SOCKET           set by systemd (Type=notify): READY=1 once listening
 Tokens are at least 16 characters. Tokens given on the command line are
 visible to other local users (ps); prefer files or the environment. The
 gateway removes these variables from its environment once read.
@@ -61,7 +77,13 @@ gateway removes these variables from its environment once read.
 With --sandbox on (the default) the gateway checks at start that the agent
 can confine itself here (corral-agent sandbox-probe) and refuses to start if
 not. Resource limits use cgroup v2 when the gateway's cgroup offers the
-memory and pids controllers, else cgroup v1, else rlimits.";
+memory and pids controllers, else cgroup v1, else rlimits.
+
+Exit codes:
+  0  stopped by SIGTERM or SIGINT (children stopped, clients closed)
+  1  the agent sandbox is unavailable on this host (see --sandbox)
+  2  bad flags or config, or it cannot start serving (address in use,
+     state directory not writable)";
 
 /// `corral serve`. Durations: 250ms, 10s, 5m, 2h or seconds; sizes: bytes
 /// or KiB/MiB/GiB.
@@ -72,7 +94,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
 
-    /// Address to listen on, e.g. 127.0.0.1:7000.
+    /// Address to listen on, e.g. 127.0.0.1:7000 [required].
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<SocketAddr>,
 
@@ -80,7 +102,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "ADDR")]
     pub metrics_listen: Option<SocketAddr>,
 
-    /// Directory whose subdirectories are the projects.
+    /// Directory whose subdirectories are the projects [required].
     #[arg(long, value_name = "DIR")]
     pub projects_root: Option<PathBuf>,
 
@@ -280,6 +302,30 @@ mod tests {
     #[test]
     fn definition_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn serve_help_marks_required_flags_and_lists_environment_exit_codes_and_dialects() {
+        let mut command = Cli::command();
+        let serve = command.find_subcommand_mut("serve").unwrap();
+        let help = serve.render_long_help().to_string();
+        for needle in [
+            "Address to listen on, e.g. 127.0.0.1:7000 [required]",
+            "the projects [required]",
+            "Required: --listen and --projects-root",
+            "\n  corral serve --listen 127.0.0.1:7000 --projects-root",
+            "CORRAL_LOG",
+            "CORRAL_TOKENS",
+            "ANTHROPIC_API_KEY",
+            "Exit codes:",
+            "  2  bad flags or config",
+            "zut (zut RPC v1, the default), letscode (letscode-rpc/1),\nzi (Zi RPC v1)",
+        ] {
+            assert!(
+                help.contains(needle),
+                "corral serve --help lacks {needle:?}:\n{help}"
+            );
+        }
     }
 
     #[test]

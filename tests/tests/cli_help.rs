@@ -1,0 +1,76 @@
+//! End-to-end: what `--help` tells a newcomer. `corral serve --help` marks
+//! its required flags and has an example, the environment, the exit codes
+//! and the dialects; `corral-agent --help` names every dialect, the
+//! environment and the exit codes.
+
+#![allow(clippy::unwrap_used)]
+
+use std::process::Command;
+
+use corral_e2e::harness::workspace_bin;
+
+fn help(bin: &str, args: &[&str]) -> String {
+    let output = Command::new(workspace_bin(bin))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{bin} {args:?} failed");
+    String::from_utf8(output.stdout).unwrap()
+}
+
+fn assert_mentions(help: &str, needles: &[&str]) {
+    for needle in needles {
+        assert!(help.contains(needle), "help lacks {needle:?}:\n{help}");
+    }
+}
+
+#[test]
+fn corral_serve_help() {
+    let text = help("corral", &["serve", "--help"]);
+    assert_mentions(
+        &text,
+        &[
+            "--listen <ADDR>",
+            "127.0.0.1:7000 [required]",
+            "--projects-root <DIR>",
+            "the projects [required]",
+            "Example:",
+            "corral serve --listen 127.0.0.1:7000 --projects-root",
+            "CORRAL_LOG",
+            "CORRAL_TOKENS",
+            "CORRAL_ADMIN_TOKEN",
+            "Exit codes:",
+            "zut (zut RPC v1, the default)",
+            "letscode (letscode-rpc/1)",
+            "zi (Zi RPC v1)",
+        ],
+    );
+    // The short form names the required flags too.
+    let short = help("corral", &["--help"]);
+    assert_mentions(&short, &["--listen and --projects-root"]);
+}
+
+#[test]
+fn corral_agent_help() {
+    let text = help("corral-agent", &["--help"]);
+    assert_mentions(
+        &text,
+        &[
+            "zut (zut RPC v1, the default)",
+            "letscode (letscode-rpc/1)",
+            "zi (Zi RPC v1)",
+            "acp (Agent Client Protocol v1)",
+            "ANTHROPIC_API_KEY",
+            "OPENAI_API_KEY",
+            "ZUTCORE_RPC_TOKEN",
+            "CORRAL_LOG",
+            "Exit codes:",
+            "  2   bad flags",
+            "  75  ",
+            "  78  ",
+            "git diff | corral-agent run -",
+        ],
+    );
+    let run = help("corral-agent", &["run", "--help"]);
+    assert_mentions(&run, &["or - to read it from stdin"]);
+}
