@@ -7,6 +7,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
+use corral_e2e::captured::CapturedLog;
 use corral_e2e::harness::{workspace_bin, READ_TIMEOUT};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
@@ -26,6 +27,9 @@ pub struct Peer {
     child: Child,
     stdin: Option<ChildStdin>,
     stdout: Lines<BufReader<ChildStdout>>,
+    /// The process's stderr, printed if the test fails.
+    _stderr: CapturedLog,
+    _log_dir: tempfile::TempDir,
 }
 
 impl Peer {
@@ -53,17 +57,21 @@ impl Peer {
                 command
             }
         };
+        let log_dir = tempfile::tempdir().unwrap();
+        let (captured, log) = CapturedLog::create("peer", log_dir.path().join("stderr.log"));
         command
             .current_dir(cwd)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(log)
             .kill_on_drop(true);
         let mut child = command.spawn().unwrap();
         Peer {
             stdin: child.stdin.take(),
             stdout: BufReader::new(child.stdout.take().unwrap()).lines(),
             child,
+            _stderr: captured,
+            _log_dir: log_dir,
         }
     }
 

@@ -4,6 +4,7 @@
 
 use std::process::Stdio;
 
+use corral_e2e::captured::CapturedLog;
 use corral_e2e::harness::{workspace_bin, READ_TIMEOUT};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
@@ -22,6 +23,9 @@ pub struct Peer {
     child: Child,
     stdin: Option<ChildStdin>,
     stdout: Option<Lines<BufReader<ChildStdout>>>,
+    /// The process's stderr, printed if the test fails (dropped before
+    /// the temp dir that holds it).
+    _stderr: CapturedLog,
     _temp: tempfile::TempDir,
 }
 
@@ -52,11 +56,12 @@ impl Peer {
                 command
             }
         };
+        let (captured, log) = CapturedLog::create("peer", temp.path().join("stderr.log"));
         command
             .env_remove("ZUTCORE_RPC_TOKEN")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(log)
             .kill_on_drop(true);
         if let Some(token) = token {
             command.env("ZUTCORE_RPC_TOKEN", token);
@@ -66,6 +71,7 @@ impl Peer {
             stdin: child.stdin.take(),
             stdout: child.stdout.take().map(|s| BufReader::new(s).lines()),
             child,
+            _stderr: captured,
             _temp: temp,
         }
     }
