@@ -51,6 +51,15 @@ pub fn raise() -> Result<FdLimit, (FdLimit, nix::Error)> {
     }
 }
 
+/// Whether `error` says no descriptor is left: the process's limit
+/// (`EMFILE`) or the system's (`ENFILE`).
+pub fn exhausted(error: &std::io::Error) -> bool {
+    matches!(
+        error.raw_os_error(),
+        Some(nix::libc::EMFILE | nix::libc::ENFILE)
+    )
+}
+
 /// Descriptors kept free for everything but client connections.
 pub fn headroom(max_children: usize) -> u64 {
     let children = u64::try_from(max_children).unwrap_or(u64::MAX);
@@ -79,6 +88,15 @@ mod tests {
         assert_eq!(default_max_connections(100, 64), MIN_CONNECTIONS);
         // RLIM_INFINITY does not overflow.
         assert!(default_max_connections(u64::MAX, usize::MAX) >= MIN_CONNECTIONS);
+    }
+
+    #[test]
+    fn exhaustion_is_told_by_errno() {
+        use std::io::Error;
+        assert!(exhausted(&Error::from_raw_os_error(nix::libc::EMFILE)));
+        assert!(exhausted(&Error::from_raw_os_error(nix::libc::ENFILE)));
+        assert!(!exhausted(&Error::from_raw_os_error(nix::libc::ENOENT)));
+        assert!(!exhausted(&Error::other("EMFILE")));
     }
 
     #[test]

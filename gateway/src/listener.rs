@@ -11,6 +11,10 @@
 //!   whole life ([`ConnectionSlot`] travels into the upgraded connection).
 //! - `--header-timeout`: a connection that does not send a complete
 //!   request head within it is closed (hyper's header read timeout).
+//! - the open-file limit: when `accept` fails for lack of descriptors, one
+//!   held in reserve is freed to take the waiting connection, answer it a
+//!   fixed `503` and close it ([`Reserve`]), so clients are told at once
+//!   instead of waiting in the backlog, and the loop never spins.
 //!
 //! Every request carries [`ConnectInfo`] (the peer address) and the
 //! connection's [`ConnectionSlot`] as extensions.
@@ -23,6 +27,7 @@ use std::time::Duration;
 
 use axum::extract::ConnectInfo;
 use axum::Router;
+use futures_util::FutureExt;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -37,6 +42,16 @@ use crate::shutdown::Shutdown;
 const OVER_CAPACITY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\n\
 Content-Type: text/plain\r\nContent-Length: 29\r\nRetry-After: 1\r\nConnection: close\r\n\r\n\
 too many connections; retry\n";
+
+/// The answer to a connection taken with the reserved descriptor.
+const NO_DESCRIPTORS: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\n\
+Content-Type: text/plain\r\nContent-Length: 50\r\nRetry-After: 5\r\nConnection: close\r\n\r\n\
+the gateway is at its open-file limit; retry later\n";
+
+/// How long the loop pauses after an accept error it could not answer.
+const ACCEPT_PAUSE: Duration = Duration::from_millis(50);
+/// At most one warning about failing accepts per this period.
+const ACCEPT_WARN_EVERY: Duration = Duration::from_secs(10);
 
 /// How the accept loop bounds connections.
 #[derive(Debug, Clone, Copy)]
@@ -134,6 +149,8 @@ pub async fn serve(
 ) {
     let open = Arc::new(AtomicUsize::new(0));
     let mut queue = EvictionQueue::default();
+    let mut reserve = Reserve::new();
+    let mut warned: Option<tokio::time::Instant> = None;
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
@@ -142,9 +159,19 @@ pub async fn serve(
         let (stream, peer) = match accepted {
             Ok(accepted) => accepted,
             Err(e) => {
-                // EMFILE and friends: the headroom is gone; let it recover.
-                tracing::warn!(error = %e, "accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                let exhausted = crate::fdlimit::exhausted(&e);
+                if exhausted {
+                    metrics.connection_refused("no_descriptors");
+                }
+                if warned.is_none_or(|at| at.elapsed() >= ACCEPT_WARN_EVERY) {
+                    warned = Some(tokio::time::Instant::now());
+                    tracing::warn!(error = %e, "accept failed (further failures within 10 s are not logged)");
+                }
+                // With the reserve, the waiting connection is answered and
+                // the next accept can go on; else let the headroom recover.
+                if !(exhausted && reserve.refuse_one(&listener)) {
+                    tokio::time::sleep(ACCEPT_PAUSE).await;
+                }
                 continue;
             }
         };
@@ -183,6 +210,38 @@ pub async fn serve(
             shutdown.token().clone(),
         );
         shutdown.spawn(connection);
+    }
+}
+
+/// One descriptor held open (on `/dev/null`) for the moment the process
+/// has none left: freed, it lets the accept loop take the connection that
+/// is waiting, tell it so and close it.
+struct Reserve(Option<std::fs::File>);
+
+impl Reserve {
+    fn new() -> Reserve {
+        Reserve(std::fs::File::open("/dev/null").ok())
+    }
+
+    /// Frees the reserve, accepts one waiting connection with it, answers
+    /// [`NO_DESCRIPTORS`] and closes it, then reserves again. False when
+    /// there was no reserve or no connection was waiting.
+    fn refuse_one(&mut self, listener: &TcpListener) -> bool {
+        if self.0.take().is_none() {
+            self.0 = std::fs::File::open("/dev/null").ok();
+            return false;
+        }
+        let refused = match listener.accept().now_or_never() {
+            Some(Ok((stream, _))) => {
+                // A fresh socket's send buffer is empty; the close says the
+                // rest if even this fails.
+                let _ = stream.try_write(NO_DESCRIPTORS);
+                true
+            }
+            _ => false,
+        };
+        self.0 = std::fs::File::open("/dev/null").ok();
+        refused
     }
 }
 

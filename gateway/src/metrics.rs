@@ -79,7 +79,12 @@ pub const FRAME_SOURCES: [&str; 2] = ["client", "child"];
 pub const FRAME_REASONS: [&str; 3] = ["malformed", "binary", "too_large"];
 /// Why a connection was refused or closed before its first request
 /// (`connections_refused_total{reason}`).
-pub const REFUSAL_REASONS: [&str; 3] = ["max_connections", "header_timeout", "evicted"];
+pub const REFUSAL_REASONS: [&str; 4] = [
+    "max_connections",
+    "header_timeout",
+    "evicted",
+    "no_descriptors",
+];
 /// Reasons of `requests_refused_total{reason}`: over the per-client bound
 /// of requests in flight, or the child's input queue is full.
 pub const REQUEST_REFUSALS: [&str; 2] = ["in_flight", "child_busy"];

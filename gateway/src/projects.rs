@@ -42,13 +42,19 @@ pub enum ProjectError {
     /// (HTTP 404).
     #[error("project {name:?} is not a directory directly under the projects root")]
     OutsideRoot { name: String },
+    /// The gateway has no descriptor left to open the directory with
+    /// (HTTP 503): it is at its open-file limit, the project is fine.
+    #[error("the gateway is at its open-file limit and cannot open project {name:?}; try again once other projects stop")]
+    NoDescriptors { name: String },
 }
 
 impl ProjectError {
-    /// The HTTP status to answer with: 400 for a malformed name, else 404.
+    /// The HTTP status to answer with: 400 for a malformed name, 503 when
+    /// the gateway is out of descriptors, else 404.
     pub fn http_status(&self) -> u16 {
         match self {
             ProjectError::InvalidName { .. } => 400,
+            ProjectError::NoDescriptors { .. } => 503,
             ProjectError::NotFound { .. }
             | ProjectError::NotADirectory { .. }
             | ProjectError::Symlink { .. }
@@ -114,6 +120,9 @@ pub fn open_dir(root: &Path, name: &str) -> Result<(PathBuf, OwnedFd), ProjectEr
         .custom_flags(nix::libc::O_DIRECTORY | nix::libc::O_NOFOLLOW)
         .open(&dir)
         .map_err(|e| match e.raw_os_error() {
+            _ if crate::fdlimit::exhausted(&e) => ProjectError::NoDescriptors {
+                name: name.to_string(),
+            },
             Some(nix::libc::ELOOP) => ProjectError::Symlink {
                 name: name.to_string(),
             },

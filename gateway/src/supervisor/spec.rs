@@ -111,6 +111,10 @@ pub enum SpawnError {
         #[source]
         source: LimitsError,
     },
+    /// No descriptor left for the child's pipes: the gateway is at its
+    /// open-file limit (or the system at its own).
+    #[error("cannot start {}: the gateway is at its open-file limit; try again once other projects stop", .program.display())]
+    NoDescriptors { program: PathBuf },
     #[error("cannot start {}: {source}", .program.display())]
     Io {
         program: PathBuf,
@@ -129,6 +133,7 @@ impl SpawnError {
             },
             std::io::ErrorKind::NotFound => SpawnError::NotFound { program },
             std::io::ErrorKind::PermissionDenied => SpawnError::PermissionDenied { program },
+            _ if crate::fdlimit::exhausted(&source) => SpawnError::NoDescriptors { program },
             _ => SpawnError::Io { program, source },
         }
     }
