@@ -7,6 +7,7 @@
 pub mod client;
 pub mod fanout;
 pub mod memory;
+pub mod nofile;
 pub mod pings;
 pub mod procs;
 pub mod scale;

@@ -57,6 +57,9 @@ pub struct GatewayArgs {
     pub child: Vec<String>,
     /// Extra environment of the gateway (children inherit allowlisted names).
     pub env: Vec<(String, String)>,
+    /// The gateway's soft and hard `RLIMIT_NOFILE` (set by `sh -c ulimit`
+    /// before it execs), instead of the benchmark's own.
+    pub nofile: Option<u64>,
 }
 
 impl GatewayArgs {
@@ -77,6 +80,7 @@ impl GatewayArgs {
             serve,
             child,
             env: vec![("ANTHROPIC_API_KEY".into(), "x".into())],
+            nofile: None,
         }
     }
 }
@@ -107,7 +111,15 @@ impl BenchGateway {
         for dir in [root.join(PROJECT), home.clone()] {
             std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
         }
-        let mut command = Command::new(&bins.corral);
+        let mut command = match args.nofile {
+            Some(limit) => {
+                let mut sh = Command::new("sh");
+                let script = format!("ulimit -n {limit} && exec \"$0\" \"$@\"");
+                sh.arg("-c").arg(script).arg(&bins.corral);
+                sh
+            }
+            None => Command::new(&bins.corral),
+        };
         command
             .args(["serve", "--listen", "127.0.0.1:0", "--projects-root"])
             .arg(&root)

@@ -1,7 +1,7 @@
 //! The measurements of `bench-scale`: many projects first-connected at
 //! once, an attached client's pings during a burst of spawns, the memory
-//! of idle clients and projects, one prompt delivered to many clients, and
-//! how many projects fit under a descriptor limit. Every wait is bounded.
+//! of idle clients and projects, and one prompt delivered to many clients
+//! (the descriptor limit is [`super::nofile`]). Every wait is bounded.
 
 use std::time::{Duration, Instant};
 
@@ -165,28 +165,6 @@ pub async fn deliver(sender: &mut Client, clients: Vec<Client>) -> anyhow::Resul
 
 fn sender_seen(frame: &serde_json::Value) -> Seen {
     super::wire::Wire::Zut.seen(&frame.to_string())
-}
-
-/// Opens projects one at a time until the gateway refuses one or `cap`
-/// are running; returns how many ran and the first refusal.
-pub async fn fill(
-    gateway: &BenchGateway,
-    cap: usize,
-    batch: usize,
-) -> anyhow::Result<(usize, Vec<Client>, Option<String>)> {
-    let mut clients = Vec::new();
-    let mut from = 0;
-    while clients.len() < cap {
-        let n = batch.min(cap - clients.len());
-        let names = projects(gateway, 100_000 + from, n)?;
-        from += n;
-        let result = burst(gateway, &names).await?;
-        clients.extend(result.clients);
-        if result.failed > 0 {
-            return Ok((clients.len(), clients, result.errors.into_iter().next()));
-        }
-    }
-    Ok((clients.len(), clients, None))
 }
 
 /// Fails unless every project of a burst became ready.

@@ -1,11 +1,14 @@
 //! `bench-scale [--projects N] [--burst N] [--idle-clients N]
-//! [--fanout N,N] [--fd-cap N] [--bin-dir DIR]`: how far one `corral`
-//! gateway scales on this machine, as markdown tables: `--projects`
-//! projects first-connected at once; the pings of an attached client
-//! while `--burst` projects spawn; gateway memory per idle client and per
-//! idle project; one prompt delivered to each of `--fanout` clients of one
-//! project; and the projects running before the gateway's descriptor limit
-//! (or `--fd-cap`). Children run the echo provider, sandboxed (the
+//! [--fanout N,N] [--fd-cap N] [--nofile N] [--only SECTION,…]
+//! [--bin-dir DIR]`: how far one `corral` gateway scales on this machine,
+//! as markdown tables: `--projects` projects first-connected at once
+//! (`burst`); the pings of an attached client while `--burst` projects
+//! spawn (`pings`); gateway memory per idle client and one prompt
+//! delivered to each of `--fanout` clients of one project (`clients`);
+//! and the projects running before the gateway refuses one under its
+//! descriptor limit (`fds`: the hard limit, or `--nofile N` as the
+//! gateway's soft and hard limit; at most `--fd-cap`), with how it
+//! degrades there. Children run the echo provider, sandboxed (the
 //! default). Build in release first: `cargo build --release --workspace`.
 
 // A benchmark's tables are its output.
@@ -15,8 +18,8 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use corral_e2e::bench::procs::Bins;
-use corral_e2e::bench::scale;
 use corral_e2e::bench::stats::{micros, Latency};
+use corral_e2e::bench::{nofile, scale};
 
 struct Args {
     projects: usize,
@@ -24,6 +27,10 @@ struct Args {
     idle_clients: usize,
     fanout: Vec<usize>,
     fd_cap: usize,
+    /// The gateway's hard and soft RLIMIT_NOFILE in the descriptor section.
+    nofile: Option<u64>,
+    /// Sections to run (all when empty).
+    only: Vec<String>,
     bin_dir: Option<PathBuf>,
 }
 
@@ -34,6 +41,8 @@ fn parse_args() -> anyhow::Result<Args> {
         idle_clients: 2000,
         fanout: vec![1000, 10_000],
         fd_cap: 5000,
+        nofile: None,
+        only: Vec::new(),
         bin_dir: None,
     };
     let mut it = std::env::args().skip(1);
@@ -50,6 +59,13 @@ fn parse_args() -> anyhow::Result<Args> {
                     .collect::<anyhow::Result<_>>()?
             }
             "--fd-cap" => args.fd_cap = value()?.parse().context("--fd-cap")?,
+            "--nofile" => args.nofile = Some(value()?.parse().context("--nofile")?),
+            "--only" => {
+                args.only = value()?.split(',').map(String::from).collect();
+                if let Some(bad) = args.only.iter().find(|s| !SECTIONS.contains(&s.as_str())) {
+                    bail!("--only: unknown section {bad:?} (one of {SECTIONS:?})");
+                }
+            }
             "--bin-dir" => args.bin_dir = Some(value()?.into()),
             other => bail!("unknown argument {other:?}"),
         }
@@ -76,6 +92,9 @@ fn row(name: &str, latency: &Option<Latency>) -> String {
     }
 }
 
+/// The sections `--only` can name, in the order they run.
+const SECTIONS: [&str; 4] = ["burst", "pings", "clients", "fds"];
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = parse_args()?;
@@ -88,10 +107,29 @@ async fn main() -> anyhow::Result<()> {
             .to_path_buf(),
     };
     let bins = Bins::in_dir(&dir)?;
-    let cap = args.projects.max(args.fd_cap) + 100;
+    let run = |section: &str| args.only.is_empty() || args.only.iter().any(|s| s == section);
+    if run("burst") {
+        first_connects(&bins, &args).await?;
+    }
+    if run("pings") {
+        pings_during_spawns(&bins, &args).await?;
+    }
+    if run("clients") {
+        many_clients(&bins, &args).await?;
+    }
+    if run("fds") {
+        descriptor_limit(&bins, &args, hard).await?;
+    }
+    Ok(())
+}
 
-    // 1. First connects at once, then memory and fds per idle project.
-    let gw = scale::gateway(&bins, cap).await?;
+fn cap(args: &Args) -> usize {
+    args.projects.max(args.fd_cap) + 100
+}
+
+/// 1. First connects at once, then memory and fds per idle project.
+async fn first_connects(bins: &Bins, args: &Args) -> anyhow::Result<()> {
+    let gw = scale::gateway(bins, cap(args)).await?;
     let base_rss = scale::settled_rss(gw.pid).await?;
     let base_fds = scale::fds(gw.pid)?;
     let names = scale::projects(&gw, 0, args.projects)?;
@@ -118,9 +156,12 @@ async fn main() -> anyhow::Result<()> {
     println!("{}", row("hello answered", &burst.ready_after));
     drop(burst);
     gw.stop().await?;
+    Ok(())
+}
 
-    // 2. Pings of an attached client during a burst of spawns.
-    let gw = scale::gateway(&bins, cap).await?;
+/// 2. Pings of an attached client during a burst of spawns.
+async fn pings_during_spawns(bins: &Bins, args: &Args) -> anyhow::Result<()> {
+    let gw = scale::gateway(bins, cap(args)).await?;
     let mut attached = corral_e2e::bench::client::Client::connect(&gw.url()).await?;
     let idle = {
         let mut samples = Vec::new();
@@ -153,9 +194,12 @@ async fn main() -> anyhow::Result<()> {
     drop(burst);
     drop(attached);
     gw.stop().await?;
+    Ok(())
+}
 
-    // 3. Memory per idle client; 4. delivery to many clients.
-    let gw = scale::gateway(&bins, 16).await?;
+/// 3. Memory per idle client; 4. delivery to many clients.
+async fn many_clients(bins: &Bins, args: &Args) -> anyhow::Result<()> {
+    let gw = scale::gateway(bins, 16).await?;
     let mut sender = corral_e2e::bench::client::Client::connect(&gw.url()).await?;
     let before = scale::settled_rss(gw.pid).await?;
     let idle_clients = scale::connect_many(&gw.url(), args.idle_clients, 200).await?;
@@ -179,18 +223,59 @@ async fn main() -> anyhow::Result<()> {
     }
     drop(sender);
     gw.stop().await?;
+    Ok(())
+}
 
-    // 5. Projects under the descriptor limit.
-    let gw = scale::gateway(&bins, cap).await?;
-    let (count, clients, refusal) = scale::fill(&gw, args.fd_cap, 250).await?;
-    let fds = scale::fds(gw.pid)?;
-    println!("\n## Projects under the gateway's descriptor limit ({hard})\n");
+/// 5. Projects under the descriptor limit, and how the gateway
+///    degrades there.
+async fn descriptor_limit(bins: &Bins, args: &Args, hard: u64) -> anyhow::Result<()> {
+    let limit = args.nofile.unwrap_or(hard);
+    let max_children = match args.nofile {
+        // The limit, not --max-children, must be what stops the filling.
+        Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
+        None => cap(args),
+    };
+    let gw = nofile::gateway(bins, max_children, args.nofile).await?;
+    let at = nofile::at_limit(&gw, args.fd_cap, 100).await?;
+    println!("\n## Projects under the gateway's descriptor limit ({limit})\n");
     println!("| projects running | gateway fds | stopped by |\n|---|---|---|");
     println!(
-        "| {count} | {fds} | {} |",
-        refusal.unwrap_or_else(|| format!("the cap of {}", args.fd_cap))
+        "| {} | {} | {} |",
+        at.projects,
+        at.fds,
+        at.refusal
+            .as_deref()
+            .map_or_else(|| format!("the cap of {}", args.fd_cap), cell)
     );
-    drop(clients);
+    println!("\n| at the limit | |\n|---|---|");
+    println!(
+        "| gateway CPU while connects keep coming ({} s) | {:.1} % |",
+        3, at.cpu_percent
+    );
+    println!(
+        "| what those connects saw | {} |",
+        at.refused_again.as_deref().map_or("–".into(), cell)
+    );
+    let ping = match &at.ping {
+        Ok(rtt) => micros(*rtt),
+        Err(e) => format!("failed: {}", cell(e)),
+    };
+    println!("| ping of a client attached before the limit | {ping} |");
+    println!(
+        "| projects stopped (admin API), then new ones ready | {} stopped, {} of {} ready |",
+        at.stopped, at.started_again, at.stopped
+    );
+    if let Some(refusal) = &at.again_refusal {
+        println!(
+            "| what a new one that did not start saw | {} |",
+            cell(refusal)
+        );
+    }
     gw.stop().await?;
     Ok(())
+}
+
+/// `text` fit for a markdown table cell.
+fn cell(text: &str) -> String {
+    text.replace('|', "\\|").replace('\n', " ")
 }
