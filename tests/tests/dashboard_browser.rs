@@ -1,8 +1,13 @@
 //! The dashboard and console in real headless Chromium, against the real
 //! gateway: signing in, live project rows, a prompt streamed through the
-//! console to the mock LLM (saved under the build's temp dir; with
-//! `CORRAL_UPDATE_SCREENSHOT=1`, also as `docs/dashboard.png`), and a table of
-//! 200 projects that renders fast and leaves the page responsive.
+//! console to the mock LLM and the conversation shown again after a reload
+//! (saved under the build's temp dir; with `CORRAL_UPDATE_SCREENSHOT=1`,
+//! also as `docs/dashboard.png`), refusals in words; every project
+//! directory listed and one that never ran started from the page, Stop
+//! behind a confirmation, the table at 800 and 1400 px with no column cut
+//! off (`docs/dashboard-800.png`, `docs/dashboard-1400.png` on request),
+//! the stale state once the gateway is gone; and a table of 200 projects
+//! that renders fast and leaves the page responsive.
 #![allow(clippy::unwrap_used)]
 
 use std::path::PathBuf;
@@ -256,15 +261,81 @@ async fn dashboard_lists_projects_and_console_streams_a_reply() {
     assert_eq!(png_size(&png), (1280, 800));
     // Always kept with the build output; copied over the README's picture
     // only on request, so running the tests leaves the tree clean.
-    let shot = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("dashboard.png");
-    std::fs::write(&shot, &png).unwrap();
+    save_screenshot("dashboard.png", &png);
+
+    // A reload reconnects by itself, resuming after the last event seen,
+    // and shows the conversation again.
+    let seq = page
+        .wait_for(
+            "(JSON.parse(sessionStorage.getItem('corral.consoleSession') || '{}').seq) || 0",
+            "the console to keep the last event's seq",
+        )
+        .await
+        .unwrap();
+    assert!(seq.as_u64().unwrap() > 0, "{seq}");
+    page.navigate(&format!("http://{}/", gw.addr))
+        .await
+        .unwrap();
+    page.wait_for(
+        &format!(
+            "{}.startsWith('connected') && {}.includes({})",
+            text_of("#console-status"),
+            text_of("#console-output"),
+            json!(REPLY)
+        ),
+        "the console to reconnect after the reload and show the history",
+    )
+    .await
+    .unwrap();
+    let output = page.eval(&text_of("#console-output")).await.unwrap();
+    let output = output.as_str().unwrap();
+    assert!(output.contains("What is in this project?"), "{output}");
+    assert!(output.contains("resuming after event"), "{output}");
+    assert_eq!(
+        output.matches(REPLY).count(),
+        1,
+        "the reply once, not again from the replay: {output}"
+    );
+
+    // A missing project is refused in words, not as "1006".
+    page.click("#console-connect").await.unwrap();
+    page.wait_for(
+        &format!("{}.startsWith('disconnected')", text_of("#console-status")),
+        "the console to disconnect",
+    )
+    .await
+    .unwrap();
+    page.eval("document.getElementById('console-project').value = 'no-such-project'")
+        .await
+        .unwrap();
+    page.click("#console-connect").await.unwrap();
+    page.wait_for(
+        &format!(
+            "{}.includes('HTTP 404') && {}.includes('not found')",
+            text_of("#console-output"),
+            text_of("#console-output")
+        ),
+        "the console to say the project was not found",
+    )
+    .await
+    .unwrap();
+    let status = page.eval(&text_of("#console-status")).await.unwrap();
+    assert!(!status.as_str().unwrap().contains("1006"), "{status}");
+
+    assert_eq!(page.errors(), Vec::<String>::new(), "errors in the page");
+}
+
+/// Writes a screenshot under the build's temp dir and, with
+/// `CORRAL_UPDATE_SCREENSHOT=1`, over the one in `docs/` (so running the
+/// tests leaves the tree clean).
+fn save_screenshot(name: &str, png: &[u8]) {
+    let shot = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+    std::fs::write(&shot, png).unwrap();
     if std::env::var_os("CORRAL_UPDATE_SCREENSHOT").is_some() {
         let docs = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs");
         std::fs::create_dir_all(&docs).unwrap();
-        std::fs::write(docs.join("dashboard.png"), &png).unwrap();
+        std::fs::write(docs.join(name), png).unwrap();
     }
-
-    assert_eq!(page.errors(), Vec::<String>::new(), "errors in the page");
 }
 
 #[tokio::test]
@@ -421,4 +492,243 @@ async fn the_console_speaks_letscode_and_zi() {
             "{dialect}: {blocks:#?}"
         );
     }
+}
+
+/// Sets the page's viewport to `width`×`height` CSS pixels.
+async fn set_viewport(page: &Page<'_>, width: u32, height: u32) {
+    page.call(
+        "Emulation.setDeviceMetricsOverride",
+        json!({"width": width, "height": height, "deviceScaleFactor": 1, "mobile": false}),
+    )
+    .await
+    .unwrap();
+}
+
+/// What is cut off in the projects table: each header scrolled into view
+/// must lie within the table's scroll container and the viewport, its
+/// label and every value cell (but names, which show a tooltip) must not be
+/// clipped, and the page itself must not scroll sideways (the container
+/// does). Returns the problems and whether the container scrolls.
+const TABLE_CHECK: &str = r#"(() => {
+  const scroll = document.getElementById('table-scroll');
+  const problems = [];
+  const page = document.documentElement;
+  if (page.scrollWidth > page.clientWidth + 1) problems.push('the page scrolls sideways: ' + page.scrollWidth + ' > ' + page.clientWidth);
+  const box = scroll.getBoundingClientRect();
+  if (box.width < 100 || box.height < 100) problems.push('the table area is ' + box.width + 'x' + box.height);
+  if (box.right > page.clientWidth + 1) problems.push('the table area ends at ' + box.right);
+  const headers = [...scroll.querySelectorAll('thead th')];
+  if (headers.length !== 10) problems.push(headers.length + ' header cells');
+  for (const th of headers) {
+    const name = th.textContent.trim();
+    const label = th.querySelector('button') || th;
+    if (label.scrollWidth > label.clientWidth + 1) problems.push(name + ': label clipped');
+    const left = th.getBoundingClientRect().left - box.left + scroll.scrollLeft;
+    if (left + th.getBoundingClientRect().width > scroll.scrollWidth + 1) problems.push(name + ': beyond the scroll width');
+    th.scrollIntoView({ block: 'nearest', inline: 'nearest' });
+    const r = th.getBoundingClientRect();
+    const b = scroll.getBoundingClientRect();
+    if (r.width < 20 || r.left < b.left - 1 || r.right > b.right + 1 || r.right > page.clientWidth + 1) {
+      problems.push(name + ': not visible after scrolling (' + r.left + '..' + r.right + ' in ' + b.left + '..' + b.right + ')');
+    }
+  }
+  for (const td of scroll.querySelectorAll('tbody tr:not([hidden]) td:not(.name)')) {
+    if (td.scrollWidth > td.clientWidth + 1) problems.push("cell clipped: " + td.textContent + " (" + td.scrollWidth + " > " + td.clientWidth + ")");
+  }
+  const scrolls = scroll.scrollWidth > scroll.clientWidth;
+  scroll.scrollLeft = 0;
+  window.scrollTo(0, 0);
+  return { problems, scrolls };
+})()"#;
+
+/// A project directory that never ran is listed and started from the page;
+/// Stop asks first (Cancel leaves the agent running); the table fits at
+/// 1400 px and scrolls within its card at 800 px with no column cut off;
+/// and once the gateway is gone the page says so and greys out.
+#[tokio::test]
+async fn every_project_is_listed_started_and_stopped_and_the_table_fits() {
+    let _one = ONE_BROWSER.lock().await;
+    let mut gw = GatewaySpawn::default()
+        .projects(&[
+            "alpha",
+            "beta",
+            "gamma",
+            "a-project-with-a-long-name-0123456789",
+        ])
+        .echo()
+        .spawn()
+        .await;
+    let mut alpha = start_child(&gw, "alpha").await;
+    alpha
+        .request(json!({"id":"p","type":"prompt","message":"hello there"}))
+        .await;
+
+    let browser = launch().await;
+    let page = browser.new_page(1400, 900).await.unwrap();
+    sign_in(&page, &gw).await;
+    let gamma_row = row_selector("gamma");
+    page.wait_for(
+        &format!(
+            "{}.includes('stopped') && {}.includes('ready')",
+            text_of(&gamma_row),
+            text_of(&row_selector("alpha"))
+        ),
+        "gamma listed as stopped, alpha as ready",
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        page.eval("document.querySelectorAll('#projects tr[data-project]').length")
+            .await
+            .unwrap(),
+        4
+    );
+
+    // Start, from gamma's row.
+    page.click(&format!("{gamma_row} button[data-action=\"start\"]"))
+        .await
+        .unwrap();
+    page.wait_for(
+        &format!(
+            "{}.includes('start gamma: started') && {}.includes('ready')",
+            text_of("#table-result"),
+            text_of(&gamma_row)
+        ),
+        "gamma started from the page",
+    )
+    .await
+    .unwrap();
+    page.wait_for(
+        "[...document.querySelectorAll('#events li')].some(li => \
+         li.textContent.includes('gamma') && li.textContent.includes('agent started'))",
+        "gamma's start in the gateway events",
+    )
+    .await
+    .unwrap();
+    assert_eq!(gw.child_pids().len(), 2, "alpha and gamma run");
+
+    // Sorting by a column and back.
+    page.click("th[data-sort=\"state\"] button").await.unwrap();
+    let order = page
+        .eval("[...document.querySelectorAll('#projects tr[data-project]')].map(r => r.dataset.project)")
+        .await
+        .unwrap();
+    assert_eq!(order[3], json!("beta"), "stopped ones last: {order}");
+    page.click("th[data-sort=\"project\"] button")
+        .await
+        .unwrap();
+
+    // The table at 1400 px and 800 px: nothing cut off.
+    page.wait_for(
+        &format!("!{}.includes('–')", text_of(&row_selector("alpha"))),
+        "alpha's row to show every value",
+    )
+    .await
+    .unwrap();
+    for (width, height) in [(1400, 900), (800, 1000)] {
+        set_viewport(&page, width, height).await;
+        page.wait_for(
+            &format!("window.innerWidth === {width}"),
+            "the new viewport",
+        )
+        .await
+        .unwrap();
+        let report = page.eval(TABLE_CHECK).await.unwrap();
+        assert_eq!(report["problems"], json!([]), "at {width} px: {report}");
+        if width == 800 {
+            assert_eq!(
+                report["scrolls"], true,
+                "at 800 px the table scrolls in its card"
+            );
+        }
+        let png = page.screenshot_png().await.unwrap();
+        assert_eq!(png_size(&png), (width, height));
+        save_screenshot(&format!("dashboard-{width}.png"), &png);
+    }
+    set_viewport(&page, 1400, 900).await;
+
+    // Stop asks first; Cancel leaves gamma running.
+    let stop = format!("{gamma_row} button[data-action=\"stop\"]");
+    page.click(&stop).await.unwrap();
+    page.wait_for(
+        &format!(
+            "document.getElementById('confirm').open && {}.includes('Stop gamma?')",
+            text_of("#confirm-title")
+        ),
+        "the confirmation dialog",
+    )
+    .await
+    .unwrap();
+    page.click("#confirm-cancel").await.unwrap();
+    page.wait_for(
+        "!document.getElementById('confirm').open",
+        "the dialog to close",
+    )
+    .await
+    .unwrap();
+    assert_eq!(gw.child_pids().len(), 2, "Cancel must not stop gamma");
+    assert!(page
+        .eval(&format!("{}.includes('ready')", text_of(&gamma_row)))
+        .await
+        .unwrap()
+        .as_bool()
+        .unwrap());
+    page.click(&stop).await.unwrap();
+    page.wait_for(
+        "document.getElementById('confirm').open",
+        "the dialog again",
+    )
+    .await
+    .unwrap();
+    page.click("#confirm-ok").await.unwrap();
+    page.wait_for(
+        &format!("{}.includes('stopped')", text_of(&gamma_row)),
+        "gamma stopped after the confirmation",
+    )
+    .await
+    .unwrap();
+    page.wait_for(
+        "[...document.querySelectorAll('#events li')].some(li => \
+         li.textContent.includes('gamma') && li.textContent.includes('agent exited') && \
+         li.textContent.includes('admin'))",
+        "gamma's exit, with its reason, in the gateway events",
+    )
+    .await
+    .unwrap();
+
+    // The gateway goes away: the page says so and greys out, keeping the
+    // last numbers.
+    gw.child.kill().await.unwrap();
+    drop(alpha);
+    page.wait_for(
+        &format!(
+            "document.body.classList.contains('stale') && \
+             !document.getElementById('stale-banner').hidden && \
+             {}.includes('Gateway unreachable')",
+            text_of("#stale-banner")
+        ),
+        "the stale state",
+    )
+    .await
+    .unwrap();
+    let greyed = page
+        .eval("Number(getComputedStyle(document.querySelector('.table-card')).opacity)")
+        .await
+        .unwrap();
+    assert!(greyed.as_f64().unwrap() < 0.9, "opacity {greyed}");
+    assert!(
+        page.eval(&format!(
+            "{}.includes('ready')",
+            text_of(&row_selector("alpha"))
+        ))
+        .await
+        .unwrap()
+        .as_bool()
+        .unwrap(),
+        "the last rows stay, greyed"
+    );
+    let png = page.screenshot_png().await.unwrap();
+    save_screenshot("dashboard-stale.png", &png);
+
+    assert_eq!(page.errors(), Vec::<String>::new(), "errors in the page");
 }

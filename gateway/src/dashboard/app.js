@@ -1,17 +1,25 @@
 // corral dashboard: signs in with the admin token, polls the admin API once a
-// second (projects table, summary and charts, the open project's detail) and
-// wires the console. Plain ES modules, no dependencies, no build step:
+// second (projects table, summary and charts, gateway events, the open
+// project's detail), greys everything out while the gateway cannot be
+// reached, and wires the console. Plain ES modules, no dependencies, no
+// build step:
 //   util.js        DOM and formatting helpers
 //   api.js         admin API fetches, token storage
-//   table.js       the projects table, updated in place
-//   stats.js       summary chips and charts from /v1/stats
+//   table.js       the projects table (every project directory), sortable
+//   actions.js     start / stop / restart / abort, with a confirmation
+//   stats.js       summary chips and charts from /v1/stats (chart.js draws)
+//   history.js     per-project charts from successive polls
+//   events.js      the tail of gateway events
 //   detail.js      one project's detail and actions
 //   console.js     the project WebSocket; transcript.js renders its stream,
 //                  wire.js speaks the gateway's dialect
 
+import { initActions } from "./actions.js";
 import { ADMIN_KEY, CLIENT_KEY, api, signedIn, Unauthorized } from "./api.js";
 import { forgetClientToken, initConsole, openConsole } from "./console.js";
 import { closeDetail, initDetail, refreshDetail, selectProject } from "./detail.js";
+import { pollEvents, resetEvents } from "./events.js";
+import { drawProjectCharts, recordProjects, resetHistory } from "./history.js";
 import { drawCharts, recordStats, resetStats } from "./stats.js";
 import { clearProjects, initTable, renderProjects } from "./table.js";
 import { $, setText, switchTab } from "./util.js";
@@ -20,7 +28,8 @@ const POLL_MS = 1000;
 const REFUSED = "The gateway refused the admin token. Enter it again.";
 
 // Bumped to cancel the running poll loop (sign out, refused token).
-const poll = { timer: 0, generation: 0 };
+// `inFlight`: a refresh is under way; `soon`: the next one starts at once.
+const poll = { timer: 0, generation: 0, inFlight: false, soon: false };
 
 // ---------------------------------------------------------------- session
 
@@ -32,6 +41,9 @@ function showSignIn(message) {
   $("sign-out").hidden = !sessionStorage.getItem(CLIENT_KEY);
   setText($("token-message"), message || "");
   resetStats();
+  resetHistory();
+  resetEvents();
+  setStale(false);
   setPollStatus("", "");
   $("token-input").focus();
 }
@@ -72,21 +84,46 @@ function stopPolling() {
   clearTimeout(poll.timer);
 }
 
-// One refresh: projects, stats and the open detail in parallel; then the
-// next one, a second after this one started.
+// Since when the gateway could not be reached (null: it answers). While
+// it cannot, the page keeps the last numbers, greyed, under a banner.
+let unreachableSince = null;
+
+function setStale(stale) {
+  if (stale && unreachableSince === null) unreachableSince = new Date();
+  if (!stale) unreachableSince = null;
+  document.body.classList.toggle("stale", stale);
+  const banner = $("stale-banner");
+  banner.hidden = !stale;
+  if (stale) {
+    const since = unreachableSince.toLocaleTimeString([], { hour12: false });
+    setText(
+      banner,
+      "Gateway unreachable since " + since + ". Everything below is as it was then and may be " +
+        "out of date; retrying every second.",
+    );
+  }
+}
+
+// One refresh: projects (every directory), stats, events and the open
+// detail in parallel; then the next one, a second after this one started.
 async function tick(generation) {
   const started = performance.now();
+  poll.inFlight = true;
   try {
     const [projects, stats] = await Promise.all([
-      api("GET", "/v1/projects"),
+      api("GET", "/v1/projects?all=true"),
       api("GET", "/v1/stats"),
+      pollEvents(),
       refreshDetail(),
     ]);
     if (generation !== poll.generation) return;
     if (projects.ok && projects.body && Array.isArray(projects.body.projects)) {
       renderProjects(projects.body.projects);
+      recordProjects(projects.body.projects);
     }
     if (stats.ok && stats.body) recordStats(stats.body);
+    // A proxy in front answers 502-504 when the gateway behind it is down.
+    setStale(projects.status >= 502 && projects.status <= 504);
     if (projects.ok && stats.ok) setPollStatus("live", "ok");
     else setPollStatus("API error (HTTP " + (projects.ok ? stats.status : projects.status) + ")", "warn");
   } catch (err) {
@@ -95,11 +132,41 @@ async function tick(generation) {
       showSignIn("The gateway refused the admin token (" + err.message + "). Enter it again.");
       return;
     }
+    setStale(true);
     setPollStatus("gateway unreachable, retrying", "warn");
   }
   if (generation !== poll.generation) return;
+  poll.inFlight = false;
   const elapsed = performance.now() - started;
-  poll.timer = setTimeout(() => tick(generation), Math.max(100, POLL_MS - elapsed));
+  const delay = poll.soon ? 0 : Math.max(100, POLL_MS - elapsed);
+  poll.soon = false;
+  poll.timer = setTimeout(() => tick(generation), delay);
+}
+
+// The next refresh now (after an action), or as soon as the one under way
+// has finished.
+function refreshSoon() {
+  poll.soon = true;
+  if (poll.inFlight || !signedIn()) return;
+  clearTimeout(poll.timer);
+  poll.timer = setTimeout(() => tick(poll.generation), 0);
+}
+
+// /metrics needs the admin token, which a plain link cannot send: fetch it
+// and show the text in a new tab.
+async function openMetrics(event) {
+  event.preventDefault();
+  try {
+    const token = sessionStorage.getItem(ADMIN_KEY) || "";
+    const res = await fetch("/metrics", { headers: { Authorization: "Bearer " + token }, cache: "no-store" });
+    const text = res.ok ? await res.text() : "GET /metrics answered HTTP " + res.status + "\n" + (await res.text());
+    const url = URL.createObjectURL(new Blob([text], { type: "text/plain; charset=utf-8" }));
+    const link = Object.assign(document.createElement("a"), { href: url, target: "_blank", rel: "noopener" });
+    link.click();
+    setTimeout(() => URL.revokeObjectURL(url), 60000);
+  } catch (_) {
+    setPollStatus("cannot fetch /metrics: gateway unreachable", "warn");
+  }
 }
 
 // ------------------------------------------------------------------ start
@@ -118,9 +185,15 @@ $("token-form").addEventListener("submit", (event) => {
 $("sign-out").addEventListener("click", signOut);
 $("tab-detail").addEventListener("click", () => switchTab("detail"));
 $("tab-console").addEventListener("click", () => switchTab("console"));
-window.addEventListener("resize", drawCharts);
+window.addEventListener("resize", () => {
+  drawCharts();
+  drawProjectCharts();
+});
+$("tab-detail").addEventListener("click", drawProjectCharts);
+$("metrics-link").addEventListener("click", openMetrics);
 
-initTable(selectProject);
+initActions(() => showSignIn(REFUSED));
+initTable(selectProject, refreshSoon);
 initDetail({ onUnauthorized: () => showSignIn(REFUSED), onOpenConsole: openConsole });
 initConsole();
 if (signedIn()) showLive();

@@ -1,7 +1,10 @@
 // The detail pane (#detail) of one project: its fields, attached clients and
-// stderr tail from /v1/projects/{p}, and the Restart / Stop / Abort buttons.
+// stderr tail from /v1/projects/{p}, its charts (history.js), and the Start
+// (when it does not run) or Restart / Stop / Abort buttons.
 
+import { runAction } from "./actions.js";
 import { api, signedIn, Unauthorized } from "./api.js";
+import { showProjectCharts } from "./history.js";
 import { rowData, markSelected } from "./table.js";
 import {
   $, el, setText, isNum, fmtDuration, fmtCount, fmtCost, fmtBytes, stateClass, describeExit,
@@ -23,8 +26,10 @@ export function selectProject(project) {
   setText($("detail-name"), project);
   setText($("detail-result"), "");
   const known = rowData(project);
-  if (known) renderDetail(known);
+  if (known && known.running === false) renderGone(project);
+  else if (known) renderDetail(known);
   switchTab("detail");
+  showProjectCharts(project);
   refreshDetail().catch((err) => {
     if (err instanceof Unauthorized) hooks.onUnauthorized();
   });
@@ -32,6 +37,7 @@ export function selectProject(project) {
 
 export function closeDetail() {
   current = null;
+  showProjectCharts(null);
   markSelected(null);
   $("detail-placeholder").hidden = false;
   $("detail-body").hidden = true;
@@ -59,7 +65,15 @@ function field(list, label, value) {
   list.appendChild(el("dd", null, value));
 }
 
+// Start for a project that does not run; the others for one that does.
+function showActions(running) {
+  document.querySelectorAll("#detail [data-action]").forEach((button) => {
+    button.hidden = (button.dataset.action === "start") === running;
+  });
+}
+
 function renderDetail(p) {
+  showActions(true);
   const badge = $("detail-state");
   setText(badge, String(p.state || "–"));
   badge.className = "badge " + stateClass(p.state);
@@ -110,17 +124,19 @@ function renderStderr(lines) {
 
 // A 404: no child runs. The last stderr stays, as it may say why.
 function renderGone(project) {
+  showActions(false);
   const badge = $("detail-state");
-  setText(badge, "not running");
-  badge.className = "badge state-exited";
+  setText(badge, "stopped");
+  badge.className = "badge state-stopped";
   const list = document.createDocumentFragment();
   field(list, "Project", project);
-  field(list, "Status", "no child runs; it starts when a client connects");
+  field(list, "Status", "no agent runs; press Start, or connect a client");
   $("detail-fields").replaceChildren(list);
   $("detail-clients").replaceChildren();
 }
 
-// POSTs restart / stop / abort and shows the outcome under the buttons.
+// Runs start / restart / stop / abort (asking first where needed) and
+// shows the outcome under the buttons.
 async function projectAction(action) {
   const project = current;
   if (!project) return;
@@ -130,18 +146,15 @@ async function projectAction(action) {
   result.className = "message";
   setText(result, action + " " + project + "…");
   try {
-    const res = await api("POST", projectPath(project, "/" + action));
-    const error = res.body && res.body.error ? String(res.body.error) : "HTTP " + res.status;
-    result.className = "message " + (res.ok ? "ok" : "err");
-    setText(result, action + " " + project + (res.ok ? ": accepted" : " failed: " + error));
-    refreshDetail().catch(() => {});
-  } catch (err) {
-    if (err instanceof Unauthorized) {
-      hooks.onUnauthorized();
+    const outcome = await runAction(action, project);
+    if (current !== project) return;
+    if (!outcome) {
+      setText(result, "");
       return;
     }
-    result.className = "message err";
-    setText(result, action + " " + project + " failed: gateway unreachable");
+    result.className = "message " + (outcome.ok ? "ok" : "err");
+    setText(result, outcome.text);
+    refreshDetail().catch(() => {});
   } finally {
     buttons.forEach((b) => (b.disabled = false));
   }

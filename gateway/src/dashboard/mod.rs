@@ -26,9 +26,14 @@ const INDEX_HTML: &str = include_str!("index.html");
 /// Everything under `/assets/`: (file name, content type, body).
 const ASSETS: &[(&str, &str, &str)] = &[
     ("app.js", JS, include_str!("app.js")),
+    ("actions.js", JS, include_str!("actions.js")),
     ("api.js", JS, include_str!("api.js")),
+    ("chart.js", JS, include_str!("chart.js")),
     ("console.js", JS, include_str!("console.js")),
     ("detail.js", JS, include_str!("detail.js")),
+    ("events.js", JS, include_str!("events.js")),
+    ("history.js", JS, include_str!("history.js")),
+    ("refusal.js", JS, include_str!("refusal.js")),
     ("stats.js", JS, include_str!("stats.js")),
     ("table.js", JS, include_str!("table.js")),
     ("transcript.js", JS, include_str!("transcript.js")),
@@ -162,6 +167,12 @@ mod tests {
             "console-send",
             "console-abort",
             "console-output",
+            "table-scroll",
+            "stale-banner",
+            "events",
+            "confirm",
+            "metrics-link",
+            "project-charts",
         ] {
             assert!(
                 INDEX_HTML.contains(&format!("id=\"{id}\"")),

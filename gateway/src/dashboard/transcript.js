@@ -161,3 +161,40 @@ export function renderEvent(frame) {
       if (!QUIET_EVENTS.has(frame.type)) notice("event: " + frame.type);
   }
 }
+
+// One message of a `get_messages` answer (zut's blocks, or Zi's with
+// `toolCall` / `arguments` / role `toolResult`) as transcript blocks.
+function renderMessage(m) {
+  if (!m || typeof m !== "object") return;
+  const blocks = typeof m.content === "string" ? [{ type: "text", text: m.content }] : m.content;
+  if (m.role === "toolResult" || m.role === "tool") {
+    const title = (m.isError || m.is_error ? "error · " : "result · ") + String(m.toolName || "tool");
+    addBlock(m.isError || m.is_error ? "result err" : "result", title, clip(contentText(blocks)) || "(no output)");
+    return;
+  }
+  for (const b of Array.isArray(blocks) ? blocks : []) {
+    if (!b || typeof b !== "object") continue;
+    if (b.type === "text" && String(b.text ?? "").trim()) {
+      if (m.role === "user") addBlock("user", "you", String(b.text));
+      else addBlock("assistant", null, String(b.text));
+    } else if (b.type === "thinking") {
+      addBlock("thinking", "thinking", String(b.thinking ?? b.text ?? ""));
+    } else if (b.type === "tool_call" || b.type === "toolCall") {
+      const name = String(b.name);
+      const block = addBlock("tool", "tool call · " + name, JSON.stringify(b.args ?? b.arguments ?? {}, null, 2));
+      tools.set(String(b.id), { name, block, progress: null });
+    } else if (b.type === "tool_result") {
+      const tool = tools.get(String(b.call_id));
+      const title = (b.is_error ? "error · " : "result · ") + (tool ? tool.name : "tool");
+      addBlock(b.is_error ? "result err" : "result", title, clip(contentText(b.content)) || "(no output)");
+    }
+  }
+  if (m.errorMessage) addBlock("error", "turn failed", String(m.errorMessage));
+}
+
+// The conversation so far (a `get_messages` answer), oldest first.
+export function renderHistory(messages) {
+  endStream();
+  for (const m of messages) renderMessage(m);
+  endStream();
+}

@@ -3,7 +3,7 @@
 // markup.
 
 export const PROJECT_NAME = /^[A-Za-z0-9._-]{1,64}$/;
-const STATES = ["starting", "ready", "backoff", "failed", "stopping", "exited"];
+const STATES = ["starting", "ready", "backoff", "failed", "stopping", "exited", "stopped"];
 
 export const $ = (id) => document.getElementById(id);
 

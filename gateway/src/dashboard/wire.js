@@ -1,8 +1,12 @@
 // The console's side of the gateway's dialect (zut, letscode or zi, from
-// /v1/stats): the frames it sends (hello, prompt, abort), and what it
-// receives turned into the zut-shaped frames the console and transcript
-// handle: `response {id, command, success, error, data}` and zut events
-// (`text_delta`, `tool_call`, `turn_end`, `done`, ...).
+// /v1/stats): the frames it sends (hello with an optional resume point,
+// prompt, abort, the history request), and what it receives turned into
+// the zut-shaped frames the console and transcript handle:
+// `response {id, command, success, error, data}` and zut events
+// (`text_delta`, `tool_call`, `turn_end`, `done`, ...). `history(start)`
+// asks for the conversation (answered as a `get_messages` response with
+// `data.messages` and, for a paged answer, `data.next`); a dialect without
+// one has `history: null` and replays the gateway's event ring instead.
 
 // A wire for `dialect`; unknown names speak zut.
 export function createWire(dialect) {
@@ -33,9 +37,15 @@ function response(id, command, success, extra) {
   return Object.assign({ type: "response", id, command, success }, extra);
 }
 
+// `frame` with `key: seq` when `seq` is a resume point.
+function resumeAt(frame, key, seq) {
+  return Number.isInteger(seq) && seq >= 0 ? Object.assign(frame, { [key]: seq }) : frame;
+}
+
 function zutWire() {
   return {
-    hello: (token) => ({ id: "hello", type: "hello", token }),
+    hello: (token, seq) => resumeAt({ id: "hello", type: "hello", token }, "resume_after", seq),
+    history: () => ({ id: "history", type: "get_messages" }),
     prompt: (id, text) => ({ id, type: "prompt", message: text }),
     abort: (id) => ({ id, type: "abort" }),
     inbound: (frame) => [frame],
@@ -45,7 +55,8 @@ function zutWire() {
 function letscodeWire() {
   const pending = pendingRequests();
   return {
-    hello: (token) => ({ cmd: "hello", id: pending.note("hello", "hello"), token }),
+    hello: (token, seq) => resumeAt({ cmd: "hello", id: pending.note("hello", "hello"), token }, "resume_after", seq),
+    history: null,
     prompt: (id, text) => ({ cmd: "prompt", id: pending.note(id, "prompt"), text }),
     abort: (id) => ({ cmd: "abort", id: pending.note(id, "abort") }),
     inbound(frame) {
@@ -113,9 +124,11 @@ function ziWire() {
   const pending = pendingRequests();
   let model = null;
   const request = (id, method, params) => ({ version: 1, id: pending.note(id, method), method, params });
-  const commandName = (method) => (method === "session.prompt" ? "prompt" : method === "session.interrupt" ? "abort" : method);
+  const NAMES = { "session.prompt": "prompt", "session.interrupt": "abort", "session.get_messages": "get_messages" };
+  const commandName = (method) => NAMES[method] || method;
   return {
-    hello: (token) => request("hello", "connection.hello", { token }),
+    hello: (token, seq) => request("hello", "connection.hello", resumeAt({ token }, "resumeAfter", seq)),
+    history: (start) => request("history", "session.get_messages", { start: start || 0, limit: 100 }),
     prompt: (id, text) => request(id, "session.prompt", { delivery: "direct", text }),
     // Methods without parameters refuse even an empty `params`.
     abort: (id) => ({ version: 1, id: pending.note(id, "session.interrupt"), method: "session.interrupt" }),
@@ -130,6 +143,11 @@ function ziWire() {
           const method = pending.command(frame.id, true);
           if (method === "connection.hello") {
             return [response("hello", "hello", frame.ok === true, { data: { model }, error: errorText(frame) })];
+          }
+          if (method === "session.get_messages") {
+            const result = frame.result || {};
+            const data = { messages: result.messages, next: result.nextStart };
+            return [response(frame.id, "get_messages", frame.ok === true, { data, error: errorText(frame) })];
           }
           return [response(frame.id, commandName(method), frame.ok === true, { error: errorText(frame) })];
         }
