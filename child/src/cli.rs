@@ -1,5 +1,5 @@
-//! Command-line interface: `corral-agent rpc`, `corral-agent run` and
-//! `corral-agent sandbox-probe`.
+//! Command-line interface: `corral-agent rpc`, `corral-agent run`,
+//! `corral-agent sandbox-probe` and `corral-agent sandbox-exec`.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -34,7 +34,8 @@ Exit codes:
   2   bad flags or setup: a missing API key, an unreadable journal, a prompt on
       stdin over 16 MiB
   75  the --session journal is in use by another agent process
-  78  --sandbox was asked for and this host cannot provide it (reason on stderr)";
+  78  --sandbox was asked for and this host cannot provide it (reason on stderr)
+  126, 127  sandbox-exec: CMD cannot be executed, or is not found";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -97,6 +98,48 @@ pub enum Mode {
         #[arg(long, value_enum, default_value_t = ToolNetwork::On)]
         tool_network: ToolNetwork,
     },
+    /// Run another program (a third-party agent) in the agent's sandbox.
+    ///
+    /// The same confinement as `rpc --sandbox`: user, mount, pid and ipc
+    /// namespaces, a private /tmp, hidden paths, Landlock (writes only in
+    /// --cwd, the --home directory and /tmp), no new privileges and no
+    /// capabilities; then CMD replaces the process in --cwd, with the
+    /// environment it was given (HOME set to --home). Exits as CMD does;
+    /// 78 with the reason on stderr when the sandbox cannot be set up, 127
+    /// when CMD is not found, 126 when it cannot be executed.
+    #[command(
+        after_help = "Example: corral-agent sandbox-exec --cwd ~/p --home /var/lib/corral/homes/p -- pi-acp"
+    )]
+    SandboxExec {
+        #[command(flatten)]
+        sandbox: SandboxExecArgs,
+        /// The command and its arguments, after --.
+        #[arg(last = true, required = true, value_name = "CMD")]
+        command: Vec<OsString>,
+    },
+}
+
+/// The flags of `sandbox-exec`: the sandbox flags of `rpc`, the project
+/// and the private home.
+#[derive(Debug, Clone, Args)]
+pub struct SandboxExecArgs {
+    /// Accepted for the same command line as rpc; sandbox-exec always confines.
+    #[arg(long)]
+    pub sandbox: bool,
+    /// A path made empty and unreadable inside (repeatable).
+    #[arg(long = "sandbox-hide", value_name = "PATH")]
+    pub sandbox_hide: Vec<PathBuf>,
+    /// Only on: CMD is the agent itself and needs the network for its
+    /// model, and its tool commands cannot be told apart from it.
+    #[arg(long, value_enum, default_value_t = ToolNetwork::On)]
+    pub tool_network: ToolNetwork,
+    /// The project: CMD runs here, and may write here (default: the current directory).
+    #[arg(long, value_name = "DIR")]
+    pub cwd: Option<PathBuf>,
+    /// A private home for CMD's own state: created (0700) if missing,
+    /// writable inside even under a hidden path, and CMD's HOME.
+    #[arg(long, value_name = "DIR")]
+    pub home: Option<PathBuf>,
 }
 
 impl Mode {
@@ -104,7 +147,7 @@ impl Mode {
     pub fn agent_args(&self) -> Option<&AgentArgs> {
         match self {
             Mode::Rpc { agent, .. } | Mode::Run { agent, .. } => Some(agent),
-            Mode::SandboxProbe { .. } => None,
+            Mode::SandboxProbe { .. } | Mode::SandboxExec { .. } => None,
         }
     }
 }
@@ -211,6 +254,38 @@ pub fn mode_flag_as_subcommand(mut args: Vec<OsString>) -> Vec<OsString> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sandbox_exec_takes_the_sandbox_flags_and_a_command_after_dashes() {
+        let cli = parse(&[
+            "sandbox-exec",
+            "--sandbox",
+            "--sandbox-hide",
+            "/state",
+            "--cwd",
+            "/p",
+            "--home",
+            "/state/homes/p",
+            "--",
+            "pi-acp",
+            "--verbose",
+        ])
+        .unwrap();
+        let Mode::SandboxExec { sandbox, command } = cli.mode else {
+            panic!("not sandbox-exec");
+        };
+        assert_eq!(sandbox.sandbox_hide, [PathBuf::from("/state")]);
+        assert_eq!(sandbox.cwd, Some(PathBuf::from("/p")));
+        assert_eq!(sandbox.home, Some(PathBuf::from("/state/homes/p")));
+        assert_eq!(sandbox.tool_network, ToolNetwork::On);
+        assert_eq!(command, ["pi-acp", "--verbose"].map(OsString::from));
+        let err = parse(&["sandbox-exec", "--cwd", "/p"]).unwrap_err();
+        assert!(err.to_string().contains("<CMD>"), "{err}");
+        assert!(
+            parse(&["sandbox-exec", "pi-acp"]).is_err(),
+            "CMD only after --"
+        );
+    }
 
     fn rewritten(args: &[&str]) -> Result<Cli, clap::Error> {
         let args = std::iter::once("corral-agent")

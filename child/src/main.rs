@@ -1,5 +1,6 @@
 //! `corral-agent`: `rpc` serves an RPC dialect on stdio; `run` answers one
-//! prompt; `sandbox-probe` checks the sandbox works on this host.
+//! prompt; `sandbox-probe` checks the sandbox works on this host;
+//! `sandbox-exec` runs another program in the same sandbox.
 //!
 //! stdout belongs to the protocol (or, in `run`, to the reply text); logs go
 //! to stderr, filtered by `CORRAL_LOG` (default `warn`). Start order: the
@@ -13,7 +14,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use corral_agent::agent::{Agent, AgentEvent, Output, PermissionMode, RunKind, RunRequest};
-use corral_agent::cli::{self, AgentArgs, Cli, Dialect, Mode, ToolNetwork};
+use corral_agent::cli::{self, AgentArgs, Cli, Dialect, Mode, SandboxExecArgs, ToolNetwork};
 use corral_agent::rpc::{self, TransportOptions};
 use corral_agent::sandbox::{self, SandboxConfig, ToolConfinement};
 use corral_agent::setup::{self, Prepared, SetupError};
@@ -41,6 +42,9 @@ fn main() -> ExitCode {
             let code = sandbox::probe(sandbox_hide, *tool_network == ToolNetwork::On);
             let _ = std::io::stdout().flush();
             std::process::exit(i32::from(code));
+        }
+        Mode::SandboxExec { sandbox, command } => {
+            std::process::exit(i32::from(sandbox_exec(sandbox, command)));
         }
         Mode::Rpc { agent, .. } | Mode::Run { agent, .. } => match prepare(agent) {
             Ok(prepared) => prepared,
@@ -79,7 +83,9 @@ fn main() -> ExitCode {
                 rpc_mode(&agent, prepared, dialect, token, transport).await
             }
             Mode::Run { agent, prompt } => run_mode(&agent, prepared, prompt).await,
-            Mode::SandboxProbe { .. } => unreachable!("the probe exits before the runtime starts"),
+            Mode::SandboxProbe { .. } | Mode::SandboxExec { .. } => {
+                unreachable!("the sandbox commands exit before the runtime starts")
+            }
         }
     });
     // Exit directly: the runtime would otherwise wait for the blocking
@@ -124,6 +130,32 @@ fn prepare(args: &mut AgentArgs) -> Result<Prepared, u8> {
         journal,
         tool_confinement: confined.tools,
     })
+}
+
+/// `sandbox-exec`: returns only on failure, with the exit code.
+fn sandbox_exec(args: &SandboxExecArgs, command: &[std::ffi::OsString]) -> u8 {
+    if args.tool_network == ToolNetwork::Off {
+        eprintln!(
+            "corral-agent: sandbox-exec --tool-network off: the command is the agent itself, \
+             which needs the network for its model, and its tool commands cannot be cut off \
+             separately; use --tool-network on"
+        );
+        return 2;
+    }
+    let project = match setup::resolve_cwd(args.cwd.as_deref()) {
+        Ok(project) => project,
+        Err(e) => {
+            eprintln!("corral-agent: {e}");
+            return e.exit_code();
+        }
+    };
+    match SandboxConfig::new(&project, &args.sandbox_hide, true) {
+        Ok(config) => sandbox::exec(config, args.home.as_deref(), command),
+        Err(e) => {
+            eprintln!("corral-agent: {e}");
+            sandbox::EXIT_SANDBOX_UNAVAILABLE
+        }
+    }
 }
 
 fn init_logging() {

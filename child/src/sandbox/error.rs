@@ -23,6 +23,19 @@ pub enum SandboxError {
         path: PathBuf,
         source: std::io::Error,
     },
+    /// A further writable directory (`sandbox-exec --home`) is unusable.
+    #[error("the sandbox cannot use the directory {path}: {source}")]
+    Directory {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// A further writable directory holds the project (or is `/`): more
+    /// than the project would be writable.
+    #[error(
+        "the sandbox cannot make {0} writable: it holds the project, so more than the project \
+         would be writable"
+    )]
+    AroundProject(PathBuf),
     /// Threads already exist, so namespaces and fork are unsafe.
     #[error("the sandbox must be entered before any thread starts ({0} threads run)")]
     Threads(usize),

@@ -5,6 +5,7 @@
 //! [`enter`] returns in the confined agent process only.
 
 mod error;
+mod exec;
 mod mounts;
 mod namespaces;
 mod plan;
@@ -17,6 +18,7 @@ mod tree;
 use std::path::{Path, PathBuf};
 
 pub use error::SandboxError;
+pub use exec::{exec, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND};
 pub use probe::probe;
 pub use tool::ToolConfinement;
 
@@ -58,6 +60,9 @@ impl Missing {
 pub struct SandboxConfig {
     /// The canonical project directory: readable and writable inside.
     project: PathBuf,
+    /// Further canonical directories writable inside (the private home of
+    /// `sandbox-exec`), none inside the project.
+    writable: Vec<PathBuf>,
     /// Existing paths to hide, canonical.
     hides: Vec<Hide>,
     /// Whether tool commands keep the network.
@@ -96,14 +101,48 @@ impl SandboxConfig {
             .collect();
         Ok(SandboxConfig {
             project,
+            writable: Vec::new(),
             hides,
             tool_network,
             simulate: Missing::from_env(),
         })
     }
 
+    /// Makes the existing directory `dir` writable inside too, visible even
+    /// where a hide covers it (`sandbox-exec --home`).
+    pub fn writable_too(mut self, dir: &Path) -> Result<SandboxConfig, SandboxError> {
+        let dir = dir
+            .canonicalize()
+            .map_err(|source| SandboxError::Directory {
+                path: dir.to_path_buf(),
+                source,
+            })?;
+        if !dir.is_dir() {
+            return Err(SandboxError::Directory {
+                path: dir,
+                source: std::io::Error::from(std::io::ErrorKind::NotADirectory),
+            });
+        }
+        if dir.starts_with(&self.project) || self.writable.contains(&dir) {
+            return Ok(self);
+        }
+        if self.project.starts_with(&dir) {
+            return Err(SandboxError::AroundProject(dir));
+        }
+        self.writable.push(dir);
+        Ok(self)
+    }
+
     pub fn project(&self) -> &Path {
         &self.project
+    }
+
+    /// The writable directories: the project first.
+    fn writable(&self) -> Vec<PathBuf> {
+        std::iter::once(&self.project)
+            .chain(&self.writable)
+            .cloned()
+            .collect()
     }
 }
 
@@ -131,7 +170,8 @@ pub fn enter(config: &SandboxConfig) -> Result<Confined, SandboxError> {
         .filter_map(|dir| Path::new(dir).canonicalize().ok())
         .filter(|dir| dir.is_dir())
         .collect();
-    let mounts = MountPlan::new(&config.project, &scratch, &config.hides);
+    let writable = config.writable();
+    let mounts = MountPlan::new(&writable, &scratch, &config.hides);
     namespaces::enter(config.simulate == Some(Missing::UserNamespace))?;
     tree::start(|| {
         mounts::apply(&mounts)?;
@@ -140,7 +180,7 @@ pub fn enter(config: &SandboxConfig) -> Result<Confined, SandboxError> {
             path: config.project.clone(),
             source,
         })?;
-        let mut writable = vec![config.project.clone()];
+        let mut writable = writable;
         writable.extend(scratch.iter().cloned());
         let rules = RulePlan::new(&top_level_entries(), &existing_devices(), &writable);
         let _ = nix::sys::prctl::set_no_new_privs();

@@ -1,8 +1,12 @@
 //! Carries out a [`MountPlan`] inside init's new mount namespace: a private
-//! root, a fresh `/proc`, private scratch tmpfs, hides, and the project
-//! bound back from the working directory (which still names the real one).
+//! root, a fresh `/proc`, private scratch tmpfs, hides, and the writable
+//! directories (the project, a private home) bound back from handles opened
+//! before the first mount, while their paths still name the real ones.
 
-use std::path::Path;
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
 use nix::mount::{mount, MsFlags};
@@ -14,13 +18,55 @@ use super::SandboxError;
 /// once the project is bound back into it, if it must be).
 const HIDE_OPTIONS: &str = "mode=0755,size=16k";
 
-/// Makes every mount of `plan`, in order. The working directory must be the
-/// project directory.
+/// Makes every mount of `plan`, in order.
 pub fn apply(plan: &MountPlan) -> Result<(), SandboxError> {
-    plan.steps.iter().try_for_each(apply_step)
+    let sources = Sources::open(plan)?;
+    plan.steps
+        .iter()
+        .try_for_each(|step| apply_step(step, &sources))
 }
 
-fn apply_step(step: &MountStep) -> Result<(), SandboxError> {
+/// The real directories of the plan's [`MountStep::Expose`] steps, opened
+/// before any mount covers their paths, and the working directory to come
+/// back to after binding each.
+struct Sources {
+    origin: File,
+    dirs: Vec<(PathBuf, File)>,
+}
+
+impl Sources {
+    fn open(plan: &MountPlan) -> Result<Sources, SandboxError> {
+        let origin = open_dir(Path::new("."), "the working directory")?;
+        let dirs = plan
+            .steps
+            .iter()
+            .filter_map(|step| match step {
+                MountStep::Expose(dir) => Some(dir),
+                _ => None,
+            })
+            .map(|dir| Ok((dir.clone(), open_dir(dir, &dir.display().to_string())?)))
+            .collect::<Result<_, SandboxError>>()?;
+        Ok(Sources { origin, dirs })
+    }
+
+    fn get(&self, dir: &Path) -> Option<&File> {
+        self.dirs.iter().find(|(d, _)| d == dir).map(|(_, f)| f)
+    }
+}
+
+/// A handle on `dir` that only names it (`O_PATH`): no read right needed.
+fn open_dir(dir: &Path, what: &str) -> Result<File, SandboxError> {
+    File::options()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC)
+        .open(dir)
+        .map_err(|e| SandboxError::Mount {
+            what: format!("{what}, which cannot be opened"),
+            source: Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
+        })
+}
+
+fn apply_step(step: &MountStep, sources: &Sources) -> Result<(), SandboxError> {
     let none = None::<&str>;
     let safe = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
     match step {
@@ -68,7 +114,7 @@ fn apply_step(step: &MountStep) -> Result<(), SandboxError> {
                 "/dev/null over the hidden {}",
                 file.display()
             ))),
-        MountStep::ExposeProject(dir) => expose(dir),
+        MountStep::Expose(dir) => expose(dir, sources),
     }
 }
 
@@ -77,23 +123,34 @@ fn tmpfs(dir: &Path, flags: MsFlags, options: &str, what: &str) -> Result<(), Sa
         .map_err(failed(&format!("{what} {}", dir.display())))
 }
 
-/// Binds the working directory (the real project) onto `dir`, creating
-/// its path inside the tmpfs that covers it.
-fn expose(dir: &Path) -> Result<(), SandboxError> {
-    let what = format!("the project directory back on {}", dir.display());
+/// Binds the real directory `dir` back onto its path, creating that path
+/// inside the tmpfs that covers it. The bind's source is the directory's
+/// handle, entered as the working directory for the moment of the mount.
+fn expose(dir: &Path, sources: &Sources) -> Result<(), SandboxError> {
+    let what = format!("the directory {} back in place", dir.display());
+    let Some(source) = sources.get(dir) else {
+        return Err(SandboxError::Mount {
+            what,
+            source: Errno::ENOENT,
+        });
+    };
     std::fs::create_dir_all(dir).map_err(|e| SandboxError::Mount {
         what: what.clone(),
         source: Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
     })?;
-    // Recursive: mounts below the project stay as they were.
-    mount(
+    nix::unistd::fchdir(source.as_raw_fd()).map_err(failed(&what))?;
+    // Recursive: mounts below the directory stay as they were.
+    let bound = mount(
         Some("."),
         dir,
         None::<&str>,
         MsFlags::MS_BIND | MsFlags::MS_REC,
         None::<&str>,
     )
-    .map_err(failed(&what))
+    .map_err(failed(&what));
+    nix::unistd::fchdir(sources.origin.as_raw_fd())
+        .map_err(failed("the working directory back"))?;
+    bound
 }
 
 fn failed(what: &str) -> impl FnOnce(Errno) -> SandboxError + '_ {

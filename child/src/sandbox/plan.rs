@@ -39,8 +39,9 @@ pub enum MountStep {
     HideDirectoryInScratch(PathBuf),
     /// `/dev/null` bound over a hidden file.
     HideFile(PathBuf),
-    /// The project directory bound back where a covering tmpfs hid it.
-    ExposeProject(PathBuf),
+    /// A writable directory (the project, or a private home of
+    /// `sandbox-exec`) bound back where a covering tmpfs hid it.
+    Expose(PathBuf),
     /// A hide's tmpfs made read-only, once everything below it is in place.
     Seal(PathBuf),
 }
@@ -52,33 +53,38 @@ pub struct MountPlan {
 }
 
 impl MountPlan {
-    /// Plans the view for `project` with the scratch directories that exist
+    /// Plans the view for the `writable` directories (the project first,
+    /// then any private home) with the scratch directories that exist
     /// (`/tmp`, `/dev/shm`) and the paths to hide. Paths must be canonical.
     ///
     /// A hide inside a hidden directory is skipped (it no longer exists in
     /// that view). A hidden directory under a scratch directory is made
     /// again inside the scratch tmpfs and covered there; a hidden file
-    /// there simply no longer exists. Hides inside the project are applied
-    /// after the project is exposed again, so the project's own hidden
-    /// parts stay hidden. A hide that covers the project (or is the
-    /// project) hides everything around it; the project is bound back.
-    /// Last, every hidden directory is made read-only.
-    pub fn new(project: &Path, scratch: &[PathBuf], hides: &[Hide]) -> MountPlan {
+    /// there simply no longer exists. Hides inside a writable directory are
+    /// applied after it is exposed again, so its own hidden parts stay
+    /// hidden. A hide that covers a writable directory (or is one) hides
+    /// everything around it; the directory is bound back. Last, every
+    /// hidden directory is made read-only.
+    pub fn new(writable: &[PathBuf], scratch: &[PathBuf], hides: &[Hide]) -> MountPlan {
         let mut steps = vec![MountStep::PrivateRoot, MountStep::Proc];
         for dir in scratch {
             steps.push(MountStep::Scratch(dir.clone()));
         }
         let scratch: Vec<&Path> = scratch.iter().map(PathBuf::as_path).collect();
-        let inside_project = |h: &&Hide| h.path != project && h.path.starts_with(project);
+        let inside_writable = |h: &&Hide| {
+            writable
+                .iter()
+                .any(|w| h.path != *w && h.path.starts_with(w))
+        };
         let (mut inner, mut outer): (Vec<&Hide>, Vec<&Hide>) =
-            hides.iter().partition(inside_project);
+            hides.iter().partition(inside_writable);
         outer.sort_by_key(|h| h.path.components().count());
         inner.sort_by_key(|h| h.path.components().count());
         let mut hidden = Vec::new();
         push_hides(&mut steps, &mut hidden, &scratch, &outer);
         let covered = |p: &Path| scratch.iter().chain(&hidden).any(|c| p.starts_with(c));
-        if covered(project) {
-            steps.push(MountStep::ExposeProject(project.to_path_buf()));
+        for dir in writable.iter().filter(|dir| covered(dir)) {
+            steps.push(MountStep::Expose(dir.clone()));
         }
         let mut hidden_inside = Vec::new();
         push_hides(&mut steps, &mut hidden_inside, &[], &inner);
@@ -198,7 +204,7 @@ mod tests {
 
     #[test]
     fn fixed_steps_come_first() {
-        let plan = MountPlan::new(Path::new("/srv/p"), &scratch(), &[]);
+        let plan = MountPlan::new(&["/srv/p".into()], &scratch(), &[]);
         assert_eq!(
             plan.steps,
             vec![
@@ -217,14 +223,14 @@ mod tests {
             dir("/srv/projects"),
             file("/etc/corral.toml"),
         ];
-        let plan = MountPlan::new(Path::new("/srv/projects/a"), &scratch(), &hides);
+        let plan = MountPlan::new(&["/srv/projects/a".into()], &scratch(), &hides);
         assert_eq!(
             after_scratch(&plan),
             [
                 MountStep::HideDirectory("/srv/state".into()),
                 MountStep::HideDirectory("/srv/projects".into()),
                 MountStep::HideFile("/etc/corral.toml".into()),
-                MountStep::ExposeProject("/srv/projects/a".into()),
+                MountStep::Expose("/srv/projects/a".into()),
                 MountStep::Seal("/srv/state".into()),
                 MountStep::Seal("/srv/projects".into()),
             ]
@@ -238,13 +244,13 @@ mod tests {
             dir("/tmp/x/projects"),
             file("/tmp/x/token"),
         ];
-        let plan = MountPlan::new(Path::new("/tmp/x/projects/p"), &scratch(), &hides);
+        let plan = MountPlan::new(&["/tmp/x/projects/p".into()], &scratch(), &hides);
         assert_eq!(
             after_scratch(&plan),
             [
                 MountStep::HideDirectoryInScratch("/tmp/x/journal".into()),
                 MountStep::HideDirectoryInScratch("/tmp/x/projects".into()),
-                MountStep::ExposeProject("/tmp/x/projects/p".into()),
+                MountStep::Expose("/tmp/x/projects/p".into()),
                 MountStep::Seal("/tmp/x/journal".into()),
                 MountStep::Seal("/tmp/x/projects".into()),
             ]
@@ -253,10 +259,10 @@ mod tests {
 
     #[test]
     fn a_project_under_tmp_is_exposed_again() {
-        let plan = MountPlan::new(Path::new("/tmp/x/project"), &scratch(), &[]);
+        let plan = MountPlan::new(&["/tmp/x/project".into()], &scratch(), &[]);
         assert_eq!(
             after_scratch(&plan),
-            [MountStep::ExposeProject("/tmp/x/project".into())]
+            [MountStep::Expose("/tmp/x/project".into())]
         );
     }
 
@@ -267,11 +273,11 @@ mod tests {
             dir("/tmp/p/.corral/sessions"),
             file("/tmp/p/s.jsonl"),
         ];
-        let plan = MountPlan::new(Path::new("/tmp/p"), &scratch(), &hides);
+        let plan = MountPlan::new(&["/tmp/p".into()], &scratch(), &hides);
         assert_eq!(
             after_scratch(&plan),
             [
-                MountStep::ExposeProject("/tmp/p".into()),
+                MountStep::Expose("/tmp/p".into()),
                 MountStep::HideDirectory("/tmp/p/.corral".into()),
                 MountStep::HideFile("/tmp/p/s.jsonl".into()),
                 MountStep::Seal("/tmp/p/.corral".into()),
@@ -282,7 +288,7 @@ mod tests {
     #[test]
     fn nested_hides_are_covered_by_the_outermost_whatever_the_order() {
         let hides = [dir("/srv/a/b"), dir("/srv/a"), file("/srv/a/b/c")];
-        let plan = MountPlan::new(Path::new("/home/p"), &scratch(), &hides);
+        let plan = MountPlan::new(&["/home/p".into()], &scratch(), &hides);
         assert_eq!(
             after_scratch(&plan),
             [
@@ -295,12 +301,50 @@ mod tests {
     #[test]
     fn hiding_the_project_itself_leaves_the_project_visible() {
         let hides = [dir("/srv/projects")];
-        let plan = MountPlan::new(Path::new("/srv/projects"), &scratch(), &hides);
+        let plan = MountPlan::new(&["/srv/projects".into()], &scratch(), &hides);
         assert_eq!(
             after_scratch(&plan),
             [
                 MountStep::HideDirectory("/srv/projects".into()),
-                MountStep::ExposeProject("/srv/projects".into()),
+                MountStep::Expose("/srv/projects".into()),
+                MountStep::Seal("/srv/projects".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_home_under_the_hidden_state_directory_is_exposed_after_the_project() {
+        let hides = [
+            dir("/srv/state"),
+            dir("/srv/projects"),
+            dir("/srv/state/homes/a/.ssh"),
+        ];
+        let writable = ["/srv/projects/a".into(), "/srv/state/homes/a".into()];
+        let plan = MountPlan::new(&writable, &scratch(), &hides);
+        assert_eq!(
+            after_scratch(&plan),
+            [
+                MountStep::HideDirectory("/srv/state".into()),
+                MountStep::HideDirectory("/srv/projects".into()),
+                MountStep::Expose("/srv/projects/a".into()),
+                MountStep::Expose("/srv/state/homes/a".into()),
+                MountStep::HideDirectory("/srv/state/homes/a/.ssh".into()),
+                MountStep::Seal("/srv/state".into()),
+                MountStep::Seal("/srv/projects".into()),
+                MountStep::Seal("/srv/state/homes/a/.ssh".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_home_nobody_hides_needs_no_mount() {
+        let writable = ["/srv/projects/a".into(), "/srv/home".into()];
+        let plan = MountPlan::new(&writable, &scratch(), &[dir("/srv/projects")]);
+        assert_eq!(
+            after_scratch(&plan),
+            [
+                MountStep::HideDirectory("/srv/projects".into()),
+                MountStep::Expose("/srv/projects/a".into()),
                 MountStep::Seal("/srv/projects".into()),
             ]
         );
@@ -309,7 +353,7 @@ mod tests {
     #[test]
     fn a_sibling_with_a_common_name_prefix_is_not_inside() {
         let hides = [dir("/srv/projects-old")];
-        let plan = MountPlan::new(Path::new("/srv/projects"), &[], &hides);
+        let plan = MountPlan::new(&["/srv/projects".into()], &[], &hides);
         assert_eq!(
             &plan.steps[2..],
             [

@@ -1,0 +1,86 @@
+//! `corral-agent sandbox-exec`: the agent's sandbox around another program
+//! (a third-party agent the gateway runs). The same confinement as
+//! `rpc --sandbox`: user, mount, pid and ipc namespaces, a private `/proc`,
+//! `/tmp` and `/dev/shm`, hidden paths, Landlock (writes only in the project,
+//! an optional private home and the scratch directories), no new privileges
+//! and an init that reaps; then every capability is dropped and the command
+//! replaces the process, as pid 2 of the new pid namespace, in the project.
+
+use std::ffi::OsString;
+use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+
+use super::{enter, sys, SandboxConfig, SandboxError, EXIT_SANDBOX_UNAVAILABLE};
+
+/// Exit code when the command cannot be found (as in a shell).
+pub const EXIT_NOT_FOUND: u8 = 127;
+/// Exit code when the command exists but cannot be executed.
+pub const EXIT_NOT_EXECUTABLE: u8 = 126;
+
+/// Runs `command` confined to `config`'s project. `home`, created (mode
+/// 0700) if missing, is writable inside and becomes the command's `HOME`.
+/// Returns only on failure, with the exit code; the reason is on stderr.
+pub fn exec(config: SandboxConfig, home: Option<&Path>, command: &[OsString]) -> u8 {
+    let Some((program, args)) = command.split_first() else {
+        eprintln!("corral-agent: sandbox-exec needs a command after --");
+        return 2;
+    };
+    let (config, home) = match confine(config, home) {
+        Ok(confined) => confined,
+        Err(e) => {
+            eprintln!("corral-agent: {e}");
+            return EXIT_SANDBOX_UNAVAILABLE;
+        }
+    };
+    let mut command = std::process::Command::new(program);
+    command.args(args).current_dir(config.project());
+    if let Some(home) = home {
+        command.env("HOME", home);
+    }
+    let error = command.exec();
+    eprintln!(
+        "corral-agent: sandbox-exec cannot execute {}: {error}",
+        Path::new(program).display()
+    );
+    match error.kind() {
+        std::io::ErrorKind::NotFound => EXIT_NOT_FOUND,
+        _ => EXIT_NOT_EXECUTABLE,
+    }
+}
+
+/// Enters the sandbox with `home` (created if missing) writable too, and
+/// drops every capability. Returns in the confined process (pid 2), with
+/// the canonical home.
+fn confine(
+    config: SandboxConfig,
+    home: Option<&Path>,
+) -> Result<(SandboxConfig, Option<PathBuf>), SandboxError> {
+    let (config, home) = match home {
+        None => (config, None),
+        Some(home) => {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(home)
+                .map_err(|source| SandboxError::Directory {
+                    path: home.to_path_buf(),
+                    source,
+                })?;
+            let home = home
+                .canonicalize()
+                .map_err(|source| SandboxError::Directory {
+                    path: home.to_path_buf(),
+                    source,
+                })?;
+            (config.writable_too(&home)?, Some(home))
+        }
+    };
+    enter(&config)?;
+    // A command running as uid 0 of the namespace would otherwise keep
+    // its capabilities there across exec.
+    sys::drop_capabilities().map_err(|e| {
+        SandboxError::NotConfined(format!("cannot drop capabilities before exec: {e}"))
+    })?;
+    Ok((config, home))
+}
