@@ -182,7 +182,9 @@ fn changes(before: &Seen, now: &HubStatus) -> Vec<Change> {
 }
 
 /// Follows one hub's status until the hub ends, recording what changed;
-/// the hub's last status says how its last child ended.
+/// the hub's last status says how its last child ended. The handle it
+/// holds does not keep the hub alive past a stop: hubs end when stopped
+/// (idle, admin, eviction, shutdown), not when their handles are dropped.
 pub async fn watch_hub(hub: HubHandle, log: Arc<EventLog>) {
     let mut seen = Seen::default();
     loop {

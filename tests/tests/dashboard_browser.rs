@@ -607,6 +607,23 @@ async fn every_project_is_listed_started_and_stopped_and_the_table_fits() {
     .unwrap();
     assert_eq!(gw.child_pids().len(), 2, "alpha and gamma run");
 
+    // A project's detail charts its own events, cost and restarts.
+    page.click(&format!("{} td.name", row_selector("alpha")))
+        .await
+        .unwrap();
+    page.wait_for(
+        &format!(
+            "{} === 'alpha' && {} === '0' && {}.endsWith('/s') && \
+             document.getElementById('pchart-events').width > 0",
+            text_of("#detail-name"),
+            text_of("#pchart-restarts-now"),
+            text_of("#pchart-events-now")
+        ),
+        "alpha's own charts in its detail",
+    )
+    .await
+    .unwrap();
+
     // Sorting by a column and back.
     page.click("th[data-sort=\"state\"] button").await.unwrap();
     let order = page
