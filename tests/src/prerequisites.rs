@@ -46,6 +46,22 @@ pub const PYTHON3: Prerequisite = Prerequisite {
     used_by: "the sandbox and limits suites (as a tool command)",
 };
 
+pub const NODE: Prerequisite = Prerequisite {
+    program: "node",
+    also_in: &["/usr/bin"],
+    packages: "nodejs npm",
+    used_by:
+        "tests/tests/acp_agent.rs and acp_third_party.rs (Node 20+: the ACP SDK client, pi-acp)",
+};
+
+pub const NPM: Prerequisite = Prerequisite {
+    program: "npm",
+    also_in: &["/usr/bin"],
+    packages: "npm",
+    used_by:
+        "tests/tests/acp_third_party.rs (npm ci of tests/acp_client and tests/acp_third_party)",
+};
+
 impl Prerequisite {
     /// The program's path, if it is installed.
     pub fn find(&self) -> Option<PathBuf> {

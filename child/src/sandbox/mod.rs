@@ -267,6 +267,29 @@ mod tests {
     }
 
     #[test]
+    fn a_further_writable_directory_may_not_hold_the_project() {
+        let dir = tempfile::tempdir().unwrap();
+        let project = dir.path().join("p");
+        let home = dir.path().join("home");
+        std::fs::create_dir_all(project.join("sub")).unwrap();
+        std::fs::create_dir(&home).unwrap();
+        let config = SandboxConfig::new(&project, &[], true).unwrap();
+        for around in [dir.path(), Path::new("/")] {
+            let err = config.clone().writable_too(around).unwrap_err();
+            assert!(matches!(err, SandboxError::AroundProject(_)), "{err}");
+        }
+        let err = config.clone().writable_too(&home.join("gone")).unwrap_err();
+        assert!(matches!(err, SandboxError::Directory { .. }), "{err}");
+        let config = config
+            .writable_too(&home)
+            .and_then(|c| c.writable_too(&home))
+            .and_then(|c| c.writable_too(&project.join("sub")))
+            .unwrap();
+        let real = |p: &Path| p.canonicalize().unwrap();
+        assert_eq!(config.writable(), [real(&project), real(&home)]);
+    }
+
+    #[test]
     fn missing_hides_are_dropped_and_kinds_recorded() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("f");

@@ -1,0 +1,217 @@
+//! A third-party ACP agent installed from npm: `pi-acp` over the pi coding
+//! agent (`tests/acp_third_party`, pinned), its model pointed at the mock
+//! LLM through pi's `models.json` in a private HOME, driven by the official
+//! SDK's `ClientSideConnection` (`tests/acp_client/prompt.mjs`): once
+//! directly, once under `corral-agent sandbox-exec` as the gateway runs it,
+//! where its tool commands reach only the project, its home and `/tmp`.
+//!
+//! Needs Node 20+ and npm (Debian: `nodejs npm`); `npm ci` runs here for
+//! either package folder whose `node_modules` is missing.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use corral_e2e::harness::workspace_bin;
+use corral_e2e::mock_llm::{MockLlm, Turn};
+use corral_e2e::prerequisites::{NODE, NPM};
+use serde_json::{json, Value};
+use tokio::process::Command;
+
+/// How long one client run may take (pi takes seconds to start).
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(120);
+
+const REPLY: &str = "Hi from the mock";
+
+fn package_dir(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(name)
+}
+
+/// Runs `npm ci` in `dir` unless `installed` (a path under node_modules)
+/// is there.
+fn npm_ci(dir: &Path, installed: &str) {
+    if dir.join("node_modules").join(installed).exists() {
+        return;
+    }
+    let status = std::process::Command::new(NPM.require())
+        .args(["ci", "--no-audit", "--no-fund"])
+        .current_dir(dir)
+        .status()
+        .expect("run npm ci");
+    assert!(status.success(), "npm ci in {} failed", dir.display());
+}
+
+/// The node binary, with the SDK client and pi-acp installed.
+fn node_ready() -> PathBuf {
+    let node = NODE.require();
+    npm_ci(&package_dir("acp_client"), "@agentclientprotocol/sdk");
+    npm_ci(&package_dir("acp_third_party"), ".bin/pi-acp");
+    node
+}
+
+/// The `.bin` folder holding `pi-acp` and `pi` (which pi-acp runs).
+fn pi_bin_dir() -> PathBuf {
+    package_dir("acp_third_party/node_modules/.bin")
+}
+
+/// A private HOME whose pi configuration knows one model, served by `mock`
+/// on the OpenAI Chat Completions wire format.
+fn pi_home(home: &Path, mock: &MockLlm) {
+    let agent = home.join(".pi/agent");
+    std::fs::create_dir_all(&agent).unwrap();
+    let models = json!({"providers": {"mock": {
+        "baseUrl": mock.openai_base_url(),
+        "api": "openai-completions",
+        "apiKey": "mock-key",
+        "compat": {"supportsDeveloperRole": false, "supportsReasoningEffort": false},
+        "models": [{"id": "mock-model"}],
+    }}});
+    std::fs::write(agent.join("models.json"), models.to_string()).unwrap();
+    let settings = json!({
+        "defaultProvider": "mock",
+        "defaultModel": "mock-model",
+        "quietStartup": true,
+    });
+    std::fs::write(agent.join("settings.json"), settings.to_string()).unwrap();
+}
+
+/// The prompt client's report after one prompt to `program args` in
+/// `project`, with only the environment given here.
+async fn prompt(node: &Path, program: &Path, args: Value, project: &Path, home: &Path) -> Value {
+    let path = format!(
+        "{}:{}",
+        pi_bin_dir().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let child = Command::new(node)
+        .arg(package_dir("acp_client").join("prompt.mjs"))
+        .env_clear()
+        .env("PATH", path)
+        .env("HOME", home)
+        .env("PI_OFFLINE", "1")
+        .env("ACP_AGENT", program)
+        .env("ACP_AGENT_ARGS", args.to_string())
+        .env("ACP_CWD", project)
+        .env("ACP_PROMPT", "check the sandbox")
+        .current_dir(package_dir("acp_client"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn node");
+    let output = tokio::time::timeout(CLIENT_TIMEOUT, child.wait_with_output())
+        .await
+        .expect("the ACP client timed out")
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "the ACP client failed; stdout: {stdout}"
+    );
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("no report ({e}): {stdout}"))
+}
+
+/// The mock saw pi's one request on the configured model and key.
+fn assert_one_request(mock: &MockLlm, count: usize) {
+    let requests = mock.requests();
+    assert_eq!(requests.len(), count, "{requests:?}");
+    for request in requests {
+        assert_eq!(request.path, "/v1/chat/completions");
+        assert_eq!(request.auth.as_deref(), Some("Bearer mock-key"));
+        assert_eq!(request.body["model"], "mock-model");
+    }
+    assert_eq!(mock.remaining(), 0, "every scripted turn was used");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pi_acp_answers_a_prompt_from_the_mock_llm() {
+    let node = node_ready();
+    let mock = MockLlm::start().await;
+    mock.push(Turn::text(REPLY));
+    let root = tempfile::tempdir().unwrap();
+    let (project, home) = (root.path().join("project"), root.path().join("home"));
+    std::fs::create_dir_all(&project).unwrap();
+    pi_home(&home, &mock);
+
+    let pi_acp = pi_bin_dir().join("pi-acp");
+    let report = prompt(&node, &pi_acp, json!([]), &project, &home).await;
+
+    assert_eq!(report["initialize"]["agentInfo"]["name"], "pi-acp");
+    assert_eq!(report["initialize"]["protocolVersion"], 1);
+    assert_eq!(
+        report["newSession"]["models"]["currentModelId"],
+        "mock/mock-model"
+    );
+    assert_eq!(report["stopReason"], "end_turn");
+    assert_eq!(report["text"].as_str().unwrap().trim(), REPLY, "{report}");
+    assert_eq!(report["exit"], 0);
+    assert_one_request(&mock, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pi_acp_under_sandbox_exec_answers_and_its_tools_stay_in_the_project() {
+    let node = node_ready();
+    let mock = MockLlm::start().await;
+    // Outside /tmp (which the sandbox replaces), laid out like the
+    // gateway's: the state directory and the projects root hidden, the
+    // home under the state directory.
+    let root = corral_e2e::dir_outside_tmp();
+    let path = |rel: &str| root.path().join(rel);
+    for dir in ["projects/a", "projects/b", "state/sessions", "outside"] {
+        std::fs::create_dir_all(path(dir)).unwrap();
+    }
+    std::fs::write(path("projects/b/secret.txt"), "other-project-secret").unwrap();
+    let (project, home) = (path("projects/a"), path("state/homes/a"));
+    pi_home(&home, &mock);
+    let escape = path("outside/escaped.txt");
+    let command = format!(
+        "echo in > inside.txt; echo \"home=$HOME\"; \
+         (echo x > {escape} && echo escaped) 2>/dev/null || echo write-denied; \
+         cat {secret} 2>/dev/null || echo secret-hidden",
+        escape = escape.display(),
+        secret = path("projects/b/secret.txt").display(),
+    );
+    mock.push(Turn::tool_call("bash", json!({ "command": command })));
+    mock.push(Turn::EchoToolResult {
+        prefix: "saw: ".into(),
+    });
+
+    let args = json!([
+        "sandbox-exec",
+        "--sandbox-hide",
+        path("state"),
+        "--sandbox-hide",
+        path("projects"),
+        "--cwd",
+        project,
+        "--home",
+        home,
+        "--",
+        pi_bin_dir().join("pi-acp"),
+    ]);
+    let agent = workspace_bin("corral-agent");
+    let report = prompt(&node, &agent, args, &project, &home).await;
+
+    assert_eq!(report["stopReason"], "end_turn", "{report}");
+    assert!(report["kinds"]
+        .as_array()
+        .unwrap()
+        .contains(&json!("tool_call")));
+    let text = report["text"].as_str().unwrap();
+    let home_line = format!("home={}", home.canonicalize().unwrap().display());
+    for needle in ["saw: ", &home_line, "write-denied", "secret-hidden"] {
+        assert!(text.contains(needle), "{needle:?} not in {text:?}");
+    }
+    assert!(!text.contains("other-project-secret"), "{text}");
+    assert_eq!(report["exit"], 0);
+    assert_eq!(
+        std::fs::read_to_string(project.join("inside.txt")).unwrap(),
+        "in\n"
+    );
+    assert!(!escape.exists(), "a write outside the project got through");
+    // pi kept its own state in the private home.
+    assert!(home.join(".pi/agent/sessions").is_dir());
+    assert_one_request(&mock, 2);
+}
