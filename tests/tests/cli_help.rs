@@ -18,6 +18,20 @@ fn help(bin: &str, args: &[&str]) -> String {
     String::from_utf8(output.stdout).unwrap()
 }
 
+/// The values clap lists for `--dialect` in a short help (`-h`).
+fn dialects(short_help: &str) -> Vec<String> {
+    let flag = short_help
+        .split("--dialect <")
+        .nth(1)
+        .expect("a --dialect flag");
+    let list = flag
+        .split("[possible values: ")
+        .nth(1)
+        .and_then(|rest| rest.split(']').next())
+        .expect("--dialect lists its values");
+    list.split(", ").map(str::to_string).collect()
+}
+
 fn assert_mentions(help: &str, needles: &[&str]) {
     for needle in needles {
         assert!(help.contains(needle), "help lacks {needle:?}:\n{help}");
@@ -45,6 +59,17 @@ fn corral_serve_help() {
             "zi (Zi RPC v1)",
         ],
     );
+    // Every dialect the flag takes is explained in the after-help text.
+    let values = dialects(&help("corral", &["serve", "-h"]));
+    assert!(values.len() >= 3, "{values:?}");
+    let paragraph = text.split("Dialects (--dialect):").nth(1).unwrap();
+    let paragraph = paragraph.split("\n\n").next().unwrap();
+    for dialect in &values {
+        assert!(
+            paragraph.contains(&format!("{dialect} (")),
+            "corral serve --help does not explain the dialect {dialect}: {paragraph}"
+        );
+    }
     // The short form names the required flags too.
     let short = help("corral", &["--help"]);
     assert_mentions(&short, &["--listen and --projects-root"]);
@@ -71,6 +96,15 @@ fn corral_agent_help() {
             "git diff | corral-agent run -",
         ],
     );
+    let values = dialects(&help("corral-agent", &["rpc", "-h"]));
+    let paragraph = text.split("Dialects (rpc --dialect):").nth(1).unwrap();
+    let paragraph = paragraph.split("\n\n").next().unwrap();
+    for dialect in &values {
+        assert!(
+            paragraph.contains(&format!("{dialect} (")),
+            "corral-agent --help does not explain the dialect {dialect}: {paragraph}"
+        );
+    }
     let run = help("corral-agent", &["run", "--help"]);
     assert_mentions(&run, &["or - to read it from stdin"]);
 }
