@@ -285,7 +285,9 @@ async fn start(state: &AppState, project: String) -> Response {
     let status = match &error {
         RegistryError::Full(_)
         | RegistryError::ShuttingDown
-        | RegistryError::Attach(AttachError::Gone) => StatusCode::SERVICE_UNAVAILABLE,
+        | RegistryError::Attach(AttachError::Gone | AttachError::Unavailable(_)) => {
+            StatusCode::SERVICE_UNAVAILABLE
+        }
         RegistryError::Attach(AttachError::Elsewhere(_) | AttachError::CrashLoop(_)) => {
             StatusCode::CONFLICT
         }

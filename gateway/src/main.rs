@@ -352,6 +352,7 @@ fn hub_settings(
         ping_timeout: supervisor.ping_timeout,
         ready_timeout: supervisor.ready_timeout,
         stop_grace: supervisor.stop_grace,
+        permission_timeout: supervisor.permission_timeout,
         idle_timeout: supervisor.idle_timeout,
         restart,
         metrics,

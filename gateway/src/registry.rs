@@ -43,7 +43,8 @@ impl RegistryError {
         match self {
             RegistryError::Full(_)
             | RegistryError::ShuttingDown
-            | RegistryError::Attach(AttachError::Elsewhere(_)) => 1013,
+            | RegistryError::Attach(AttachError::Elsewhere(_))
+            | RegistryError::Attach(AttachError::Unavailable(_)) => 1013,
             RegistryError::Attach(_) => 1011,
         }
     }

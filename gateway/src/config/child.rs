@@ -130,14 +130,14 @@ fn canonical(path: &Path) -> Result<PathBuf, ConfigError> {
     })
 }
 
-fn search_path(name: &Path, path_var: Option<&str>) -> Option<PathBuf> {
+pub(super) fn search_path(name: &Path, path_var: Option<&str>) -> Option<PathBuf> {
     std::env::split_paths(path_var?)
         .filter(|dir| !dir.as_os_str().is_empty())
         .map(|dir| dir.join(name))
         .find(|candidate| is_executable(candidate))
 }
 
-fn is_executable(path: &Path) -> bool {
+pub(super) fn is_executable(path: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
     std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }

@@ -56,7 +56,8 @@ generated and printed; the dashboard is at http://127.0.0.1:7000/ and
 clients connect to ws://127.0.0.1:7000/v1/projects/NAME/rpc.
 
 Dialects (--dialect): zut (zut RPC v1, the default), letscode (letscode-rpc/1),
-zi (Zi RPC v1). Clients and children speak the same one.
+zi (Zi RPC v1), acp (Agent Client Protocol v1). Clients and children speak
+the same one.
 
 Durations: 250ms, 10s, 5m, 2h, or a number of seconds. Sizes: bytes, or KiB/MiB/GiB.
 Precedence: command line > environment > config file > default.
@@ -154,6 +155,10 @@ pub struct ServeArgs {
     #[arg(long, value_name = "PATH")]
     pub child_bin: Option<PathBuf>,
 
+    /// Run this ACP agent as every project's child instead of corral-agent, e.g. 'pi-acp' (split like shell words; a bare name is found on PATH); needs --dialect acp. With the sandbox on it runs under corral-agent sandbox-exec, with a private HOME under the state directory.
+    #[arg(long, value_name = "'CMD ARGS…'")]
+    pub child_command: Option<String>,
+
     /// Pass NAME from the gateway's environment to children, or set NAME=VALUE (repeatable).
     #[arg(long = "child-env", value_name = "NAME[=VALUE]")]
     pub child_env: Vec<String>,
@@ -214,6 +219,10 @@ pub struct ServeArgs {
     /// Grace between each step of stopping a child (close stdin, SIGTERM, SIGKILL) [default: 5s].
     #[arg(long, value_name = "DUR", value_parser = parse_duration)]
     pub stop_grace: Option<Duration>,
+
+    /// Time a request of the agent for its clients (an ACP permission request) waits for an answer before the gateway answers it "cancelled" [default: 5m].
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub permission_timeout: Option<Duration>,
 
     /// Time the gateway waits for children and clients on shutdown [default: 10s].
     #[arg(long, value_name = "DUR", value_parser = parse_duration)]
@@ -319,7 +328,7 @@ mod tests {
             "ANTHROPIC_API_KEY",
             "Exit codes:",
             "  2  bad flags or config",
-            "zut (zut RPC v1, the default), letscode (letscode-rpc/1),\nzi (Zi RPC v1)",
+            "zut (zut RPC v1, the default), letscode (letscode-rpc/1),\nzi (Zi RPC v1), acp",
         ] {
             assert!(
                 help.contains(needle),

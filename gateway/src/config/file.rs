@@ -37,6 +37,7 @@ pub struct FileConfig {
     pub dialect: Option<crate::dialect::Dialect>,
     pub child_bin: Option<PathBuf>,
     pub child_args: Option<Vec<String>>,
+    pub child_command: Option<String>,
     pub child_env: Option<Vec<String>>,
     pub replay_events: Option<usize>,
     pub replay_bytes: Option<FileBytes>,
@@ -52,6 +53,7 @@ pub struct FileConfig {
     pub ping_timeout: Option<FileDuration>,
     pub ready_timeout: Option<FileDuration>,
     pub stop_grace: Option<FileDuration>,
+    pub permission_timeout: Option<FileDuration>,
     pub shutdown_grace: Option<FileDuration>,
     pub crash_limit: Option<u32>,
     pub crash_window: Option<FileDuration>,
@@ -199,6 +201,7 @@ mod tests {
             max_children = 8
             child_bin = "bin/corral-agent"
             child_args = ["--model", "m"]
+            child_command = "pi-acp --verbose"
             child_env = ["HOME", "A=b"]
             replay_events = 100
             replay_bytes = "1MiB"
@@ -232,6 +235,7 @@ mod tests {
             f.child_bin,
             Some(PathBuf::from("/etc/corral/bin/corral-agent"))
         );
+        assert_eq!(f.child_command.as_deref(), Some("pi-acp --verbose"));
         assert_eq!(f.tokens.unwrap().0.len(), 2);
         assert_eq!(f.observer_tokens.unwrap().0.len(), 1);
         assert_eq!(f.idle_timeout, Some(FileDuration(Duration::from_secs(600))));

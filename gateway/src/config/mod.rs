@@ -18,6 +18,7 @@
 //! | `--dialect zut\|letscode\|zi` | `dialect` | `zut` |
 //! | `--child-bin PATH` | `child_bin` | `corral-agent` beside `corral`, else on PATH |
 //! | `--child-env NAME[=VALUE]`… | `child_env` | none |
+//! | `--child-command 'CMD ARGS…'` | `child_command` | none: `corral-agent` (needs `--dialect acp`) |
 //! | `-- CHILD_ARGS…` | `child_args` | none |
 //! | `--replay-events N` / `--replay-bytes BYTES` | `replay_events` / `replay_bytes` | 10000 / 8MiB |
 //! | `--outbox-frames N` | `outbox_frames` | 256 |
@@ -31,6 +32,7 @@
 //! | `--ping-interval DUR` / `--ping-timeout DUR` | `ping_interval` / `ping_timeout` | 30s / 10s |
 //! | `--ready-timeout DUR` | `ready_timeout` | 15s |
 //! | `--stop-grace DUR` / `--shutdown-grace DUR` | `stop_grace` / `shutdown_grace` | 5s / 10s |
+//! | `--permission-timeout DUR` | `permission_timeout` | 5m (ACP requests of the agent nobody answers are cancelled) |
 //! | `--crash-limit N` / `--crash-window DUR` / `--crash-cooldown DUR` | `crash_limit` / `crash_window` / `crash_cooldown` | 5 / 60s / 5m |
 //! | `--sandbox on\|off` | `sandbox` | `on` |
 //! | `--sandbox-hide PATH`… | `sandbox_hide` | none (state dir, projects root, config and token files are always hidden) |
@@ -55,6 +57,7 @@
 mod bytes;
 mod checks;
 mod child;
+mod child_command;
 mod cli;
 mod duration;
 mod file;
@@ -150,6 +153,10 @@ pub struct SupervisorSettings {
     pub child_bin: PathBuf,
     /// Extra arguments appended to every child's command line.
     pub child_args: Vec<String>,
+    /// A third-party ACP agent run instead of `corral-agent` (its program
+    /// an absolute path, then its arguments); `child_bin` then only runs
+    /// `sandbox-exec` around it.
+    pub child_command: Option<Vec<String>>,
     /// Environment passed or set on every child.
     pub child_env: ChildEnv,
     /// `STATE/sessions` (created); one journal per project.
@@ -162,6 +169,8 @@ pub struct SupervisorSettings {
     pub ping_timeout: Duration,
     /// Grace between stop steps: close stdin → SIGTERM → SIGKILL.
     pub stop_grace: Duration,
+    /// Time a request of the agent for its clients waits for an answer.
+    pub permission_timeout: Duration,
     /// Stop a child this long after its last client left; `None` = never.
     pub idle_timeout: Option<Duration>,
     /// Crashes within `crash_window` after which a project is `failed`.
@@ -205,6 +214,7 @@ pub mod defaults {
     pub const PING_TIMEOUT: Duration = Duration::from_secs(10);
     pub const READY_TIMEOUT: Duration = Duration::from_secs(15);
     pub const STOP_GRACE: Duration = Duration::from_secs(5);
+    pub const PERMISSION_TIMEOUT: Duration = Duration::from_secs(300);
     pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
     pub const CRASH_LIMIT: u32 = 5;
     pub const CRASH_WINDOW: Duration = Duration::from_secs(60);
@@ -443,6 +453,19 @@ pub fn load_with_env(
         memory_max: args.child_memory_max.or(file.child_memory_max.map(|b| b.0)),
         pids_max: args.child_pids_max.or(file.child_pids_max),
     })?;
+    let dialect = args.dialect.or(file.dialect).unwrap_or_default();
+    let child_args = pick_list(args.child_args, file.child_args);
+    let child_command = child_command::resolve(
+        args.child_command
+            .as_deref()
+            .or(file.child_command.as_deref()),
+        &child_command::Context {
+            dialect,
+            child_args: &child_args,
+            tool_network_off: confinement.sandbox && !confinement.tool_network,
+            path_var: env("PATH").as_deref(),
+        },
+    )?;
     // Every secret the gateway reads from a file, whichever layer won.
     let secret_files: Vec<PathBuf> = [
         &args.config,
@@ -501,15 +524,21 @@ pub fn load_with_env(
         ),
         limits,
         supervisor: SupervisorSettings {
-            dialect: args.dialect.or(file.dialect).unwrap_or_default(),
+            dialect,
             child_bin,
-            child_args: pick_list(args.child_args, file.child_args),
+            child_args,
+            child_command,
             child_env,
             sessions_dir,
             ready_timeout,
             ping_interval,
             ping_timeout,
             stop_grace: dur(args.stop_grace, file.stop_grace, defaults::STOP_GRACE),
+            permission_timeout: dur(
+                args.permission_timeout,
+                file.permission_timeout,
+                defaults::PERMISSION_TIMEOUT,
+            ),
             idle_timeout: (!idle_timeout.is_zero()).then_some(idle_timeout),
             crash_limit,
             crash_window,

@@ -96,6 +96,7 @@ fn defaults_and_generated_token_on_loopback() {
         (s.ready_timeout, s.stop_grace),
         (Duration::from_secs(15), Duration::from_secs(5))
     );
+    assert_eq!(s.permission_timeout, Duration::from_secs(300));
     assert_eq!(s.crash_limit, 5);
     assert_eq!(
         (s.crash_window, s.crash_cooldown),
@@ -490,4 +491,84 @@ fn confinement_errors_name_the_setting() {
     };
     let err = load_with_env(args, &no_env).unwrap_err().to_string();
     assert!(err.contains("expected \"on\" or \"off\""), "{err}");
+}
+
+#[test]
+fn child_command_from_the_flag_or_the_file_needs_acp() {
+    let f = Fixture::new();
+    let agent = f.path("bin/agent").display().to_string();
+    let file = f.config_file(&format!(
+        "dialect = \"acp\"\nchild_command = \"{agent} --from file\"\n"
+    ));
+    let args = ServeArgs {
+        config: Some(file.clone()),
+        ..f.args()
+    };
+    let s = load_with_env(args, &no_env).unwrap().supervisor;
+    assert_eq!(
+        s.child_command,
+        Some(vec![agent.clone(), "--from".into(), "file".into()])
+    );
+    assert_eq!(s.child_bin, f.path("bin/agent").canonicalize().unwrap());
+
+    // The flag wins; a bare name is found on PATH.
+    let path = f.path("bin").display().to_string();
+    let env = |var: &str| (var == "PATH").then(|| path.clone());
+    let args = ServeArgs {
+        config: Some(file),
+        child_command: Some("agent --name 'two words'".into()),
+        ..f.args()
+    };
+    let s = load_with_env(args, &env).unwrap().supervisor;
+    assert_eq!(
+        s.child_command,
+        Some(vec![agent, "--name".into(), "two words".into()])
+    );
+
+    let s = load_with_env(f.args(), &no_env).unwrap().supervisor;
+    assert_eq!(s.child_command, None, "corral-agent by default");
+}
+
+#[test]
+fn child_command_refusals_name_the_setting() {
+    let f = Fixture::new();
+    let agent = f.path("bin/agent").display().to_string();
+    let acp = |command: &str| ServeArgs {
+        dialect: Some(Dialect::Acp),
+        child_command: Some(command.into()),
+        ..f.args()
+    };
+    for (args, needle) in [
+        (acp(""), "the command is empty"),
+        (acp("'unclosed"), "a quote is not closed"),
+        (
+            ServeArgs {
+                dialect: None,
+                ..acp(&agent)
+            },
+            "needs --dialect acp",
+        ),
+        (
+            ServeArgs {
+                tool_network: Some(OnOff::Off),
+                ..acp(&agent)
+            },
+            "use --tool-network on",
+        ),
+        (
+            ServeArgs {
+                child_args: vec!["--model".into()],
+                ..acp(&agent)
+            },
+            "CHILD_ARGS",
+        ),
+    ] {
+        let err = load_with_env(args, &no_env).unwrap_err().to_string();
+        assert!(err.contains("--child-command / child_command"), "{err}");
+        assert!(err.contains(needle), "{err}");
+    }
+    assert!(
+        !f.path("state").exists(),
+        "a refused config creates nothing"
+    );
 }

@@ -14,11 +14,16 @@
 //!   `sequence`. Invalid UTF-8 or an over-long line is fatal, as for the
 //!   agent: one `protocol_error` with code `invalid_framing` (the next
 //!   `sequence`), then exit. End of input closes at once.
+//! - ACP: `corral attach` authenticates with its own `initialize` (token in
+//!   `_meta.corral`) and consumes the answer; the editor's `initialize`
+//!   then goes to the gateway like any request. A line that is not a JSON
+//!   object gets a JSON-RPC parse error. End of input closes at once (the
+//!   editor is gone).
 
 use corral_protocol::ndjson::{encode_line, parse_object, FrameError};
 use serde_json::{json, Map, Value};
 
-use super::{zut, Dialect};
+use super::{acp, zut, Dialect};
 
 pub use super::zut_inflight::InFlight;
 
@@ -102,12 +107,30 @@ impl Dialect {
                     Err(error) => framing(error.to_string()),
                 }
             }
+            Dialect::Acp => match line.and_then(|line| {
+                let frame = parse_object(&line)?;
+                Ok((line, frame))
+            }) {
+                Ok((line, frame)) => forward(line, frame),
+                Err(error) => {
+                    let mut answer =
+                        acp::error(None, acp::error_code::PARSE_ERROR, &error.to_string()).to_vec();
+                    answer.push(b'\n');
+                    StdinFrame::Answer(answer)
+                }
+            },
         }
     }
 
     /// The hello `corral attach` sends after the upgrade (zut); `None`
     /// when the gateway greets first (letscode and Zi send `ready`).
     pub fn attach_hello(self, token: &str) -> Option<String> {
+        if self == Dialect::Acp {
+            let hello = json!({"jsonrpc": "2.0", "id": HELLO_ID, "method": "initialize",
+                "params": {"protocolVersion": corral_protocol::acp::PROTOCOL_VERSION,
+                    "clientCapabilities": {}, "_meta": {"corral": {"token": token}}}});
+            return Some(hello.to_string());
+        }
         (!self.greets_first())
             .then(|| json!({"id": HELLO_ID, "type": "hello", "token": token}).to_string())
     }
@@ -116,6 +139,18 @@ impl Dialect {
     /// `Some(Ok(data))` when it succeeded, `Some(Err(reason))` when it was
     /// refused, `None` for any other frame.
     pub fn attach_hello_answer(self, frame: &Value) -> Option<Result<Value, String>> {
+        if self == Dialect::Acp {
+            if frame["id"] != HELLO_ID {
+                return None;
+            }
+            return Some(match frame.get("result") {
+                Some(result) => Ok(result.clone()),
+                None => Err(frame["error"]["message"]
+                    .as_str()
+                    .unwrap_or("no reason given")
+                    .to_string()),
+            });
+        }
         let is_answer =
             frame["type"] == "response" && (frame["id"] == HELLO_ID || frame["command"] == "hello");
         if !is_answer {
@@ -151,7 +186,7 @@ impl Dialect {
         match self {
             Dialect::Zut => EndOfInput::DrainInFlight,
             Dialect::Letscode => EndOfInput::Send(json!({"cmd": "bye", "id": BYE_ID}).to_string()),
-            Dialect::Zi => EndOfInput::Leave,
+            Dialect::Zi | Dialect::Acp => EndOfInput::Leave,
         }
     }
 
@@ -162,6 +197,7 @@ impl Dialect {
             Dialect::Letscode if frame["id"] == BYE_ID => Seen::Hide,
             Dialect::Letscode => Seen::Sequence(None),
             Dialect::Zi => Seen::Sequence(frame["sequence"].as_u64()),
+            Dialect::Acp => Seen::Sequence(None),
         }
     }
 }

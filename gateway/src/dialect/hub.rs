@@ -9,7 +9,7 @@
 use bytes::Bytes;
 use serde_json::{json, Map, Value};
 
-use super::{letscode, zi, zut, Dialect};
+use super::{acp, letscode, zi, zut, Dialect};
 
 /// What a dialect's admission rules may ask of one client's requests in
 /// flight.
@@ -39,6 +39,9 @@ impl Dialect {
             Dialect::Letscode => r#"{"cmd":"hello","token":…}"#,
             Dialect::Zi => {
                 r#"{"version":1,"id":…,"method":"connection.hello","params":{"token":…}}"#
+            }
+            Dialect::Acp => {
+                r#"{"jsonrpc":"2.0","id":…,"method":"initialize","params":{"_meta":{"corral":{"token":…}},…}}"#
             }
         };
         format!("authentication required: the first message must be {hello}")
@@ -88,6 +91,7 @@ impl Dialect {
             Dialect::Letscode if acked && command == "prompt" => letscode::done(id),
             Dialect::Letscode => letscode::error(id, error, false),
             Dialect::Zi => zi::failed(id, command, "operation_failed", error),
+            Dialect::Acp => acp::error(id, acp::error_code::INTERNAL_ERROR, error),
         }
     }
 
@@ -98,6 +102,7 @@ impl Dialect {
             Dialect::Zut => zut::response(None, None, Err(error.to_string())),
             Dialect::Letscode => letscode::error(None, error, false),
             Dialect::Zi => zi::malformed(error),
+            Dialect::Acp => acp::error(None, acp::error_code::PARSE_ERROR, error),
         }
     }
 
@@ -110,6 +115,7 @@ impl Dialect {
             Dialect::Zut => zut::response(id, Some("hello"), Err(error.to_string())),
             Dialect::Letscode => letscode::error(id, error, true),
             Dialect::Zi => zi::stamp(&zi::protocol_error(id, code, error), 1),
+            Dialect::Acp => acp::error(id, -32000, error),
         }
     }
 
@@ -122,13 +128,17 @@ impl Dialect {
                 serde_json::json!({"cmd": "hello", "id": id, "protocol": letscode::PROTOCOL})
             }
             Dialect::Zi => return zi::get_state_line(id),
+            Dialect::Acp => return acp::ping_line(id),
         };
         format!("{frame}\n")
     }
 
-    /// The request that aborts the active run, with id `id`.
-    pub fn abort_line(self, id: &str) -> String {
+    /// The request that aborts the active run, with id `id` (ACP: the
+    /// `session/cancel` notification of the child's session, from its
+    /// `hello`).
+    pub fn abort_line(self, id: &str, hello: &Map<String, Value>) -> String {
         let frame = match self {
+            Dialect::Acp => return acp::cancel_line(hello),
             Dialect::Zut => serde_json::json!({"id": id, "type": "abort"}),
             Dialect::Letscode => serde_json::json!({"cmd": "abort", "id": id}),
             Dialect::Zi => {
@@ -161,6 +171,7 @@ impl Dialect {
             Dialect::Zut => Vec::new(),
             Dialect::Letscode => vec![letscode::ready(hello, gateway)],
             Dialect::Zi => vec![zi::ready(state, gateway)],
+            Dialect::Acp => Vec::new(),
         }
     }
 
@@ -193,6 +204,7 @@ impl Dialect {
                 let result = json!({ "gateway": gateway });
                 vec![zi::ok(&id, "connection.hello", result)]
             }
+            Dialect::Acp => vec![acp::hello_answer(id, hello, gateway)],
         }
     }
 
@@ -279,6 +291,108 @@ impl Dialect {
                 .map(str::to_string);
         }
         news
+    }
+}
+
+/// What a child's greeting does next.
+#[derive(Debug, PartialEq)]
+pub enum Greeting {
+    /// Send this line and wait for its answer.
+    Send(String),
+    /// The child is ready: its hello data (ACP: `initialize`, `sessionId`,
+    /// `modes`).
+    Ready(Map<String, Value>),
+}
+
+/// How a hub greets a child with requests of its own (ACP), as a pure
+/// state machine the supervisor drives.
+pub trait ChildGreeter: Send {
+    /// The first line to send.
+    fn start(&self) -> String;
+    /// Whether `frame` answers the greeting's request in flight.
+    fn is_answer(&self, frame: &Map<String, Value>) -> bool;
+    /// Takes that answer: the next line, or the child's hello data.
+    fn answer(&mut self, frame: &Map<String, Value>) -> Result<Greeting, String>;
+}
+
+impl ChildGreeter for acp::Greeter {
+    fn start(&self) -> String {
+        acp::Greeter::start(self)
+    }
+
+    fn is_answer(&self, frame: &Map<String, Value>) -> bool {
+        acp::Greeter::is_answer(frame)
+    }
+
+    fn answer(&mut self, frame: &Map<String, Value>) -> Result<Greeting, String> {
+        acp::Greeter::answer(self, frame)
+    }
+}
+
+impl Dialect {
+    /// The greeter of a child that is greeted with requests
+    /// ([`super::ChildGreeting::Requests`]): `cwd` is the project
+    /// directory, `kept` the session the gateway kept from an earlier child.
+    pub fn greeter(self, cwd: &str, kept: Option<String>) -> Option<Box<dyn ChildGreeter>> {
+        match self {
+            Dialect::Acp => Some(Box::new(acp::Greeter::new(cwd, kept))),
+            _ => None,
+        }
+    }
+
+    /// The session a child's hello names, for the gateway to keep and
+    /// load again after a restart (ACP).
+    pub fn kept_session(self, hello: &Map<String, Value>) -> Option<String> {
+        match self {
+            Dialect::Acp => hello
+                .get("sessionId")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            _ => None,
+        }
+    }
+
+    /// The gateway's answer to ACP `session/new` / `session/load`.
+    pub fn session_answer(
+        self,
+        id: &Value,
+        hello: &Map<String, Value>,
+        load: bool,
+        session: Option<&str>,
+    ) -> Bytes {
+        acp::session_answer(id, hello, load, session)
+    }
+
+    /// Whether a forwarded request keeps the project busy until its
+    /// answer (ACP `session/prompt`; the other dialects say so in events).
+    pub fn request_is_run(self, command: &str) -> bool {
+        self == Dialect::Acp && acp::is_run(command)
+    }
+
+    /// A child request as clients get it, under the gateway id `gid`.
+    pub fn ask_for_clients(self, line: &[u8], gid: &str) -> Option<Bytes> {
+        acp::ask_for_clients(line, gid)
+    }
+
+    /// A client's answer to a child request, under the child's id.
+    pub fn answer_for_child(self, frame: &Map<String, Value>, child_id: &Value) -> String {
+        acp::answer_for_child(frame, child_id)
+    }
+
+    /// What the outcome of a client's answer is, for the other clients.
+    pub fn answer_outcome(self, frame: &Map<String, Value>) -> Value {
+        acp::outcome_of(frame)
+    }
+
+    /// What clients that did not answer request `gid` hear once it is
+    /// settled with `outcome`.
+    pub fn ask_resolved(self, gid: &str, outcome: &Value) -> Vec<Bytes> {
+        acp::ask_resolved(gid, outcome)
+    }
+
+    /// The answer the child gets when nobody answered its request.
+    pub fn ask_unanswered(self, child_id: &Value, method: &str) -> String {
+        acp::ask_unanswered(child_id, method)
     }
 }
 

@@ -1,5 +1,5 @@
 //! The wire dialects a child and its clients may speak: zut RPC v1 (the
-//! default), letscode-rpc/1 and Zi RPC v1.
+//! default), letscode-rpc/1, Zi RPC v1 and the Agent Client Protocol.
 //!
 //! The hub, the WebSocket layer, the supervisor and `corral attach` name no
 //! dialect; this module tells them, for a project's dialect, what a client
@@ -9,7 +9,7 @@
 //! run the child can no longer finish ([`hub`]), how the child is greeted
 //! ([`token_hello`], [`Dialect::check_ready`]) and what `corral attach`
 //! answers itself ([`attach`]). Each dialect's shapes are in its own module
-//! ([`zut`], [`letscode`], [`zi`]); the `match` on [`Dialect`] that picks
+//! ([`zut`], [`letscode`], [`zi`], [`acp`]); the `match` on [`Dialect`] that picks
 //! one lives only here. Everything here is pure (no I/O).
 //!
 //! Zi frames carry a connection-local `sequence`, so the hub stores and
@@ -20,6 +20,7 @@
 //! gateway's run id, the answer that starts or queues a run names it, and a
 //! client may ask for the events of its own runs only.
 
+pub mod acp;
 pub mod attach;
 pub mod hub;
 pub mod letscode;
@@ -48,6 +49,8 @@ pub enum Dialect {
     Letscode,
     /// Zi RPC v1.
     Zi,
+    /// Agent Client Protocol v1.
+    Acp,
 }
 
 /// What a client frame asks of the hub.
@@ -68,6 +71,22 @@ pub enum Inbound {
     Bye { id: Option<Value> },
     /// Zi `connection.set_events`: this client's event mode.
     SetEvents { id: Value, all: bool },
+    /// ACP `session/new` or `session/load` (of `session`): answered by
+    /// the gateway with the project's one session.
+    Session {
+        id: Value,
+        load: bool,
+        session: Option<String>,
+    },
+    /// A notification for the child (no id, no answer): ACP
+    /// `session/cancel`.
+    Notify { command: String },
+    /// The client's answer to a request of the child (ACP
+    /// `session/request_permission`), by the gateway id it was sent under.
+    Answer { id: Value },
+    /// Nothing to do and nothing to say (a notification an observer may
+    /// not send).
+    Ignore,
     /// Rejected before reaching the child; the reply to send.
     Reject(Bytes),
 }
@@ -80,6 +99,8 @@ pub enum Outbound {
     Reply { id: String, last: bool },
     /// An event for every client.
     Event(EventKind),
+    /// A request of the child for its clients (ACP), with the child's id.
+    Ask { id: Value },
     /// Not for clients (handshake frames, `bye`, answers without a
     /// routable id); the reason, for a debug log.
     Drop(&'static str),
@@ -99,6 +120,15 @@ pub enum EventKind {
     Other,
 }
 
+/// How the gateway greets a new child.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChildGreeting {
+    TokenHello,
+    Ready,
+    /// The gateway's own requests ([`acp::Greeter`]).
+    Requests,
+}
+
 /// The client's hello, read before it is attached.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ClientHello {
@@ -114,6 +144,7 @@ impl Dialect {
             Dialect::Zut => "zut",
             Dialect::Letscode => "letscode",
             Dialect::Zi => "zi",
+            Dialect::Acp => "acp",
         }
     }
 
@@ -129,6 +160,7 @@ impl Dialect {
                 "--max-in-flight".into(),
                 zi::CHILD_IN_FLIGHT.to_string().into(),
             ],
+            Dialect::Acp => vec!["--dialect".into(), "acp".into()],
         }
     }
 
@@ -136,6 +168,16 @@ impl Dialect {
     /// (zut); the other dialects trust their stdio pipes.
     pub fn child_token(self) -> bool {
         self == Dialect::Zut
+    }
+
+    /// How the gateway greets a child: a token hello (zut), waiting for
+    /// its `ready` (letscode, Zi), or requests of its own (ACP).
+    pub fn child_greeting(self) -> ChildGreeting {
+        match self {
+            Dialect::Zut => ChildGreeting::TokenHello,
+            Dialect::Letscode | Dialect::Zi => ChildGreeting::Ready,
+            Dialect::Acp => ChildGreeting::Requests,
+        }
     }
 
     /// Whether a client authenticated by its upgrade request is greeted
@@ -152,6 +194,7 @@ impl Dialect {
             Dialect::Zut => zut::client_hello(frame),
             Dialect::Letscode => letscode::client_hello(frame),
             Dialect::Zi => zi::client_hello(frame),
+            Dialect::Acp => acp::client_hello(frame),
         }
     }
 
@@ -161,6 +204,7 @@ impl Dialect {
             Dialect::Zut => zut::inbound(frame, observer),
             Dialect::Letscode => letscode::inbound(frame, observer),
             Dialect::Zi => zi::inbound(frame, observer),
+            Dialect::Acp => acp::inbound(frame, observer),
         }
     }
 
@@ -171,6 +215,7 @@ impl Dialect {
             Dialect::Zut => zut::outbound(line),
             Dialect::Letscode => letscode::outbound(line),
             Dialect::Zi => zi::outbound(line),
+            Dialect::Acp => acp::outbound(line),
         }
     }
 
@@ -191,6 +236,7 @@ impl Dialect {
                 Dialect::Zut => zut::name_run(&mut frame, run),
                 Dialect::Letscode => letscode::name_run(&mut frame, run),
                 Dialect::Zi => zi::name_run(&mut frame, run),
+                Dialect::Acp => {}
             }
         }
         Some(match self {
@@ -201,7 +247,7 @@ impl Dialect {
                 };
                 to_bytes(&Value::Object(frame))
             }
-            Dialect::Letscode => {
+            Dialect::Letscode | Dialect::Acp => {
                 frame.insert("id".into(), original.unwrap_or(Value::Null));
                 to_bytes(&Value::Object(frame))
             }
@@ -218,6 +264,7 @@ impl Dialect {
     pub fn event_bytes(self, line: &[u8], seq: u64, run: Option<&str>) -> Option<Bytes> {
         match self {
             Dialect::Zi => zi::event_bytes(line, seq, run),
+            Dialect::Acp => acp::event_bytes(line, seq),
             _ => zut::stamp(line, seq, run.map(|run| (zut::RUN_FIELD, run))),
         }
     }
@@ -227,6 +274,7 @@ impl Dialect {
     pub fn gateway_event(self, kind: &str, fields: Value, seq: u64, run: Option<&str>) -> Bytes {
         match self {
             Dialect::Zi => zi::session_event(kind, fields, seq, run),
+            Dialect::Acp => acp::gateway_event(kind, fields, seq),
             _ => zut::event(kind, fields, seq, run),
         }
     }
@@ -237,6 +285,7 @@ impl Dialect {
             Dialect::Zut => zut::run_claim(command),
             Dialect::Letscode => letscode::run_claim(command),
             Dialect::Zi => zi::run_claim(command, frame),
+            Dialect::Acp => Claim::None,
         }
     }
 
@@ -246,6 +295,7 @@ impl Dialect {
             Dialect::Zut => zut::run_answer(command, line),
             Dialect::Letscode => letscode::run_answer(command, line),
             Dialect::Zi => zi::run_answer(command, line),
+            Dialect::Acp => Answer::Nothing,
         }
     }
 
@@ -256,6 +306,7 @@ impl Dialect {
             Dialect::Zut => zut::run_aborted(error),
             Dialect::Letscode => letscode::run_aborted(error),
             Dialect::Zi => zi::run_aborted(error),
+            Dialect::Acp => vec![("error", serde_json::json!({ "message": error }))],
         }
     }
 }

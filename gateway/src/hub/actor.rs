@@ -18,6 +18,7 @@ use serde_json::{Map, Value};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::{sleep_until, Instant};
 
+use super::asks::Asks;
 use super::child::Launcher;
 use super::feed::{Feed, Unicast};
 use super::ids::IdMap;
@@ -99,6 +100,8 @@ pub(super) struct Hub {
     /// of the `session.get_state` sent for it.
     pub snapshots: HashMap<String, WaitingAttach>,
     pub snapshot_ids: u64,
+    /// Requests of the child waiting for a client's answer (ACP).
+    pub asks: Asks,
 }
 
 impl Hub {
@@ -143,6 +146,7 @@ impl Hub {
             leaving: Vec::new(),
             snapshots: HashMap::new(),
             snapshot_ids: 0,
+            asks: Asks::default(),
         }
     }
 
@@ -184,6 +188,7 @@ impl Hub {
                 break;
             }
             let idle_deadline = self.idle_deadline();
+            let ask_deadline = self.asks.deadline(self.settings.permission_timeout);
             tokio::select! {
                 command = commands.recv() => match command {
                     None => break,
@@ -195,6 +200,7 @@ impl Hub {
                     tracing::info!(project = %self.project, "reaping idle agent");
                     self.begin_stop(StopReason::Idle);
                 }
+                () = sleep_until(ask_deadline.unwrap_or_else(far_future)), if ask_deadline.is_some() => self.asks_expired(),
             }
         }
     }
@@ -271,7 +277,7 @@ impl Hub {
         }
         self.aborts += 1;
         let id = format!("corral-abort-{}", self.aborts);
-        let line = self.settings.dialect.abort_line(&id);
+        let line = self.settings.dialect.abort_line(&id, &self.hello);
         self.abort_claim(&id, &line);
         if let Err(refused) = self.send_line(line) {
             tracing::warn!(project = %self.project, ?refused, "could not send an abort to the agent");

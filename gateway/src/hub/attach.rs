@@ -88,6 +88,14 @@ impl Hub {
                 bytes,
             });
         }
+        // Requests of the child still waiting for an answer, after what
+        // the client replays.
+        for ask in self.asks.waiting() {
+            let _ = unicast.try_send(Unicast::Frame {
+                after_seq: last_seq,
+                bytes: ask.bytes.clone(),
+            });
+        }
         let feed = ClientFeed::new(
             self.feed.clone(),
             cursor,

@@ -107,6 +107,10 @@ pub enum Unicast {
     /// From here on, send only the run events of client id `owner`
     /// (`Some`) or every event (`None`).
     OwnRuns { after_seq: u64, owner: Option<u64> },
+    /// Send again every event the replay ring still holds, then go on
+    /// (ACP `session/load`: the history the gateway has, before its
+    /// answer, which is queued after this).
+    Rewind { after_seq: u64 },
 }
 
 impl Unicast {
@@ -115,7 +119,8 @@ impl Unicast {
             Unicast::Frame { after_seq, .. }
             | Unicast::Close { after_seq, .. }
             | Unicast::Events { after_seq, .. }
-            | Unicast::OwnRuns { after_seq, .. } => *after_seq,
+            | Unicast::OwnRuns { after_seq, .. }
+            | Unicast::Rewind { after_seq } => *after_seq,
         }
     }
 }
@@ -153,6 +158,9 @@ pub struct ClientFeed {
     dialect: Dialect,
     /// The last `sequence` sent (Zi); `None` for dialects without one.
     sequence: Option<u64>,
+    /// A [`Unicast::Rewind`] came due: move the cursor back before going
+    /// on.
+    rewind: bool,
     /// Event mode (Zi `connection.set_events`): `false` drops the events
     /// a client may turn off.
     events: bool,
@@ -190,6 +198,7 @@ impl ClientFeed {
             catching_up: false,
             dialect: Dialect::default(),
             sequence: None,
+            rewind: false,
             events: true,
             owner: None,
         }
@@ -279,13 +288,26 @@ impl ClientFeed {
                 if let Some(close) = self.release(event.seq - 1, &mut out) {
                     return close_after(&mut self.held, out, close);
                 }
+                if self.rewind {
+                    break;
+                }
                 self.cursor = event.seq;
                 if self.wants(&event.bytes, &event.audience) {
                     self.out(event.bytes, &mut out);
                 }
             }
-            if let Some(close) = self.release(self.cursor, &mut out) {
-                return close_after(&mut self.held, out, close);
+            if !self.rewind {
+                if let Some(close) = self.release(self.cursor, &mut out) {
+                    return close_after(&mut self.held, out, close);
+                }
+            }
+            if std::mem::take(&mut self.rewind) {
+                let (oldest, _) = self.feed.start_cursor(Some(0));
+                self.cursor = self.cursor.min(oldest);
+                if !out.is_empty() {
+                    return Delivery::Frames(out);
+                }
+                continue;
             }
             if self.cursor != before || !out.is_empty() {
                 self.track_lag();
@@ -320,6 +342,10 @@ impl ClientFeed {
                 Some(Unicast::Close { code, reason, .. }) => return Some((code, reason)),
                 Some(Unicast::Events { all, .. }) => self.events = all,
                 Some(Unicast::OwnRuns { owner, .. }) => self.owner = owner,
+                Some(Unicast::Rewind { .. }) => {
+                    self.rewind = true;
+                    break;
+                }
                 None => break,
             }
         }

@@ -216,3 +216,27 @@ fn sequenced() -> crate::dialect::Dialect {
     let all = crate::dialect::Dialect::value_variants();
     *all.iter().find(|dialect| dialect.sequenced()).unwrap()
 }
+
+#[tokio::test]
+async fn a_rewind_sends_the_ring_again_before_what_follows_it() {
+    // The ring keeps 3 events: e1 was evicted by e4.
+    let feed = Arc::new(Feed::new(ReplayRing::new(3, 10_000, 0)));
+    let (tx, rx) = mpsc::channel(8);
+    let mut client = ClientFeed::new(feed.clone(), 0, rx, test_metrics(), 8);
+    for seq in 1..=2 {
+        push(&feed, seq);
+    }
+    assert_eq!(texts(&mut client).await, ["e1", "e2"]);
+    push(&feed, 3);
+    push(&feed, 4);
+    // A session/load at seq 4: the history the ring has, then the answer.
+    tx.send(Unicast::Rewind { after_seq: 4 }).await.unwrap();
+    tx.send(uni(4, "loaded")).await.unwrap();
+    let mut seen = Vec::new();
+    while !seen.contains(&"loaded".to_string()) {
+        seen.extend(texts(&mut client).await);
+    }
+    assert_eq!(seen, ["e3", "e4", "e2", "e3", "e4", "loaded"]);
+    push(&feed, 5);
+    assert_eq!(texts(&mut client).await, ["e5"]);
+}

@@ -15,9 +15,10 @@ use nix::sys::signal::Signal;
 
 use super::child::{BoxFuture, Launched, Launcher};
 use super::HubSettings;
+use crate::dialect::ChildGreeting;
 use crate::projects;
 use crate::supervisor::{handshake, spawner};
-use crate::supervisor::{ChildProcess, Confine, Credentials, SpawnSpec};
+use crate::supervisor::{ChildProcess, Confine, Credentials, SpawnError, SpawnSpec};
 
 /// The child's exit code when its session journal is held by another
 /// agent process (`corral-agent` exits with `EX_TEMPFAIL` then).
@@ -40,6 +41,10 @@ pub(super) enum StartFailure {
     Crash,
     /// The session runs in another agent process: not a crash, no retry.
     Elsewhere,
+    /// The gateway cannot start it now (it is at its open-file limit):
+    /// not the agent's fault, so not a crash; clients are told to try
+    /// again later and the hub ends, leaving the descriptors to others.
+    Unavailable,
     /// The project may not run (its directory is no longer a real
     /// directory under the root): clients are told and the hub ends.
     Refused,
@@ -84,16 +89,39 @@ async fn spawn_and_greet(
     let _slot = spawner::start_slot().await;
     let spec = spawn_spec(project, dir, settings, &token)?;
     let started = std::time::Instant::now();
-    let (process, mut output) = ChildProcess::spawn(spec)
-        .await
-        .map_err(|e| StartError::crash(e.to_string()))?;
+    let (process, mut output) = ChildProcess::spawn(spec).await.map_err(|e| match e {
+        SpawnError::NoDescriptors { .. } => StartError {
+            message: e.to_string(),
+            kind: StartFailure::Unavailable,
+        },
+        _ => StartError::crash(e.to_string()),
+    })?;
     settings.metrics.child_spawns.inc();
     let timeout = settings.ready_timeout;
     let dialect = settings.dialect;
-    let greeted = if dialect.child_token() {
-        handshake::hello(&process, &mut output, &token, timeout).await
-    } else {
-        handshake::ready(&process, &mut output, dialect, timeout).await
+    let greeted = match dialect.child_greeting() {
+        ChildGreeting::TokenHello => handshake::hello(&process, &mut output, &token, timeout).await,
+        ChildGreeting::Ready => handshake::ready(&process, &mut output, dialect, timeout).await,
+        ChildGreeting::Requests => {
+            let kept = kept_session(&settings.sessions_dir, project);
+            let cwd = dir.to_string_lossy();
+            match dialect.greeter(&cwd, kept.clone()) {
+                Some(mut greeter) => {
+                    let hello =
+                        handshake::requests(&process, &mut output, greeter.as_mut(), timeout).await;
+                    if let Ok(hello) = &hello {
+                        let session = dialect.kept_session(hello);
+                        if session.is_some() && session != kept {
+                            keep_session(&settings.sessions_dir, project, session.as_deref());
+                        }
+                    }
+                    hello
+                }
+                None => Err(handshake::HandshakeError::Malformed(
+                    "the dialect has no greeting".into(),
+                )),
+            }
+        }
     };
     match greeted {
         Ok(hello) => {
@@ -124,6 +152,37 @@ async fn spawn_and_greet(
             };
             Err(StartError { message, kind })
         }
+    }
+}
+
+/// Where the session a project's child serves is kept between children
+/// (ACP: the agent's session id, loaded again after a restart).
+fn session_file(sessions_dir: &Path, project: &str) -> PathBuf {
+    sessions_dir.join(format!("{project}.session-id"))
+}
+
+/// Longest session id kept.
+const MAX_SESSION_ID: usize = 512;
+
+/// The session kept for `project`, if any (a missing, unreadable or
+/// absurd file is none: the child then starts a new session).
+fn kept_session(sessions_dir: &Path, project: &str) -> Option<String> {
+    let text = std::fs::read_to_string(session_file(sessions_dir, project)).ok()?;
+    let id = text.trim();
+    (!id.is_empty() && id.len() <= MAX_SESSION_ID && !id.contains(char::is_control))
+        .then(|| id.to_string())
+}
+
+fn keep_session(sessions_dir: &Path, project: &str, session: Option<&str>) {
+    let Some(session) = session.filter(|s| s.len() <= MAX_SESSION_ID) else {
+        return;
+    };
+    let path = session_file(sessions_dir, project);
+    let tmp = path.with_extension("session-id.tmp");
+    let written =
+        std::fs::write(&tmp, format!("{session}\n")).and_then(|()| std::fs::rename(&tmp, &path));
+    if let Err(e) = written {
+        tracing::warn!(project, path = %path.display(), "cannot keep the agent's session id: {e}");
     }
 }
 

@@ -72,6 +72,7 @@ impl Hub {
         tracing::error!(project = %self.project, "agent failed to start: {error}");
         let refusal = match kind {
             StartFailure::Elsewhere => AttachError::Elsewhere(error.clone()),
+            StartFailure::Unavailable => AttachError::Unavailable(error.clone()),
             _ => AttachError::StartFailed(error.clone()),
         };
         for waiting in mem::take(&mut self.waiting_attach) {
@@ -84,6 +85,10 @@ impl Hub {
                 // session: not a crash, nothing to restart here.
                 self.supervision = Supervision::Exited;
                 self.close_clients(1013, "the session is in use by another agent process");
+            }
+            StartFailure::Unavailable => {
+                self.supervision = Supervision::Exited;
+                self.close_clients(1013, &error);
             }
             StartFailure::Refused => {
                 self.supervision = Supervision::Exited;

@@ -14,6 +14,7 @@
 //! `watch` channel the hub alone writes.
 
 mod actor;
+mod asks;
 mod attach;
 mod child;
 pub mod feed;
@@ -74,6 +75,9 @@ pub struct HubSettings {
     pub outbox_frames: usize,
     /// Requests one client may have waiting for the child's answer.
     pub max_client_requests: usize,
+    /// How long a request of the child for its clients (ACP permission)
+    /// waits for an answer before the gateway answers it "cancelled".
+    pub permission_timeout: Duration,
     /// Longest line accepted from a child.
     pub max_line: usize,
     pub ping_interval: Duration,
@@ -171,6 +175,10 @@ pub enum AttachError {
     /// gateway runs this project).
     #[error("the agent failed to start: {0}")]
     Elsewhere(String),
+    /// The gateway lacks a resource to start it now (open files): try
+    /// again later.
+    #[error("the agent failed to start: {0}")]
+    Unavailable(String),
     #[error("the agent is in a crash loop; automatic restarts resume in {0} s (or an admin restarts it)")]
     CrashLoop(u64),
     /// The hub is stopping or gone; ask the registry again.

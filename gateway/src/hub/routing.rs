@@ -51,6 +51,19 @@ impl Hub {
                 self.leaving.push((client, id));
                 self.dismiss_leaving();
             }
+            Inbound::Session { id, load, session } => {
+                let answer = dialect.session_answer(&id, &self.hello, load, session.as_deref());
+                let known = dialect.kept_session(&self.hello);
+                if load && session.is_some() && session == known {
+                    // The history the gateway holds, before the answer.
+                    let after_seq = self.feed.last_seq();
+                    self.unicast_item(client, Unicast::Rewind { after_seq });
+                }
+                self.unicast(client, answer);
+            }
+            Inbound::Notify { command } => self.notify(client, frame, &command),
+            Inbound::Answer { id } => self.client_answer(client, &frame, &id),
+            Inbound::Ignore => {}
             Inbound::SetEvents { id, all } => {
                 let after_seq = self.feed.last_seq();
                 self.unicast_item(client, Unicast::Events { after_seq, all });
@@ -147,6 +160,9 @@ impl Hub {
         match self.send_bytes(Bytes::from(line)) {
             Ok(()) => {
                 self.runbook.forwarded(&gateway_id, &command, owner, claim);
+                if dialect.request_is_run(&command) {
+                    self.run_started();
+                }
                 self.touch();
             }
             // A child that exited fails the request when its exit is seen.
@@ -159,6 +175,16 @@ impl Hub {
                 let reply = dialect.request_failed(original.as_ref(), &command, false, error);
                 self.unicast(client, reply);
             }
+        }
+    }
+
+    /// Passes a client's notification (no id, no answer) to the child, if
+    /// it is ready.
+    fn notify(&mut self, client: u64, frame: Map<String, Value>, command: &str) {
+        let mut line = to_bytes(&Value::Object(frame)).to_vec();
+        line.push(b'\n');
+        if let Err(refused) = self.send_bytes(Bytes::from(line)) {
+            tracing::debug!(project = %self.project, client, command, ?refused, "dropped a notification for the agent");
         }
     }
 
@@ -214,6 +240,7 @@ impl Hub {
                 tracing::debug!(project = %self.project, "dropped an agent line: {why}");
             }
             Some(Outbound::Reply { id, last }) => self.child_reply(line, id, last),
+            Some(Outbound::Ask { id }) => self.child_ask(line, id),
             Some(Outbound::Event(kind)) => {
                 let seq = self.next_seq();
                 let run = match kind {
@@ -353,6 +380,9 @@ impl Hub {
         if let Some(bytes) = dialect.restore_id(line, pending.original, run.as_deref()) {
             self.unicast(pending.client, bytes);
         }
+        if last && dialect.request_is_run(&pending.command) {
+            self.run_done();
+        }
         if last {
             self.dismiss_leaving();
         }
@@ -415,6 +445,7 @@ impl Hub {
 
     /// Fails every request still waiting for the child.
     pub(super) fn fail_pending(&mut self, error: &str) {
+        self.asks_dropped();
         let dialect = self.settings.dialect;
         for pending in self.ids.drain() {
             let reply = dialect.request_failed(

@@ -49,6 +49,7 @@ fn settings() -> HubSettings {
         ping_timeout: PING_TIMEOUT,
         ready_timeout: Duration::from_secs(15),
         stop_grace: Duration::from_secs(5),
+        permission_timeout: Duration::from_secs(300),
         idle_timeout: Some(IDLE),
         restart: RestartPolicy::new(
             Duration::from_secs(1),

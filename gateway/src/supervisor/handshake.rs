@@ -2,7 +2,8 @@
 //! token hello ([`token_hello`]), which proves the gateway holds the
 //! child's `ZUTCORE_RPC_TOKEN` (the token itself is never logged), or,
 //! for dialects that trust their stdio pipes, the child's own `ready`
-//! line, checked by the dialect.
+//! line, checked by the dialect, or the dialect's own requests (a
+//! [`ChildGreeter`]: ACP's `initialize` and session).
 
 use std::time::Duration;
 
@@ -12,6 +13,7 @@ use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
 use super::process::{ChildOutput, ChildProcess, ExitInfo};
+use crate::dialect::hub::{ChildGreeter, Greeting};
 use crate::dialect::token_hello::{self, HelloFailure};
 
 /// The `id` of the supervisor's hello; clients never see it.
@@ -113,6 +115,44 @@ pub async fn ready(
             .check_ready(&frame)
             .map_err(HandshakeError::Refused)?;
         return Ok(frame);
+    }
+}
+
+/// Greets the child with the dialect's requests (at most `timeout` in
+/// all), skipping anything else it writes meanwhile (an ACP agent replays
+/// a loaded session as notifications), and returns its hello data.
+pub async fn requests(
+    child: &ChildProcess,
+    output: &mut mpsc::Receiver<ChildOutput>,
+    greeter: &mut dyn ChildGreeter,
+    timeout: Duration,
+) -> Result<Map<String, Value>, HandshakeError> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut next = greeter.start();
+    loop {
+        if child.send(Bytes::from(next)).await.is_err() {
+            tracing::debug!(pid = child.pid(), "child stdin closed during the greeting");
+        }
+        let frame = loop {
+            let item = match tokio::time::timeout_at(deadline, output.recv()).await {
+                Err(_) => return Err(HandshakeError::Timeout(timeout)),
+                Ok(None) => return Err(HandshakeError::Exited(child.wait().await)),
+                Ok(Some(item)) => item,
+            };
+            let line = match item {
+                ChildOutput::Exited(exit) => return Err(HandshakeError::Exited(exit)),
+                ChildOutput::Invalid(_) => continue,
+                ChildOutput::Line(line) => line,
+            };
+            match parse_object(&line) {
+                Ok(frame) if greeter.is_answer(&frame) => break frame,
+                _ => continue,
+            }
+        };
+        match greeter.answer(&frame).map_err(HandshakeError::Refused)? {
+            Greeting::Send(line) => next = line,
+            Greeting::Ready(hello) => return Ok(hello),
+        }
     }
 }
 

@@ -1,0 +1,185 @@
+//! Requests of the child for its clients (ACP `session/request_permission`):
+//! each goes to every client under a gateway id, and again to a client
+//! that attaches while it waits; the first answer goes to the child and
+//! the other clients hear the outcome; one nobody answers within
+//! `--permission-timeout` is answered for them.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde_json::{json, Map, Value};
+use tokio::time::Instant;
+
+use super::actor::Hub;
+
+/// A child request waiting for a client's answer.
+#[derive(Debug, Clone)]
+pub(super) struct Ask {
+    pub gid: String,
+    /// The id the child gave it.
+    pub child_id: Value,
+    pub method: String,
+    /// The request as clients get it (under `gid`).
+    pub bytes: Bytes,
+    pub since: Instant,
+}
+
+/// The child's requests waiting for an answer, oldest first.
+#[derive(Debug, Default)]
+pub(super) struct Asks {
+    next: u64,
+    waiting: Vec<Ask>,
+}
+
+impl Asks {
+    /// A fresh gateway id.
+    pub fn next_gid(&mut self) -> String {
+        self.next += 1;
+        format!("corral-ask-{}", self.next)
+    }
+
+    pub fn push(&mut self, ask: Ask) {
+        self.waiting.push(ask);
+    }
+
+    pub fn take(&mut self, gid: &str) -> Option<Ask> {
+        let at = self.waiting.iter().position(|a| a.gid == gid)?;
+        Some(self.waiting.remove(at))
+    }
+
+    pub fn waiting(&self) -> impl Iterator<Item = &Ask> {
+        self.waiting.iter()
+    }
+
+    /// When the oldest request times out.
+    pub fn deadline(&self, timeout: Duration) -> Option<Instant> {
+        self.waiting.first().map(|a| a.since + timeout)
+    }
+
+    /// Removes and returns the requests older than `timeout` at `now`.
+    pub fn expired(&mut self, now: Instant, timeout: Duration) -> Vec<Ask> {
+        let (old, young) = std::mem::take(&mut self.waiting)
+            .into_iter()
+            .partition(|a| a.since + timeout <= now);
+        self.waiting = young;
+        old
+    }
+
+    pub fn drain(&mut self) -> Vec<Ask> {
+        std::mem::take(&mut self.waiting)
+    }
+}
+
+impl Hub {
+    /// A request of the child (id `child_id`) for the clients.
+    pub(super) fn child_ask(&mut self, line: &[u8], child_id: Value) {
+        let dialect = self.settings.dialect;
+        let method = serde_json::from_slice::<Value>(line)
+            .ok()
+            .and_then(|f| f.get("method").and_then(Value::as_str).map(str::to_string))
+            .unwrap_or_default();
+        let gid = self.asks.next_gid();
+        let Some(bytes) = dialect.ask_for_clients(line, &gid) else {
+            return;
+        };
+        tracing::debug!(project = %self.project, %gid, %method, "the agent asks its clients");
+        let clients: Vec<u64> = self.clients.keys().copied().collect();
+        for client in clients {
+            self.unicast(client, bytes.clone());
+        }
+        self.asks.push(Ask {
+            gid,
+            child_id,
+            method,
+            bytes,
+            since: Instant::now(),
+        });
+    }
+
+    /// A client's answer to the request it got as `id`: the first goes to
+    /// the child; later ones (or answers to nothing) are dropped.
+    pub(super) fn client_answer(&mut self, client: u64, frame: &Map<String, Value>, id: &Value) {
+        let Some(ask) = id.as_str().and_then(|gid| self.asks.take(gid)) else {
+            tracing::debug!(project = %self.project, client, %id, "dropped an answer to no waiting request");
+            return;
+        };
+        let dialect = self.settings.dialect;
+        let line = dialect.answer_for_child(frame, &ask.child_id);
+        if let Err(refused) = self.send_line(line) {
+            tracing::warn!(project = %self.project, ?refused, "could not pass an answer to the agent");
+        }
+        let outcome = dialect.answer_outcome(frame);
+        self.ask_settled(&ask, &outcome, Some(client));
+    }
+
+    /// Answers, for the clients, the requests nobody answered in time.
+    pub(super) fn asks_expired(&mut self) {
+        let timeout = self.settings.permission_timeout;
+        for ask in self.asks.expired(Instant::now(), timeout) {
+            tracing::info!(project = %self.project, gid = %ask.gid, "no client answered the agent's request in time");
+            let line = self
+                .settings
+                .dialect
+                .ask_unanswered(&ask.child_id, &ask.method);
+            let _ = self.send_line(line);
+            self.ask_settled(&ask, &json!({"outcome": "cancelled"}), None);
+        }
+    }
+
+    /// The child is gone: its requests will never be answered.
+    pub(super) fn asks_dropped(&mut self) {
+        for ask in self.asks.drain() {
+            self.ask_settled(&ask, &json!({"outcome": "cancelled"}), None);
+        }
+    }
+
+    /// Tells every client but `answered_by` how request `ask` ended.
+    fn ask_settled(&mut self, ask: &Ask, outcome: &Value, answered_by: Option<u64>) {
+        let frames = self.settings.dialect.ask_resolved(&ask.gid, outcome);
+        let clients: Vec<u64> = self
+            .clients
+            .keys()
+            .copied()
+            .filter(|c| Some(*c) != answered_by)
+            .collect();
+        for client in clients {
+            for frame in &frames {
+                self.unicast(client, frame.clone());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ask(asks: &mut Asks, since: Instant) -> String {
+        let gid = asks.next_gid();
+        asks.push(Ask {
+            gid: gid.clone(),
+            child_id: json!(1),
+            method: "session/request_permission".into(),
+            bytes: Bytes::new(),
+            since,
+        });
+        gid
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_oldest_request_times_out_first_and_each_is_taken_once() {
+        let mut asks = Asks::default();
+        let start = Instant::now();
+        let first = ask(&mut asks, start);
+        let second = ask(&mut asks, start + Duration::from_secs(5));
+        let timeout = Duration::from_secs(10);
+        assert_eq!(asks.deadline(timeout), Some(start + timeout));
+        let expired = asks.expired(start + timeout, timeout);
+        assert_eq!(expired.len(), 1);
+        assert_eq!(expired[0].gid, first);
+        assert!(asks.take(&first).is_none());
+        assert!(asks.take(&second).is_some());
+        assert!(asks.take(&second).is_none());
+        assert_eq!(asks.deadline(timeout), None);
+    }
+}

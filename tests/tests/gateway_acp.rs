@@ -1,0 +1,286 @@
+//! ACP through `corral serve --dialect acp`: two clients on one project
+//! see every update, a permission request answered by one is settled for
+//! both, and a client that reconnects with `resume_after` misses nothing
+//! and gets the request still waiting again. The agent runs with
+//! `--permission-mode ask` on the mock LLM.
+
+use serde_json::{json, Value};
+
+use corral_e2e::gateway::{Gateway, GatewaySpawn, Ws, TOKEN};
+use corral_e2e::mock_llm::{MockLlm, Turn};
+
+async fn gateway(mock: &MockLlm) -> Gateway {
+    GatewaySpawn::default()
+        .mock(&mock.anthropic_base_url())
+        .child_arg("--permission-mode")
+        .child_arg("ask")
+        .arg("--dialect")
+        .arg("acp")
+        .spawn()
+        .await
+}
+
+/// A client authenticated by its header, `initialize`d; returns it and
+/// the answer's result.
+async fn client(gw: &Gateway, query: Option<&str>) -> (Ws, Value) {
+    let (ws, init, _) = resumed(gw, query).await;
+    (ws, init)
+}
+
+/// [`client`], with what came before the answer (a resumed client's
+/// replay is due before it).
+async fn resumed(gw: &Gateway, query: Option<&str>) -> (Ws, Value, Vec<Value>) {
+    let mut ws = gw.connect_with_bearer("alpha", TOKEN, query).await;
+    let params = json!({"protocolVersion": 1, "clientCapabilities": {}});
+    let (init, before) = call(&mut ws, json!(0), "initialize", params).await;
+    (ws, init, before)
+}
+
+/// Sends a request and returns its result, skipping other messages.
+async fn rpc(ws: &mut Ws, id: Value, method: &str, params: Value) -> Value {
+    call(ws, id, method, params).await.0
+}
+
+/// Sends a request; returns its result and the messages before it.
+async fn call(ws: &mut Ws, id: Value, method: &str, params: Value) -> (Value, Vec<Value>) {
+    ws.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+        .await;
+    let mut frames = ws
+        .recv_until(|f| f.get("method").is_none() && f["id"] == id)
+        .await;
+    let answer = frames.pop().expect("recv_until returns its stop frame");
+    assert!(answer.get("error").is_none(), "{method} failed: {answer}");
+    (answer["result"].clone(), frames)
+}
+
+fn seq(frame: &Value) -> Option<u64> {
+    frame["params"]["_meta"]["corral"]["seq"].as_u64()
+}
+
+fn is_update(frame: &Value) -> bool {
+    frame["method"] == "session/update"
+}
+
+fn is_permission(frame: &Value) -> bool {
+    frame["method"] == "session/request_permission"
+}
+
+fn text_of(frames: &[Value]) -> String {
+    frames
+        .iter()
+        .filter(|f| is_update(f) && f["params"]["update"]["sessionUpdate"] == "agent_message_chunk")
+        .filter_map(|f| f["params"]["update"]["content"]["text"].as_str())
+        .collect()
+}
+
+fn prompt(session: &Value, text: &str) -> Value {
+    json!({"sessionId": session, "prompt": [{"type": "text", "text": text}]})
+}
+
+#[tokio::test]
+async fn two_clients_see_every_update_and_the_first_answer_settles_a_permission_for_both() {
+    let mock = MockLlm::start().await;
+    mock.push(Turn::tool_call(
+        "bash",
+        json!({"command": "echo from-bash"}),
+    ));
+    mock.push(Turn::text("Done after bash"));
+    let gw = gateway(&mock).await;
+
+    let (mut a, init) = client(&gw, None).await;
+    assert_eq!(init["protocolVersion"], 1);
+    assert_eq!(init["agentCapabilities"]["loadSession"], true);
+    assert_eq!(init["_meta"]["corral"]["project"], "alpha");
+    let (mut b, _) = client(&gw, None).await;
+    let session = rpc(
+        &mut a,
+        json!(1),
+        "session/new",
+        json!({"cwd": "/anywhere", "mcpServers": []}),
+    )
+    .await;
+    let sid = session["sessionId"].clone();
+    assert!(sid.as_str().is_some_and(|s| !s.is_empty()));
+    assert_eq!(session["modes"]["currentModeId"], "ask");
+    let same = rpc(
+        &mut b,
+        json!("b1"),
+        "session/new",
+        json!({"cwd": "/else", "mcpServers": []}),
+    )
+    .await;
+    assert_eq!(same["sessionId"], sid, "one session per project");
+
+    a.send(json!({"jsonrpc": "2.0", "id": 2, "method": "session/prompt", "params": prompt(&sid, "run it")}))
+        .await;
+    // Both are asked, under the same gateway id.
+    let a_seen = a.recv_until(is_permission).await;
+    let b_seen = b.recv_until(is_permission).await;
+    let (ask_a, ask_b) = (a_seen.last().unwrap(), b_seen.last().unwrap());
+    assert_eq!(ask_a["id"], ask_b["id"]);
+    let gid = ask_a["id"].clone();
+    assert!(gid.as_str().unwrap().starts_with("corral-ask-"), "{gid}");
+    assert_eq!(ask_a["params"]["toolCall"]["kind"], "execute");
+    let options: Vec<&str> = ask_a["params"]["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|o| o["optionId"].as_str())
+        .collect();
+    assert!(options.contains(&"allow_once") && options.contains(&"reject_once"));
+
+    // B answers first; A hears it is settled.
+    b.send(json!({"jsonrpc": "2.0", "id": gid, "result": {"outcome": {"outcome": "selected", "optionId": "allow_once"}}}))
+        .await;
+    let settled = a
+        .recv_until(|f| f["method"] == "_corral/request_resolved")
+        .await;
+    assert!(settled
+        .iter()
+        .any(|f| f["method"] == "$/cancel_request" && f["params"]["requestId"] == gid));
+    assert_eq!(
+        settled.last().unwrap()["params"]["outcome"]["optionId"],
+        "allow_once"
+    );
+    // A late answer from A changes nothing.
+    a.send(json!({"jsonrpc": "2.0", "id": gid, "result": {"outcome": {"outcome": "selected", "optionId": "reject_once"}}}))
+        .await;
+
+    // The prompt ends for A; both saw the same updates, in the same order.
+    let rest = a
+        .recv_until(|f| f["id"] == 2 && f.get("method").is_none())
+        .await;
+    let answer = rest.last().unwrap();
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    let a_all: Vec<Value> = a_seen.into_iter().chain(settled).chain(rest).collect();
+    let a_updates: Vec<u64> = a_all
+        .iter()
+        .filter(|f| is_update(f))
+        .filter_map(seq)
+        .collect();
+    let last = *a_updates.last().unwrap();
+    let b_rest = b.recv_until(|f| is_update(f) && seq(f) == Some(last)).await;
+    let b_all: Vec<Value> = b_seen.into_iter().chain(b_rest).collect();
+    let b_updates: Vec<u64> = b_all
+        .iter()
+        .filter(|f| is_update(f))
+        .filter_map(seq)
+        .collect();
+    assert_eq!(a_updates, b_updates);
+    assert!(a_updates.windows(2).all(|w| w[0] < w[1]), "{a_updates:?}");
+    assert!(text_of(&b_all).contains("Done after bash"));
+    let completed = b_all.iter().any(|f| {
+        f["params"]["update"]["sessionUpdate"] == "tool_call_update"
+            && f["params"]["update"]["status"] == "completed"
+    });
+    assert!(completed, "the allowed command ran");
+    assert!(
+        !b_all.iter().any(|f| f["id"] == 2),
+        "the prompt's answer goes to its sender only"
+    );
+}
+
+#[tokio::test]
+async fn a_client_that_reconnects_misses_nothing_and_is_asked_again() {
+    let mock = MockLlm::start().await;
+    mock.push(Turn::TextAndToolCalls {
+        text: "Let me run it.".into(),
+        calls: vec![("bash".into(), json!({"command": "echo again"}))],
+    });
+    mock.push(Turn::text("Finished."));
+    let gw = gateway(&mock).await;
+
+    let (mut a, init) = client(&gw, None).await;
+    let start = init["_meta"]["corral"]["last_seq"].as_u64().unwrap();
+    let session = rpc(
+        &mut a,
+        json!(1),
+        "session/new",
+        json!({"cwd": "/", "mcpServers": []}),
+    )
+    .await;
+    let sid = session["sessionId"].clone();
+    a.send(json!({"jsonrpc": "2.0", "id": 2, "method": "session/prompt", "params": prompt(&sid, "go")}))
+        .await;
+    // The client goes away at once; the run goes on without it.
+    drop(a);
+
+    // Back, with what it saw: everything since comes first.
+    let query = format!("resume_after={start}");
+    let (mut again, init, mut frames) = resumed(&gw, Some(&query)).await;
+    assert_eq!(init["_meta"]["corral"]["gap"], false);
+    if !frames.iter().any(is_permission) {
+        frames.extend(again.recv_until(is_permission).await);
+    }
+    assert!(
+        text_of(&frames).contains("Let me run it."),
+        "the text streamed while it was away is replayed: {frames:?}"
+    );
+    let seqs: Vec<u64> = frames.iter().filter_map(seq).collect();
+    let ask = frames.iter().find(|f| is_permission(f)).unwrap().clone();
+    assert!(ask["id"].as_str().is_some());
+    assert!(seqs.first().is_some_and(|s| *s == start + 1), "{seqs:?}");
+    assert!(
+        seqs.windows(2).all(|w| w[1] == w[0] + 1),
+        "no gap: {seqs:?}"
+    );
+    let ask = frames.last().unwrap().clone();
+
+    // Once more: a second reconnect is asked the same request again.
+    let last = *seqs.last().unwrap();
+    drop(again);
+    let query = format!("resume_after={last}");
+    let (mut third, _, mut frames) = resumed(&gw, Some(&query)).await;
+    if !frames.iter().any(is_permission) {
+        frames.extend(third.recv_until(is_permission).await);
+    }
+    let asked: Vec<&Value> = frames.iter().filter(|f| is_permission(f)).collect();
+    assert_eq!(asked.len(), 1);
+    assert_eq!(asked[0]["id"], ask["id"]);
+    assert!(
+        frames.iter().all(|f| seq(f).is_none_or(|s| s > last)),
+        "{frames:?}"
+    );
+    third
+        .send(json!({"jsonrpc": "2.0", "id": ask["id"], "result": {"outcome": {"outcome": "selected", "optionId": "allow_once"}}}))
+        .await;
+    let mut rest = Vec::new();
+    while !text_of(&rest).contains("Finished.") {
+        rest.push(third.recv().await);
+    }
+    assert!(rest.iter().any(|f| {
+        f["params"]["update"]["sessionUpdate"] == "tool_call_update"
+            && f["params"]["update"]["status"] == "completed"
+    }));
+}
+
+#[tokio::test]
+async fn session_load_replays_what_the_gateway_holds_and_other_sessions_are_unknown() {
+    let mock = MockLlm::start().await;
+    mock.push(Turn::text("First answer"));
+    let gw = gateway(&mock).await;
+    let (mut a, _) = client(&gw, None).await;
+    let session = rpc(
+        &mut a,
+        json!(1),
+        "session/new",
+        json!({"cwd": "/", "mcpServers": []}),
+    )
+    .await;
+    let sid = session["sessionId"].clone();
+    let done = rpc(&mut a, json!(2), "session/prompt", prompt(&sid, "hello")).await;
+    assert_eq!(done["stopReason"], "end_turn");
+
+    let (mut b, _) = client(&gw, None).await;
+    b.send(json!({"jsonrpc": "2.0", "id": 5, "method": "session/load",
+        "params": {"sessionId": sid, "cwd": "/", "mcpServers": []}}))
+        .await;
+    let frames = b.recv_until(|f| f["id"] == 5).await;
+    assert!(frames.last().unwrap().get("result").is_some());
+    assert!(text_of(&frames).contains("First answer"), "{frames:?}");
+    b.send(json!({"jsonrpc": "2.0", "id": 6, "method": "session/load",
+        "params": {"sessionId": "someone-else", "cwd": "/", "mcpServers": []}}))
+        .await;
+    let refused = b.recv_until(|f| f["id"] == 6).await;
+    assert_eq!(refused.last().unwrap()["error"]["code"], -32002);
+}
