@@ -3,7 +3,8 @@
 //! LLM through pi's `models.json` in a private HOME, driven by the official
 //! SDK's `ClientSideConnection` (`tests/acp_client/prompt.mjs`): once
 //! directly, once under `corral-agent sandbox-exec` as the gateway runs it,
-//! where its tool commands reach only the project, its home and `/tmp`.
+//! where its tool commands reach only the project, its home and `/tmp`,
+//! and once through `corral serve --child-command` and `corral attach`.
 //!
 //! Needs Node 20+ and npm (Debian: `nodejs npm`); `npm ci` runs here for
 //! either package folder whose `node_modules` is missing.
@@ -14,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
+use corral_e2e::gateway::{GatewaySpawn, TOKEN};
 use corral_e2e::harness::workspace_bin;
 use corral_e2e::mock_llm::{MockLlm, Turn};
 use corral_e2e::prerequisites::{NODE, NPM};
@@ -77,18 +79,23 @@ fn pi_home(home: &Path, mock: &MockLlm) {
     std::fs::write(agent.join("settings.json"), settings.to_string()).unwrap();
 }
 
-/// The prompt client's report after one prompt to `program args` in
-/// `project`, with only the environment given here.
-async fn prompt(node: &Path, program: &Path, args: Value, project: &Path, home: &Path) -> Value {
-    let path = format!(
+/// `PATH` with pi's `.bin` folder first.
+fn path_with_pi() -> String {
+    format!(
         "{}:{}",
         pi_bin_dir().display(),
         std::env::var("PATH").unwrap_or_default()
-    );
+    )
+}
+
+/// The prompt client's report after one prompt to `program args` in
+/// `project`, with only the environment given here.
+async fn prompt(node: &Path, program: &Path, args: Value, project: &Path, home: &Path) -> Value {
     let child = Command::new(node)
         .arg(package_dir("acp_client").join("prompt.mjs"))
         .env_clear()
-        .env("PATH", path)
+        .env("PATH", path_with_pi())
+        .env("CORRAL_TOKEN", TOKEN)
         .env("HOME", home)
         .env("PI_OFFLINE", "1")
         .env("ACP_AGENT", program)
@@ -214,4 +221,37 @@ async fn pi_acp_under_sandbox_exec_answers_and_its_tools_stay_in_the_project() {
     // pi kept its own state in the private home.
     assert!(home.join(".pi/agent/sessions").is_dir());
     assert_one_request(&mock, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the hub to spawn --child-command (gateway/src/hub/launch.rs)"]
+async fn pi_acp_under_the_gateway_answers_through_attach() {
+    let node = node_ready();
+    let mock = MockLlm::start().await;
+    mock.push(Turn::text(REPLY));
+    let state = tempfile::tempdir().unwrap();
+    let home = state.path().join("homes/alpha");
+    pi_home(&home, &mock);
+    let gw = GatewaySpawn::default()
+        .state_dir(state.path().to_path_buf())
+        .arg("--dialect")
+        .arg("acp")
+        .arg("--child-command")
+        .arg(pi_bin_dir().join("pi-acp").display().to_string())
+        .arg("--child-env")
+        .arg("PI_OFFLINE=1")
+        .env("PATH", &path_with_pi())
+        .spawn()
+        .await;
+    let project = gw.root.join("alpha");
+    let args = json!(["attach", "--dialect", "acp", gw.url("alpha")]);
+    let report = prompt(&node, &workspace_bin("corral"), args, &project, &home).await;
+
+    assert_eq!(report["stopReason"], "end_turn", "{report}");
+    assert_eq!(report["text"].as_str().unwrap().trim(), REPLY, "{report}");
+    assert_one_request(&mock, 1);
+    assert!(
+        home.join(".pi/agent/sessions").is_dir(),
+        "pi kept its state in the project's home"
+    );
 }
