@@ -284,3 +284,163 @@ async fn session_load_replays_what_the_gateway_holds_and_other_sessions_are_unkn
     let refused = b.recv_until(|f| f["id"] == 6).await;
     assert_eq!(refused.last().unwrap()["error"]["code"], -32002);
 }
+
+// ---------------------------------------------------------------------------
+// The official SDK's ClientSideConnection through `corral attach`
+
+/// How long the whole SDK client run may take.
+const CLIENT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
+
+fn client_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("acp_client")
+}
+
+/// Node, with the SDK client installed.
+fn node_ready() -> std::path::PathBuf {
+    use corral_e2e::prerequisites::{NODE, NPM};
+    let node = NODE.require();
+    let dir = client_dir();
+    if !dir.join("node_modules/@agentclientprotocol/sdk").exists() {
+        let status = std::process::Command::new(NPM.require())
+            .args(["ci", "--no-audit", "--no-fund"])
+            .current_dir(&dir)
+            .status()
+            .expect("run npm ci");
+        assert!(status.success(), "npm ci in {} failed", dir.display());
+    }
+    node
+}
+
+fn of_kind<'a>(updates: &'a Value, kind: &str) -> Vec<&'a Value> {
+    updates
+        .as_array()
+        .expect("updates")
+        .iter()
+        .filter(|u| u["sessionUpdate"] == kind)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sdk_client_works_through_corral_attach() {
+    let node = node_ready();
+    let mock = MockLlm::start().await;
+    mock.push(Turn::text("Hi there"));
+    mock.push(Turn::tool_call(
+        "edit",
+        json!({"path": "notes.txt", "old_text": "disk", "new_text": "edited"}),
+    ));
+    mock.push(Turn::text("Edited."));
+    mock.push(Turn::tool_call(
+        "bash",
+        json!({"command": "echo allowed > out.txt"}),
+    ));
+    mock.push(Turn::text("Ran it."));
+    mock.push(Turn::tool_call(
+        "bash",
+        json!({"command": "echo nope > no.txt"}),
+    ));
+    mock.push(Turn::EchoToolResult {
+        prefix: "saw: ".into(),
+    });
+    mock.push(Turn::Slow {
+        chunks: vec!["once upon a time ".into(); 100],
+        delay: std::time::Duration::from_millis(100),
+    });
+    let root = tempfile::tempdir().expect("temp dir");
+    let projects = root.path().join("projects");
+    let project = projects.join("alpha");
+    std::fs::create_dir_all(&project).expect("project dir");
+    std::fs::write(project.join("notes.txt"), "the disk text\n").expect("notes");
+    let gw = GatewaySpawn::default()
+        .projects_root(projects)
+        .mock(&mock.anthropic_base_url())
+        .child_arg("--permission-mode")
+        .child_arg("ask")
+        .arg("--dialect")
+        .arg("acp")
+        .spawn()
+        .await;
+    let args = json!(["attach", "--dialect", "acp", gw.url("alpha")]);
+    let child = tokio::process::Command::new(node)
+        .arg(client_dir().join("client.mjs"))
+        .env("ACP_AGENT", corral_e2e::harness::workspace_bin("corral"))
+        .env("ACP_AGENT_ARGS", args.to_string())
+        .env("ACP_CWD", &project)
+        .env("CORRAL_TOKEN", TOKEN)
+        .current_dir(client_dir())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn node");
+    let output = tokio::time::timeout(CLIENT_TIMEOUT, child.wait_with_output())
+        .await
+        .expect("the ACP client timed out")
+        .expect("the ACP client ran");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "the ACP client failed; stdout: {stdout}\nstderr: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: Value = serde_json::from_str(stdout.trim()).expect("one JSON report");
+
+    assert_eq!(report["initialize"]["protocolVersion"], 1);
+    assert_eq!(
+        report["initialize"]["agentCapabilities"]["loadSession"],
+        true
+    );
+    assert_eq!(report["initialize"]["_meta"]["corral"]["project"], "alpha");
+    let session_id = report["newSession"]["sessionId"].clone();
+    assert_eq!(report["newSession"]["modes"]["currentModeId"], "ask");
+    assert_eq!(report["hello"]["stopReason"], "end_turn");
+    assert_eq!(report["hello"]["text"], "Hi there");
+    // The gateway offers the agent no editor files: the edit is on disk.
+    assert_eq!(report["edited"]["stopReason"], "end_turn");
+    assert_eq!(report["reads"], json!([]));
+    assert_eq!(
+        std::fs::read_to_string(project.join("notes.txt")).expect("notes"),
+        "the edited text\n"
+    );
+    // Allowed runs, rejected does not; both asked through the gateway.
+    assert_eq!(report["allowed"]["text"], "Ran it.");
+    assert_eq!(
+        std::fs::read_to_string(project.join("out.txt")).expect("out.txt"),
+        "allowed\n"
+    );
+    assert!(
+        !project.join("no.txt").exists(),
+        "the rejected command never ran"
+    );
+    let asked: Vec<&str> = report["permissions"]
+        .as_array()
+        .expect("permissions")
+        .iter()
+        .filter_map(|p| p["toolCall"]["kind"].as_str())
+        .collect();
+    assert_eq!(asked, ["edit", "execute", "execute"]);
+    assert!(report["rejected"]["text"]
+        .as_str()
+        .is_some_and(|t| t.starts_with("saw: ")));
+    assert_eq!(report["cancelled"]["stopReason"], "cancelled");
+    assert_eq!(report["firstExit"], 0);
+
+    // A second editor loads the session: the gateway sends what it holds.
+    assert!(report["load"].is_object(), "{}", report["load"]);
+    let replayed = &report["replayed"];
+    assert!(replayed
+        .as_array()
+        .expect("replayed")
+        .iter()
+        .all(|u| u["sessionId"] == session_id));
+    let text: String = of_kind(replayed, "agent_message_chunk")
+        .iter()
+        .filter_map(|u| u["content"]["text"].as_str())
+        .collect();
+    assert!(
+        text.contains("Hi there") && text.contains("Ran it."),
+        "{text}"
+    );
+    assert!(!of_kind(replayed, "tool_call").is_empty());
+    assert_eq!(report["secondExit"], 0);
+}
