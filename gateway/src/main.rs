@@ -330,14 +330,22 @@ fn hub_settings(
         dialect: supervisor.dialect,
         child_bin: supervisor.child_bin.clone(),
         child_args: supervisor.child_args.iter().map(Into::into).collect(),
-        child_env: with_user_env(
-            child_env(
-                &supervisor.child_env.pass,
-                &supervisor.child_env.set,
-                std::env::vars_os(),
-            ),
-            config.confinement.child_user.as_ref(),
-        ),
+        child_command: supervisor
+            .child_command
+            .as_ref()
+            .map(|words| words.iter().map(Into::into).collect()),
+        homes_dir: config.state_dir.join("homes"),
+        child_env: {
+            let pass = &supervisor.child_env.pass;
+            let set = &supervisor.child_env.set;
+            let env = child_env(pass, set, std::env::vars_os());
+            // A third-party agent gets provider keys only when named.
+            let env = match supervisor.child_command {
+                Some(_) => corral::supervisor::env::third_party_env(env, pass, set),
+                None => env,
+            };
+            with_user_env(env, config.confinement.child_user.as_ref())
+        },
         sandbox_args: config.confinement.agent_args(),
         projects_root: config.projects_root.clone(),
         credentials: credentials(config),

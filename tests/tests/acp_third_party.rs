@@ -224,7 +224,6 @@ async fn pi_acp_under_sandbox_exec_answers_and_its_tools_stay_in_the_project() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the hub to spawn --child-command (gateway/src/hub/launch.rs)"]
 async fn pi_acp_under_the_gateway_answers_through_attach() {
     let node = node_ready();
     let mock = MockLlm::start().await;

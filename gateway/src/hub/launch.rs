@@ -213,22 +213,28 @@ fn spawn_spec(
             ))
         })?;
     }
-    let mut args: Vec<OsString> = vec!["rpc".into()];
-    args.extend(settings.dialect.child_args());
-    args.extend(settings.sandbox_args.iter().cloned());
-    args.extend([
-        "--cwd".into(),
-        dir.clone().into_os_string(),
-        "--session".into(),
-        session.into_os_string(),
-    ]);
-    args.extend(settings.child_args.iter().cloned());
-    let mut env = settings.child_env.clone();
-    if settings.dialect.child_token() {
-        env.push((crate::supervisor::env::TOKEN_VAR.into(), token.into()));
-    }
+    let (program, args, env) = match &settings.child_command {
+        Some(command) => third_party(project, &dir, settings, command)?,
+        None => {
+            let mut args: Vec<OsString> = vec!["rpc".into()];
+            args.extend(settings.dialect.child_args());
+            args.extend(settings.sandbox_args.iter().cloned());
+            args.extend([
+                "--cwd".into(),
+                dir.clone().into_os_string(),
+                "--session".into(),
+                session.into_os_string(),
+            ]);
+            args.extend(settings.child_args.iter().cloned());
+            let mut env = settings.child_env.clone();
+            if settings.dialect.child_token() {
+                env.push((crate::supervisor::env::TOKEN_VAR.into(), token.into()));
+            }
+            (settings.child_bin.clone(), args, env)
+        }
+    };
     Ok(SpawnSpec {
-        program: settings.child_bin.clone(),
+        program,
         args,
         cwd: dir,
         env,
@@ -259,6 +265,58 @@ async fn last_stderr_line(process: &ChildProcess) -> Option<String> {
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
     None
+}
+
+/// A program, its arguments and its environment.
+type Command = (PathBuf, Vec<OsString>, Vec<(OsString, OsString)>);
+
+/// The program, arguments and environment of a third-party agent
+/// (`command`): in `dir`, with `HOMES/PROJECT` as its home, under
+/// `corral-agent sandbox-exec` when the sandbox is on.
+fn third_party(
+    project: &str,
+    dir: &Path,
+    settings: &HubSettings,
+    command: &[OsString],
+) -> Result<Command, StartError> {
+    let home = settings.homes_dir.join(project);
+    prepare_home(&home, settings.credentials.as_ref()).map_err(|e| {
+        StartError::crash(format!(
+            "cannot prepare the agent's home {}: {e}",
+            home.display()
+        ))
+    })?;
+    let mut env = settings.child_env.clone();
+    env.retain(|(name, _)| name != "HOME" && name != "TMPDIR");
+    env.push(("HOME".into(), home.clone().into_os_string()));
+    let Some((program, rest)) = command.split_first() else {
+        return Err(StartError::crash("the child command is empty"));
+    };
+    if settings.sandbox_args.is_empty() {
+        return Ok((PathBuf::from(program), rest.to_vec(), env));
+    }
+    let mut args: Vec<OsString> = vec!["sandbox-exec".into()];
+    args.extend(settings.sandbox_args.iter().cloned());
+    args.extend([
+        "--cwd".into(),
+        dir.as_os_str().to_owned(),
+        "--home".into(),
+        home.into_os_string(),
+        "--".into(),
+    ]);
+    args.extend(command.iter().cloned());
+    Ok((settings.child_bin.clone(), args, env))
+}
+
+/// Creates a third-party agent's home (mode 0700, owned by the child
+/// user when there is one).
+fn prepare_home(home: &Path, user: Option<&Credentials>) -> std::io::Result<()> {
+    std::fs::create_dir_all(home)?;
+    std::fs::set_permissions(home, std::fs::Permissions::from_mode(0o700))?;
+    if let Some(user) = user {
+        std::os::unix::fs::chown(home, Some(user.uid), Some(user.gid))?;
+    }
+    Ok(())
 }
 
 /// Creates the journal if missing, owned by the child user with mode 0600,

@@ -56,6 +56,12 @@ pub struct HubSettings {
     pub child_bin: PathBuf,
     /// Appended to `rpc --cwd DIR --session FILE`.
     pub child_args: Vec<OsString>,
+    /// A third-party ACP agent run instead of `child_bin rpc …` (its
+    /// program, then its arguments); under `child_bin sandbox-exec` when
+    /// the sandbox is on.
+    pub child_command: Option<Vec<OsString>>,
+    /// Private homes of third-party agents: `homes_dir/PROJECT`.
+    pub homes_dir: PathBuf,
     /// The agent's sandbox flags (`--sandbox --sandbox-hide …`), or none.
     pub sandbox_args: Vec<OsString>,
     /// The canonical projects root: a project's directory is checked

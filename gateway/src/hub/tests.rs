@@ -34,6 +34,8 @@ fn settings() -> HubSettings {
         dialect: Dialect::Zut,
         child_bin: PathBuf::from("corral-agent"),
         child_args: Vec::new(),
+        child_command: None,
+        homes_dir: PathBuf::from("/nonexistent"),
         sandbox_args: Vec::new(),
         projects_root: PathBuf::from("/nonexistent"),
         credentials: None,

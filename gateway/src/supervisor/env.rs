@@ -30,6 +30,38 @@ pub const DEFAULT_ALLOWED: &[&str] = &[
 /// The child's token variable: never inherited, only ever set explicitly.
 pub const TOKEN_VAR: &str = corral_protocol::zut::TOKEN_ENV;
 
+/// Variables of `corral-agent` that a third-party agent does not get
+/// unless the operator names them (`--child-env`): the provider keys and
+/// endpoints, and corral's own.
+pub const AGENT_ONLY: &[&str] = &[
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_BASE_URL",
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+    "ZUT_HOME",
+    "CORRAL_HOME",
+    "CORRAL_LOG",
+];
+
+/// `env` for a third-party agent: without [`AGENT_ONLY`] variables the
+/// operator did not name in `named` (`--child-env NAME` or `NAME=VALUE`).
+pub fn third_party_env(
+    env: Vec<(OsString, OsString)>,
+    named: &[String],
+    set: &[(String, String)],
+) -> Vec<(OsString, OsString)> {
+    env.into_iter()
+        .filter(|(name, _)| {
+            let Some(name) = name.to_str() else {
+                return false;
+            };
+            !AGENT_ONLY.contains(&name)
+                || named.iter().any(|n| n == name)
+                || set.iter().any(|(n, _)| n == name)
+        })
+        .collect()
+}
+
 /// Builds a child's complete environment from `vars` (pass
 /// `std::env::vars_os()`): the variables named in [`DEFAULT_ALLOWED`] or
 /// `extra_allowed` (same `*` prefix syntax), then the `set` pairs, which
@@ -82,6 +114,21 @@ mod tests {
 
     fn names(env: &[(OsString, OsString)]) -> Vec<&str> {
         env.iter().map(|(k, _)| k.to_str().unwrap()).collect()
+    }
+
+    #[test]
+    fn a_third_party_agent_gets_provider_keys_only_when_named() {
+        let all = vars(&[
+            ("PATH", "/bin"),
+            ("ANTHROPIC_API_KEY", "a"),
+            ("OPENAI_API_KEY", "o"),
+            ("CORRAL_LOG", "debug"),
+        ]);
+        let env = child_env(&[], &[], all);
+        let named = ["OPENAI_API_KEY".to_string()];
+        let set = [("ZUT_HOME".to_string(), "/z".to_string())];
+        let env = third_party_env(env, &named, &set);
+        assert_eq!(names(&env), ["PATH", "OPENAI_API_KEY"]);
     }
 
     #[test]
