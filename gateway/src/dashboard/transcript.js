@@ -52,10 +52,12 @@ function endStream() {
   thinking = null;
 }
 
-// A new connection: tool-call ids of the last one mean nothing now.
+// A new connection: tool-call ids of the last one mean nothing now, and
+// what was shown comes again from the history (or the replayed ring).
 export function newSession() {
   endStream();
   tools.clear();
+  output.replaceChildren();
 }
 
 function appendDelta(kind, delta) {
