@@ -13,7 +13,7 @@
 //!   request head within it is closed (hyper's header read timeout).
 //! - the open-file limit: when `accept` fails for lack of descriptors, one
 //!   held in reserve is freed to take the waiting connection, answer it a
-//!   fixed `503` and close it ([`Reserve`]), so clients are told at once
+//!   fixed `503` and close it (`Reserve`), so clients are told at once
 //!   instead of waiting in the backlog, and the loop never spins.
 //!
 //! Every request carries [`ConnectInfo`] (the peer address) and the

@@ -45,9 +45,9 @@ fn corral_serve_help() {
         &text,
         &[
             "--listen <ADDR>",
-            "127.0.0.1:7000 [required]",
+            "127.0.0.1:7000 (required)",
             "--projects-root <DIR>",
-            "the projects [required]",
+            "the projects (required)",
             "Example:",
             "corral serve --listen 127.0.0.1:7000 --projects-root",
             "CORRAL_LOG",

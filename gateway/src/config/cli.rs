@@ -95,7 +95,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
 
-    /// Address to listen on, e.g. 127.0.0.1:7000 [required].
+    /// Address to listen on, e.g. 127.0.0.1:7000 (required).
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<SocketAddr>,
 
@@ -103,7 +103,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "ADDR")]
     pub metrics_listen: Option<SocketAddr>,
 
-    /// Directory whose subdirectories are the projects [required].
+    /// Directory whose subdirectories are the projects (required).
     #[arg(long, value_name = "DIR")]
     pub projects_root: Option<PathBuf>,
 
@@ -319,8 +319,8 @@ mod tests {
         let serve = command.find_subcommand_mut("serve").unwrap();
         let help = serve.render_long_help().to_string();
         for needle in [
-            "Address to listen on, e.g. 127.0.0.1:7000 [required]",
-            "the projects [required]",
+            "Address to listen on, e.g. 127.0.0.1:7000 (required)",
+            "the projects (required)",
             "Required: --listen and --projects-root",
             "\n  corral serve --listen 127.0.0.1:7000 --projects-root",
             "CORRAL_LOG",
