@@ -2,6 +2,7 @@
 //! suites point `corral-agent` at instead of the real Anthropic and OpenAI
 //! APIs (see [`mock_llm`]), plus the `mock-llm` binary for manual trials.
 
+pub mod acp_client;
 pub mod bench;
 pub mod captured;
 pub mod cdp;

@@ -12,60 +12,13 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::path::Path;
 use std::time::Duration;
 
+use corral_e2e::acp_client;
 use corral_e2e::harness::workspace_bin;
 use corral_e2e::mock_llm::{MockLlm, Turn};
 use serde_json::{json, Value};
-use tokio::process::Command;
-
-/// How long the whole client run may take.
-const CLIENT_TIMEOUT: Duration = Duration::from_secs(120);
-
-fn client_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("acp_client")
-}
-
-/// Whether `program --version` runs.
-fn runs(program: &str) -> bool {
-    std::process::Command::new(program)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-/// Node is there (and the SDK installed), or the test is skipped outside CI.
-fn client_ready() -> bool {
-    if !runs("node") {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "node is missing: install Node.js 20+ and npm (Debian: apt-get install nodejs npm)"
-        );
-        eprintln!(
-            "SKIPPED acp_agent: node is missing; install Node.js 20+ and npm \
-             (Debian: apt-get install nodejs npm) to run the ACP SDK client"
-        );
-        return false;
-    }
-    let dir = client_dir();
-    if !dir.join("node_modules/@agentclientprotocol/sdk").exists() {
-        assert!(
-            runs("npm"),
-            "npm is missing: install it (Debian: apt-get install npm) to fetch the ACP SDK"
-        );
-        let status = std::process::Command::new("npm")
-            .args(["ci", "--no-audit", "--no-fund"])
-            .current_dir(&dir)
-            .status()
-            .expect("run npm ci");
-        assert!(status.success(), "npm ci in {} failed", dir.display());
-    }
-    true
-}
 
 /// The model's side of the conversation, in the client's order.
 fn script(mock: &MockLlm) {
@@ -117,31 +70,16 @@ async fn run_client(mock: &MockLlm, root: &Path) -> Value {
         project,
         "--no-context-files",
     ]);
-    let child = Command::new("node")
-        .arg(client_dir().join("client.mjs"))
+    let mut client = acp_client::script(&acp_client::sdk_ready(), "client.mjs");
+    client
         .env("ACP_AGENT", workspace_bin("corral-agent"))
         .env("ACP_AGENT_ARGS", args.to_string())
         .env("ACP_CWD", &project)
         .env("ANTHROPIC_API_KEY", "k")
         .env("ZUT_HOME", &home)
         .env_remove("ANTHROPIC_BASE_URL")
-        .env_remove("ZUTCORE_RPC_TOKEN")
-        .current_dir(client_dir())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn node");
-    let output = tokio::time::timeout(CLIENT_TIMEOUT, child.wait_with_output())
-        .await
-        .expect("the ACP client timed out")
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "the ACP client failed; stdout: {stdout}"
-    );
-    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("no report ({e}): {stdout}"))
+        .env_remove("ZUTCORE_RPC_TOKEN");
+    acp_client::report(client).await
 }
 
 fn kinds(updates: &Value) -> Vec<&str> {
@@ -165,9 +103,6 @@ fn of_kind<'a>(updates: &'a Value, kind: &str) -> Vec<&'a Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sdk_client_prompts_approves_cancels_and_loads() {
-    if !client_ready() {
-        return;
-    }
     let mock = MockLlm::start().await;
     script(&mock);
     let root = tempfile::tempdir().unwrap();

@@ -12,44 +12,19 @@
 #![allow(clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
-use std::time::Duration;
 
+use corral_e2e::acp_client::{self, package_dir};
 use corral_e2e::gateway::{GatewaySpawn, TOKEN};
 use corral_e2e::harness::workspace_bin;
 use corral_e2e::mock_llm::{MockLlm, Turn};
-use corral_e2e::prerequisites::{NODE, NPM};
 use serde_json::{json, Value};
-use tokio::process::Command;
-
-/// How long one client run may take (pi takes seconds to start).
-const CLIENT_TIMEOUT: Duration = Duration::from_secs(120);
 
 const REPLY: &str = "Hi from the mock";
 
-fn package_dir(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(name)
-}
-
-/// Runs `npm ci` in `dir` unless `installed` (a path under node_modules)
-/// is there.
-fn npm_ci(dir: &Path, installed: &str) {
-    if dir.join("node_modules").join(installed).exists() {
-        return;
-    }
-    let status = std::process::Command::new(NPM.require())
-        .args(["ci", "--no-audit", "--no-fund"])
-        .current_dir(dir)
-        .status()
-        .expect("run npm ci");
-    assert!(status.success(), "npm ci in {} failed", dir.display());
-}
-
 /// The node binary, with the SDK client and pi-acp installed.
 fn node_ready() -> PathBuf {
-    let node = NODE.require();
-    npm_ci(&package_dir("acp_client"), "@agentclientprotocol/sdk");
-    npm_ci(&package_dir("acp_third_party"), ".bin/pi-acp");
+    let node = acp_client::sdk_ready();
+    acp_client::npm_ci(&package_dir("acp_third_party"), ".bin/pi-acp");
     node
 }
 
@@ -91,8 +66,8 @@ fn path_with_pi() -> String {
 /// The prompt client's report after one prompt to `program args` in
 /// `project`, with only the environment given here.
 async fn prompt(node: &Path, program: &Path, args: Value, project: &Path, home: &Path) -> Value {
-    let child = Command::new(node)
-        .arg(package_dir("acp_client").join("prompt.mjs"))
+    let mut client = acp_client::script(node, "prompt.mjs");
+    client
         .env_clear()
         .env("PATH", path_with_pi())
         .env("CORRAL_TOKEN", TOKEN)
@@ -101,23 +76,8 @@ async fn prompt(node: &Path, program: &Path, args: Value, project: &Path, home: 
         .env("ACP_AGENT", program)
         .env("ACP_AGENT_ARGS", args.to_string())
         .env("ACP_CWD", project)
-        .env("ACP_PROMPT", "check the sandbox")
-        .current_dir(package_dir("acp_client"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn node");
-    let output = tokio::time::timeout(CLIENT_TIMEOUT, child.wait_with_output())
-        .await
-        .expect("the ACP client timed out")
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "the ACP client failed; stdout: {stdout}"
-    );
-    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("no report ({e}): {stdout}"))
+        .env("ACP_PROMPT", "check the sandbox");
+    acp_client::report(client).await
 }
 
 /// The mock saw pi's one request on the configured model and key.

@@ -6,6 +6,7 @@
 
 use serde_json::{json, Value};
 
+use corral_e2e::acp_client;
 use corral_e2e::gateway::{Gateway, GatewaySpawn, Ws, TOKEN};
 use corral_e2e::mock_llm::{MockLlm, Turn};
 
@@ -288,29 +289,6 @@ async fn session_load_replays_what_the_gateway_holds_and_other_sessions_are_unkn
 // ---------------------------------------------------------------------------
 // The official SDK's ClientSideConnection through `corral attach`
 
-/// How long the whole SDK client run may take.
-const CLIENT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
-
-fn client_dir() -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("acp_client")
-}
-
-/// Node, with the SDK client installed.
-fn node_ready() -> std::path::PathBuf {
-    use corral_e2e::prerequisites::{NODE, NPM};
-    let node = NODE.require();
-    let dir = client_dir();
-    if !dir.join("node_modules/@agentclientprotocol/sdk").exists() {
-        let status = std::process::Command::new(NPM.require())
-            .args(["ci", "--no-audit", "--no-fund"])
-            .current_dir(&dir)
-            .status()
-            .expect("run npm ci");
-        assert!(status.success(), "npm ci in {} failed", dir.display());
-    }
-    node
-}
-
 fn of_kind<'a>(updates: &'a Value, kind: &str) -> Vec<&'a Value> {
     updates
         .as_array()
@@ -322,7 +300,7 @@ fn of_kind<'a>(updates: &'a Value, kind: &str) -> Vec<&'a Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sdk_client_works_through_corral_attach() {
-    let node = node_ready();
+    let node = acp_client::sdk_ready();
     let mock = MockLlm::start().await;
     mock.push(Turn::text("Hi there"));
     mock.push(Turn::tool_call(
@@ -361,29 +339,13 @@ async fn the_sdk_client_works_through_corral_attach() {
         .spawn()
         .await;
     let args = json!(["attach", "--dialect", "acp", gw.url("alpha")]);
-    let child = tokio::process::Command::new(node)
-        .arg(client_dir().join("client.mjs"))
+    let mut client = acp_client::script(&node, "client.mjs");
+    client
         .env("ACP_AGENT", corral_e2e::harness::workspace_bin("corral"))
         .env("ACP_AGENT_ARGS", args.to_string())
         .env("ACP_CWD", &project)
-        .env("CORRAL_TOKEN", TOKEN)
-        .current_dir(client_dir())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn node");
-    let output = tokio::time::timeout(CLIENT_TIMEOUT, child.wait_with_output())
-        .await
-        .expect("the ACP client timed out")
-        .expect("the ACP client ran");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "the ACP client failed; stdout: {stdout}\nstderr: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let report: Value = serde_json::from_str(stdout.trim()).expect("one JSON report");
+        .env("CORRAL_TOKEN", TOKEN);
+    let report = acp_client::report(client).await;
 
     assert_eq!(report["initialize"]["protocolVersion"], 1);
     assert_eq!(

@@ -306,7 +306,7 @@ pub enum Greeting {
 
 /// How a hub greets a child with requests of its own (ACP), as a pure
 /// state machine the supervisor drives.
-pub trait ChildGreeter: Send {
+pub trait ChildGreeter: Send + Sync {
     /// The first line to send.
     fn start(&self) -> String;
     /// Whether `frame` answers the greeting's request in flight.

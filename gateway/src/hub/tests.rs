@@ -418,6 +418,8 @@ async fn an_abort_during_a_stop_is_answered_and_the_stop_completes() {
             request(json!({"id": 2, "type": "get_state"})),
         )
         .await;
+    // Paused time advances once the hub has handled both.
+    tokio::time::sleep(Duration::from_millis(10)).await;
     assert_eq!(h.state(), ChildState::Stopping);
     assert!(
         child.requests.try_recv().is_err(),

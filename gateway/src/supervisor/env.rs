@@ -4,35 +4,18 @@
 
 use std::ffi::{OsStr, OsString};
 
-/// Variables passed through by default. A name ending in `*` matches by
-/// prefix (`LC_*` is every locale category).
+/// Variables passed through by default, with [`AGENT_ONLY`]. A name
+/// ending in `*` matches by prefix (`LC_*` is every locale category).
 pub const DEFAULT_ALLOWED: &[&str] = &[
-    "PATH",
-    "HOME",
-    "USER",
-    "LOGNAME",
-    "SHELL",
-    "LANG",
-    "LANGUAGE",
-    "TZ",
-    "TMPDIR",
-    "TERM",
-    "LC_*",
-    "ANTHROPIC_API_KEY",
-    "ANTHROPIC_BASE_URL",
-    "OPENAI_API_KEY",
-    "OPENAI_BASE_URL",
-    "ZUT_HOME",
-    "CORRAL_HOME",
-    "CORRAL_LOG",
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TERM", "LC_*",
 ];
 
 /// The child's token variable: never inherited, only ever set explicitly.
 pub const TOKEN_VAR: &str = corral_protocol::zut::TOKEN_ENV;
 
-/// Variables of `corral-agent` that a third-party agent does not get
-/// unless the operator names them (`--child-env`): the provider keys and
-/// endpoints, and corral's own.
+/// Variables passed through by default to `corral-agent`, which a
+/// third-party agent does not get unless the operator names them
+/// (`--child-env`): the provider keys and endpoints, and corral's own.
 pub const AGENT_ONLY: &[&str] = &[
     "ANTHROPIC_API_KEY",
     "ANTHROPIC_BASE_URL",
@@ -63,7 +46,8 @@ pub fn third_party_env(
 }
 
 /// Builds a child's complete environment from `vars` (pass
-/// `std::env::vars_os()`): the variables named in [`DEFAULT_ALLOWED`] or
+/// `std::env::vars_os()`): the variables named in [`DEFAULT_ALLOWED`],
+/// [`AGENT_ONLY`] or
 /// `extra_allowed` (same `*` prefix syntax), then the `set` pairs, which
 /// replace inherited values. [`TOKEN_VAR`] is never inherited; the caller
 /// adds a fresh token through `set` or by pushing it onto the result.
@@ -79,6 +63,7 @@ pub fn child_env(
         name != TOKEN_VAR
             && DEFAULT_ALLOWED
                 .iter()
+                .chain(AGENT_ONLY)
                 .copied()
                 .chain(extra_allowed.iter().map(String::as_str))
                 .any(|pattern| matches(pattern, name))

@@ -90,6 +90,24 @@ pub async fn ready(
     timeout: Duration,
 ) -> Result<Map<String, Value>, HandshakeError> {
     let deadline = tokio::time::Instant::now() + timeout;
+    let is_ready =
+        |frame: &Map<String, Value>| frame.get("type").and_then(Value::as_str) == Some("ready");
+    let frame = next_object(child, output, deadline, timeout, is_ready).await?;
+    dialect
+        .check_ready(&frame)
+        .map_err(HandshakeError::Refused)?;
+    Ok(frame)
+}
+
+/// The next object line `wanted` accepts, skipping anything else the child
+/// writes, until `deadline` (`timeout` after the start) or its exit.
+async fn next_object(
+    child: &ChildProcess,
+    output: &mut mpsc::Receiver<ChildOutput>,
+    deadline: tokio::time::Instant,
+    timeout: Duration,
+    wanted: impl Fn(&Map<String, Value>) -> bool,
+) -> Result<Map<String, Value>, HandshakeError> {
     loop {
         let item = match tokio::time::timeout_at(deadline, output.recv()).await {
             Err(_) => return Err(HandshakeError::Timeout(timeout)),
@@ -99,22 +117,21 @@ pub async fn ready(
         let line = match item {
             ChildOutput::Exited(exit) => return Err(HandshakeError::Exited(exit)),
             ChildOutput::Invalid(why) => {
-                tracing::debug!(pid = child.pid(), "skipping output before ready: {why}");
+                tracing::debug!(
+                    pid = child.pid(),
+                    "skipping output before the greeting: {why}"
+                );
                 continue;
             }
             ChildOutput::Line(line) => line,
         };
-        let Ok(frame) = parse_object(&line) else {
-            tracing::debug!(pid = child.pid(), "skipping a non-object line before ready");
-            continue;
-        };
-        if frame.get("type").and_then(Value::as_str) != Some("ready") {
-            continue;
+        match parse_object(&line) {
+            Ok(frame) if wanted(&frame) => return Ok(frame),
+            _ => tracing::debug!(
+                pid = child.pid(),
+                "skipping a line before the greeting's answer"
+            ),
         }
-        dialect
-            .check_ready(&frame)
-            .map_err(HandshakeError::Refused)?;
-        return Ok(frame);
     }
 }
 
@@ -133,22 +150,8 @@ pub async fn requests(
         if child.send(Bytes::from(next)).await.is_err() {
             tracing::debug!(pid = child.pid(), "child stdin closed during the greeting");
         }
-        let frame = loop {
-            let item = match tokio::time::timeout_at(deadline, output.recv()).await {
-                Err(_) => return Err(HandshakeError::Timeout(timeout)),
-                Ok(None) => return Err(HandshakeError::Exited(child.wait().await)),
-                Ok(Some(item)) => item,
-            };
-            let line = match item {
-                ChildOutput::Exited(exit) => return Err(HandshakeError::Exited(exit)),
-                ChildOutput::Invalid(_) => continue,
-                ChildOutput::Line(line) => line,
-            };
-            match parse_object(&line) {
-                Ok(frame) if greeter.is_answer(&frame) => break frame,
-                _ => continue,
-            }
-        };
+        let is_answer = |frame: &Map<String, Value>| greeter.is_answer(frame);
+        let frame = next_object(child, output, deadline, timeout, is_answer).await?;
         match greeter.answer(&frame).map_err(HandshakeError::Refused)? {
             Greeting::Send(line) => next = line,
             Greeting::Ready(hello) => return Ok(hello),

@@ -1,0 +1,78 @@
+//! The Node ACP clients of the suites (`tests/acp_client`: the official
+//! SDK's `ClientSideConnection`) and the third-party agent package
+//! (`tests/acp_third_party`): installed with `npm ci` on first use, run
+//! with a bounded wait, their one-line JSON report parsed.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::process::Command;
+
+use crate::prerequisites::{NODE, NPM};
+
+/// How long one client run may take (pi takes seconds to start).
+pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A Node package folder of the suite (`acp_client`, `acp_third_party`).
+pub fn package_dir(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(name)
+}
+
+/// The SDK client's folder.
+pub fn client_dir() -> PathBuf {
+    package_dir("acp_client")
+}
+
+/// Runs `npm ci` in `dir` unless `installed` (a path under node_modules)
+/// is there.
+pub fn npm_ci(dir: &Path, installed: &str) {
+    if dir.join("node_modules").join(installed).exists() {
+        return;
+    }
+    let status = std::process::Command::new(NPM.require())
+        .args(["ci", "--no-audit", "--no-fund"])
+        .current_dir(dir)
+        .status()
+        .expect("run npm ci");
+    assert!(status.success(), "npm ci in {} failed", dir.display());
+}
+
+/// The node binary, with the SDK client installed (a missing node or npm
+/// fails the test, naming what to install).
+pub fn sdk_ready() -> PathBuf {
+    let node = NODE.require();
+    npm_ci(&client_dir(), "@agentclientprotocol/sdk");
+    node
+}
+
+/// `node SCRIPT` from the client folder, to be completed by the caller
+/// (its environment) and passed to [`report`].
+pub fn script(node: &Path, script: &str) -> Command {
+    let mut command = Command::new(node);
+    command
+        .arg(client_dir().join(script))
+        .current_dir(client_dir())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    command
+}
+
+/// Runs a client script and returns its JSON report; fails the test with
+/// its output when it fails or takes longer than [`CLIENT_TIMEOUT`].
+pub async fn report(mut command: Command) -> Value {
+    let child = command.spawn().expect("spawn node");
+    let output = tokio::time::timeout(CLIENT_TIMEOUT, child.wait_with_output())
+        .await
+        .expect("the ACP client timed out")
+        .expect("the ACP client ran");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "the ACP client failed; stdout: {stdout}\nstderr: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("no report ({e}): {stdout}"))
+}
