@@ -12,6 +12,11 @@ use tokio::time::Instant;
 
 use super::actor::Hub;
 
+/// Requests of one child that may wait for an answer at once; more are
+/// answered for the clients at once (a runaway agent cannot fill the
+/// gateway's memory with them).
+pub(super) const MAX_WAITING: usize = 64;
+
 /// A child request waiting for a client's answer.
 #[derive(Debug, Clone)]
 pub(super) struct Ask {
@@ -40,6 +45,10 @@ impl Asks {
 
     pub fn push(&mut self, ask: Ask) {
         self.waiting.push(ask);
+    }
+
+    pub fn len(&self) -> usize {
+        self.waiting.len()
     }
 
     pub fn take(&mut self, gid: &str) -> Option<Ask> {
@@ -78,6 +87,11 @@ impl Hub {
             .ok()
             .and_then(|f| f.get("method").and_then(Value::as_str).map(str::to_string))
             .unwrap_or_default();
+        if self.asks.len() >= MAX_WAITING {
+            tracing::warn!(project = %self.project, %method, "the agent has {MAX_WAITING} requests waiting for its clients; answering this one for them");
+            let _ = self.send_line(dialect.ask_unanswered(&child_id, &method));
+            return;
+        }
         let gid = self.asks.next_gid();
         let Some(bytes) = dialect.ask_for_clients(line, &gid) else {
             return;

@@ -623,3 +623,39 @@ async fn a_stop_while_starting_abandons_the_start() {
     assert!(matches!(waiting.await.unwrap(), Err(AttachError::Gone)));
     assert!(h.hub.is_closed());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_runaway_agent_cannot_pile_up_requests_for_its_clients() {
+    let limit = super::asks::MAX_WAITING;
+    // Room for every request in the client's outbox (a client that lets
+    // them pile up unread is disconnected, and asked again on return).
+    let mut h = harness(HubSettings {
+        dialect: Dialect::Acp,
+        outbox_frames: 4 * limit,
+        ..settings()
+    });
+    let start = h.next_start().await;
+    let waiting = attach_later(&h.hub);
+    let mut child = FakeChild::start(start, true);
+    let mut attached = waiting.await.unwrap().unwrap();
+    for n in 0..=limit {
+        let ask = json!({"jsonrpc": "2.0", "id": format!("p{n}"),
+            "method": "session/request_permission", "params": {}});
+        child.say(ask).await;
+    }
+    // The one over the bound is answered for the clients at once.
+    let answer = loop {
+        let frame = child.next_request().await;
+        if frame.get("method").is_none() {
+            break frame;
+        }
+    };
+    assert_eq!(answer["id"], format!("p{limit}"));
+    assert_eq!(answer["result"]["outcome"]["outcome"], "cancelled");
+    let (frames, _) = received(&mut attached).await;
+    let asked = frames
+        .iter()
+        .filter(|f| f["method"] == "session/request_permission")
+        .count();
+    assert_eq!(asked, limit);
+}
