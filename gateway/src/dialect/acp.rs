@@ -24,7 +24,6 @@
 use bytes::Bytes;
 use serde_json::{json, Map, Value};
 
-use super::hub::Greeting;
 use super::{to_bytes, ClientHello, EventKind, Inbound, Outbound, OwnRuns};
 
 pub use corral_protocol::acp::error_code;
@@ -330,6 +329,16 @@ pub fn outcome_of(frame: &Map<String, Value>) -> Value {
 /// until its answer (`session/prompt`).
 pub fn is_run(command: &str) -> bool {
     command == method::SESSION_PROMPT
+}
+
+/// What a child's greeting does next.
+#[derive(Debug, PartialEq)]
+pub enum Greeting {
+    /// Send this line and wait for its answer.
+    Send(String),
+    /// The child is ready: its hello data (ACP: `initialize`, `sessionId`,
+    /// `modes`).
+    Ready(Map<String, Value>),
 }
 
 /// The gateway's greeting of an ACP child: `initialize`, then

@@ -294,15 +294,7 @@ impl Dialect {
     }
 }
 
-/// What a child's greeting does next.
-#[derive(Debug, PartialEq)]
-pub enum Greeting {
-    /// Send this line and wait for its answer.
-    Send(String),
-    /// The child is ready: its hello data (ACP: `initialize`, `sessionId`,
-    /// `modes`).
-    Ready(Map<String, Value>),
-}
+pub use super::acp::Greeting;
 
 /// How a hub greets a child with requests of its own (ACP), as a pure
 /// state machine the supervisor drives.
