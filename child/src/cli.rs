@@ -230,6 +230,11 @@ pub struct AgentArgs {
     /// in an empty network namespace. The agent's model calls keep the network.
     #[arg(long, value_enum, default_value_t = ToolNetwork::On, requires_if("off", "sandbox"))]
     pub tool_network: ToolNetwork,
+    /// Export OpenTelemetry traces (one per prompt: model calls, tool calls,
+    /// waits) over OTLP/HTTP to this base URL, e.g. http://127.0.0.1:4318.
+    /// Off unless given.
+    #[arg(long, value_name = "URL", env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
 }
 
 /// `corral-agent --mode rpc …` (letscode's and Zi's spelling, also

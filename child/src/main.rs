@@ -19,7 +19,11 @@ use corral_agent::rpc::{self, TransportOptions};
 use corral_agent::sandbox::{self, SandboxConfig, ToolConfinement};
 use corral_agent::setup::{self, Prepared, SetupError};
 use corral_agent::stdin_prompt;
+use corral_telemetry::Telemetry;
 use tokio::sync::mpsc;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
+use tracing_subscriber::{EnvFilter, Layer as _};
 
 fn main() -> ExitCode {
     // First of all: no process of this uid, tools included, may ptrace this
@@ -33,7 +37,11 @@ fn main() -> ExitCode {
     let token = std::env::var(corral_protocol::zut::TOKEN_ENV).ok();
     std::env::remove_var(corral_protocol::zut::TOKEN_ENV);
     let mut cli = Cli::parse_from(cli::mode_flag_as_subcommand(std::env::args_os().collect()));
-    init_logging();
+    let endpoint = match &cli.mode {
+        Mode::Rpc { agent, .. } | Mode::Run { agent, .. } => agent.otlp_endpoint.clone(),
+        Mode::SandboxProbe { .. } | Mode::SandboxExec { .. } => None,
+    };
+    let telemetry = init_logging(endpoint.as_deref());
     let prepared = match &mut cli.mode {
         Mode::SandboxProbe {
             sandbox_hide,
@@ -51,6 +59,10 @@ fn main() -> ExitCode {
             Err(code) => return ExitCode::from(code),
         },
     };
+    // Confined now: the exporter's threads may start.
+    if let Some(Err(e)) = telemetry.as_ref().map(Telemetry::start) {
+        eprintln!("corral-agent: {e}; no traces are exported");
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -91,6 +103,9 @@ fn main() -> ExitCode {
     // Exit directly: the runtime would otherwise wait for the blocking
     // stdin reader, which only returns when the peer writes or closes.
     let _ = std::io::stdout().flush();
+    if let Some(telemetry) = telemetry {
+        telemetry.shutdown();
+    }
     std::process::exit(i32::from(code));
 }
 
@@ -158,18 +173,31 @@ fn sandbox_exec(args: &SandboxExecArgs, command: &[std::ffi::OsString]) -> u8 {
     }
 }
 
-fn init_logging() {
+/// Logs to stderr, and with an OTLP endpoint the trace pipeline (not yet
+/// exporting: see [`Telemetry::start`]).
+fn init_logging(otlp_endpoint: Option<&str>) -> Option<Telemetry> {
     let filter = std::env::var("CORRAL_LOG").unwrap_or_default();
-    let builder = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(false);
-    if filter.is_empty() {
-        builder.with_max_level(tracing::Level::WARN).init();
+    let filter = if filter.is_empty() {
+        EnvFilter::new("warn")
     } else {
-        builder
-            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
-            .init();
-    }
+        EnvFilter::new(filter)
+    };
+    let logs = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_filter(filter);
+    let (telemetry, traces) = match otlp_endpoint {
+        Some(endpoint) => {
+            let (telemetry, layer) = Telemetry::new("corral-agent", endpoint);
+            (Some(telemetry), Some(layer))
+        }
+        None => (None, None),
+    };
+    tracing_subscriber::registry()
+        .with(logs)
+        .with(traces)
+        .init();
+    telemetry
 }
 
 /// The dialect of `rpc` and the permission mode it starts in.
@@ -242,6 +270,7 @@ async fn run_mode(args: &AgentArgs, prepared: Prepared, prompt: String) -> u8 {
             images: Vec::new(),
         },
         started: None,
+        traceparent: None,
     };
     if let Err(e) = agent.submit(run) {
         eprintln!("corral-agent: {e}");

@@ -24,6 +24,10 @@ use corral::supervisor::env::child_env;
 use corral::supervisor::probe::Probe;
 use corral::supervisor::{Credentials, Limits};
 use corral::throttle::{AuthThrottle, ThrottlePolicy};
+use corral_telemetry::Telemetry;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
+use tracing_subscriber::{EnvFilter, Layer as _};
 
 /// First restart delay after a crash, and the cap of the backoff.
 const RESTART_BASE: Duration = Duration::from_millis(500);
@@ -33,9 +37,13 @@ const TOKEN_FLAGS: [&str; 3] = ["--token", "--observer-token", "--admin-token"];
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.log_format);
+    let otlp_endpoint = match &cli.command {
+        Command::Serve(args) => args.otlp_endpoint.clone(),
+        Command::Attach(_) | Command::Journal(_) => None,
+    };
+    let telemetry = init_logging(cli.log_format, otlp_endpoint.as_deref());
     match cli.command {
-        Command::Serve(args) => serve_main(args),
+        Command::Serve(args) => serve_main(args, telemetry),
         Command::Attach(args) => run_async(corral::attach::run(args)),
         Command::Journal(args) => journal_main(args),
     }
@@ -83,7 +91,7 @@ fn run_async(future: impl std::future::Future<Output = anyhow::Result<i32>>) -> 
 
 /// `corral serve`: hardening and every check that can refuse to start,
 /// while the process has one thread; then the server.
-fn serve_main(args: config::ServeArgs) -> ExitCode {
+fn serve_main(args: config::ServeArgs, telemetry: Option<Telemetry>) -> ExitCode {
     // First: no same-user process may ptrace the gateway or read its
     // memory or environment through /proc, and no core dump holds tokens.
     if let Err(e) = nix::sys::prctl::set_dumpable(false) {
@@ -124,7 +132,18 @@ fn serve_main(args: config::ServeArgs) -> ExitCode {
     let confinement = &config.confinement;
     // Before the runtime: cgroup v2 moves the whole (single-threaded) process.
     let limits = Arc::new(Limits::choose(confinement.memory_max, confinement.pids_max));
-    run_async(async move { serve(config, limits).await.map(|()| 0) })
+    // In its cgroup now: the exporter's threads may start.
+    if let Some(Err(e)) = telemetry.as_ref().map(Telemetry::start) {
+        tracing::warn!(error = %e, "no traces are exported");
+    }
+    run_async(async move {
+        let served = serve(config, limits).await;
+        if let Some(telemetry) = telemetry {
+            // Sends the last spans; blocks, so off the event loop.
+            let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
+        }
+        served.map(|()| 0)
+    })
 }
 
 /// With the sandbox on, refuses to start unless the agent's sandbox works
@@ -168,16 +187,30 @@ fn credentials(config: &Config) -> Option<Credentials> {
         })
 }
 
-fn init_logging(format: LogFormat) {
+/// Logs to stderr, and with an OTLP endpoint the trace pipeline (not yet
+/// exporting: see [`Telemetry::start`]).
+fn init_logging(format: LogFormat, otlp_endpoint: Option<&str>) -> Option<Telemetry> {
     let filter = std::env::var("CORRAL_LOG").unwrap_or_else(|_| "info".into());
-    let builder = tracing_subscriber::fmt()
+    let filter = EnvFilter::new(filter);
+    let logs = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .with_env_filter(tracing_subscriber::EnvFilter::new(filter));
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
+        .with_ansi(false);
+    let logs = match format {
+        LogFormat::Text => logs.with_filter(filter).boxed(),
+        LogFormat::Json => logs.json().with_filter(filter).boxed(),
+    };
+    let (telemetry, traces) = match otlp_endpoint {
+        Some(endpoint) => {
+            let (telemetry, layer) = Telemetry::new("corral", endpoint);
+            (Some(telemetry), Some(layer))
+        }
+        None => (None, None),
+    };
+    tracing_subscriber::registry()
+        .with(logs)
+        .with(traces)
+        .init();
+    telemetry
 }
 
 async fn serve(config: Config, limits: Arc<Limits>) -> anyhow::Result<()> {
@@ -329,7 +362,7 @@ fn hub_settings(
     Ok(HubSettings {
         dialect: supervisor.dialect,
         child_bin: supervisor.child_bin.clone(),
-        child_args: supervisor.child_args.iter().map(Into::into).collect(),
+        child_args: agent_args(config),
         child_command: supervisor
             .child_command
             .as_ref()
@@ -365,6 +398,19 @@ fn hub_settings(
         restart,
         metrics,
     })
+}
+
+/// What follows `corral-agent rpc --cwd DIR --session FILE`: the traces'
+/// endpoint (so the agent's spans join the gateway's traces), then the
+/// user's `-- CHILD_ARGS`. A third-party agent (`--child-command`) gets
+/// neither.
+fn agent_args(config: &Config) -> Vec<OsString> {
+    let endpoint = match (&config.otlp_endpoint, &config.supervisor.child_command) {
+        (Some(endpoint), None) => vec!["--otlp-endpoint".into(), endpoint.into()],
+        _ => Vec::new(),
+    };
+    let user = config.supervisor.child_args.iter().map(Into::into);
+    endpoint.into_iter().chain(user).collect()
 }
 
 /// HOME, USER and LOGNAME of the child user, replacing the gateway's.

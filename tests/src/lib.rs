@@ -9,6 +9,7 @@ pub mod cdp;
 pub mod gateway;
 pub mod harness;
 pub mod mock_llm;
+pub mod otlp;
 pub mod prerequisites;
 pub mod raw_ws;
 

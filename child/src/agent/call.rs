@@ -3,7 +3,7 @@
 
 use futures_util::StreamExt;
 
-use super::retry;
+use super::{retry, trace};
 use super::{AgentEvent, RunCtx};
 use crate::provider::{ModelRequest, ModelResponse, ProviderError, ProviderEvent};
 use crate::transcript::Block;
@@ -67,6 +67,7 @@ pub(crate) async fn call_model(
             return Err(CallError::Failed(error.to_string()));
         }
         attempt += 1;
+        trace::record_attempts(&tracing::Span::current(), attempt);
         let delay = retry::delay(attempt, error.retry_after(), retry::jitter());
         tracing::info!(attempt, delay_ms = delay.as_millis() as u64, error = %error, "retrying model call");
         ctx.emit(AgentEvent::RetryScheduled {

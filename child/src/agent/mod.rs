@@ -16,6 +16,7 @@ pub mod permission;
 pub mod remote;
 pub mod retry;
 pub mod session;
+pub(crate) mod trace;
 mod turn;
 pub mod usage;
 
@@ -26,12 +27,14 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 pub use event::AgentEvent;
 pub use input::Queue;
 pub(crate) use input::Steering;
 pub use permission::{PermissionMode, Permissions};
 pub use session::Session;
+use trace::RunSpans;
 
 use crate::provider::Provider;
 use crate::sandbox::ToolConfinement;
@@ -79,6 +82,9 @@ pub struct RunRequest {
     /// Sent to the output instead of the run when it is discarded before
     /// it starts ([`Agent::discard_queued`]); such a run emits nothing else.
     pub discarded: Option<serde_json::Value>,
+    /// The W3C trace context of the caller's span (the gateway's), which
+    /// the run's trace continues; without it the run starts its own trace.
+    pub traceparent: Option<String>,
 }
 
 #[derive(Debug)]
@@ -153,7 +159,7 @@ impl Shared {
 pub struct Agent {
     shared: Arc<Shared>,
     /// Runs with their numbers.
-    runs: Option<mpsc::Sender<(u64, RunRequest)>>,
+    runs: Option<mpsc::Sender<(u64, RunRequest, RunSpans)>>,
 }
 
 impl Agent {
@@ -197,7 +203,8 @@ impl Agent {
         let runs = self.runs.as_ref().ok_or(QueueFull)?;
         self.shared.queued.fetch_add(1, Ordering::SeqCst);
         let number = self.shared.submitted.fetch_add(1, Ordering::SeqCst) + 1;
-        runs.try_send((number, run)).map_err(|_| {
+        let spans = RunSpans::open(&run.kind, run.traceparent.as_deref());
+        runs.try_send((number, run, spans)).map_err(|_| {
             self.shared.queued.fetch_sub(1, Ordering::SeqCst);
             QueueFull
         })
@@ -267,10 +274,11 @@ impl Agent {
 /// Executes runs one after another.
 async fn worker(
     shared: Arc<Shared>,
-    mut runs: mpsc::Receiver<(u64, RunRequest)>,
+    mut runs: mpsc::Receiver<(u64, RunRequest, RunSpans)>,
     out: mpsc::Sender<Output>,
 ) {
-    while let Some((number, run)) = runs.recv().await {
+    while let Some((number, run, spans)) = runs.recv().await {
+        drop(spans.queued);
         if shared.stop.is_cancelled() {
             shared.queued.fetch_sub(1, Ordering::SeqCst);
             continue;
@@ -298,42 +306,45 @@ async fn worker(
             cancel,
             unsaved_reported: AtomicBool::new(false),
         };
-        match run.kind {
-            RunKind::Prompt { text, images } => {
-                {
-                    let mut input = ctx.shared.steering();
-                    (input.open, input.active, input.late) = (true, true, false);
-                }
-                turn::run_prompt(&ctx, text, images).await;
-                while std::mem::take(&mut ctx.shared.steering().late) {
-                    turn::resume(&ctx).await;
-                }
-                // A run that ended normally closed its input itself, and
-                // what came later waits for the next run; one that did not
-                // (aborted, failed, out of steps) leaves input behind.
-                let left = {
-                    let mut input = ctx.shared.steering();
-                    let left = if input.open {
-                        input.pending.len() + input.follow_up.len()
-                    } else {
-                        0
-                    };
-                    if input.open {
-                        input.pending.clear();
-                        input.follow_up.clear();
+        let execute = async {
+            match run.kind {
+                RunKind::Prompt { text, images } => {
+                    {
+                        let mut input = ctx.shared.steering();
+                        (input.open, input.active, input.late) = (true, true, false);
                     }
-                    (input.open, input.active, input.late) = (false, false, false);
-                    left
-                };
-                if left > 0 {
-                    ctx.emit(AgentEvent::Error(format!(
-                        "{left} steering message(s) were not delivered: the run ended first"
-                    )))
-                    .await;
+                    turn::run_prompt(&ctx, text, images).await;
+                    while std::mem::take(&mut ctx.shared.steering().late) {
+                        turn::resume(&ctx).await;
+                    }
+                    // A run that ended normally closed its input itself, and
+                    // what came later waits for the next run; one that did not
+                    // (aborted, failed, out of steps) leaves input behind.
+                    let left = {
+                        let mut input = ctx.shared.steering();
+                        let left = if input.open {
+                            input.pending.len() + input.follow_up.len()
+                        } else {
+                            0
+                        };
+                        if input.open {
+                            input.pending.clear();
+                            input.follow_up.clear();
+                        }
+                        (input.open, input.active, input.late) = (false, false, false);
+                        left
+                    };
+                    if left > 0 {
+                        ctx.emit(AgentEvent::Error(format!(
+                            "{left} steering message(s) were not delivered: the run ended first"
+                        )))
+                        .await;
+                    }
                 }
+                RunKind::Compact => compact::run_compact(&ctx).await,
             }
-            RunKind::Compact => compact::run_compact(&ctx).await,
-        }
+        };
+        execute.instrument(spans.run).await;
         *shared
             .current
             .lock()

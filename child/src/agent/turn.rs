@@ -4,10 +4,11 @@
 use corral_protocol::zut::Stop;
 use serde_json::Value;
 use tokio::sync::mpsc;
+use tracing::Instrument as _;
 
 use super::call::{call_model, CallError};
 use super::permission::{rejected, Gate, Outcome};
-use super::{usage, AgentEvent, RunCtx, ABORTED};
+use super::{trace, usage, AgentEvent, RunCtx, ABORTED};
 use crate::provider::{catalogue, ModelRequest, ModelResponse, ModelStop};
 use crate::tools::{ToolContext, ToolOutput};
 use crate::transcript::{Block, Message, Role, StopReason};
@@ -59,8 +60,16 @@ async fn steps(ctx: &RunCtx<'_>) {
         ctx.emit(AgentEvent::TurnStart { step }).await;
         let request = build_request(ctx);
         let model = request.model.clone();
-        let response = match call_model(ctx, request, step > 1).await {
-            Ok(response) => response,
+        let span = trace::model_call(&model, step);
+        let called = call_model(ctx, request, step > 1)
+            .instrument(span.clone())
+            .await;
+        let response = match called {
+            Ok(response) => {
+                let info = catalogue::find(ctx.shared.provider.name(), &model);
+                trace::record_usage(&span, &usage::turn_usage(&response.usage, info));
+                response
+            }
             Err(CallError::Aborted { partial }) => {
                 // What was streamed stays in context; an empty record does not.
                 let content = if partial.is_empty() {
@@ -74,6 +83,7 @@ async fn steps(ctx: &RunCtx<'_>) {
                 return;
             }
             Err(CallError::Failed(error)) => {
+                trace::record_error(&span);
                 let record = Message::failed_step(Vec::new(), StopReason::Error, error.clone());
                 ctx.record(record).await;
                 end_turn(ctx, Stop::Error, Some(error)).await;
@@ -174,7 +184,13 @@ async fn finish_step(ctx: &RunCtx<'_>, response: ModelResponse, model: &str) -> 
             args: args.clone(),
         })
         .await;
-        let output = execute_tool(ctx, id, name, args.clone()).await;
+        let span = trace::tool_call(name);
+        let output = execute_tool(ctx, id, name, args.clone())
+            .instrument(span.clone())
+            .await;
+        if output.is_error {
+            trace::record_error(&span);
+        }
         aborted = ctx.cancel.is_cancelled();
         ctx.record_tool_result(id, &output).await;
         if let Some(update) = output.plan.clone() {
@@ -288,15 +304,21 @@ async fn permit(
         Gate::Ask(ask, answer) => (ask, answer),
     };
     let id = ask.id.clone();
+    let span = trace::permission_wait(name);
     ctx.emit(AgentEvent::PermissionRequest(ask)).await;
-    let outcome = tokio::select! {
-        biased;
-        _ = ctx.cancel.cancelled() => {
-            ctx.shared.permissions.withdraw(&id);
-            Outcome::Cancelled
+    let outcome = async {
+        tokio::select! {
+            biased;
+            _ = ctx.cancel.cancelled() => {
+                ctx.shared.permissions.withdraw(&id);
+                Outcome::Cancelled
+            }
+            answer = answer => answer.unwrap_or(Outcome::Cancelled),
         }
-        answer = answer => answer.unwrap_or(Outcome::Cancelled),
-    };
+    }
+    .instrument(span.clone())
+    .await;
+    trace::record_outcome(&span, &outcome);
     ctx.emit(AgentEvent::PermissionResolved {
         id,
         call_id: call_id.to_string(),

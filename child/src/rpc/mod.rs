@@ -10,6 +10,7 @@
 
 pub mod acp;
 pub mod letscode;
+mod trace_context;
 pub mod zi;
 pub mod zut;
 

@@ -103,6 +103,12 @@ pub struct ServeArgs {
     #[arg(long, value_name = "ADDR")]
     pub metrics_listen: Option<SocketAddr>,
 
+    /// Export OpenTelemetry traces (one per prompt, the gateway's span
+    /// linked to the agent's) over OTLP/HTTP to this base URL, e.g.
+    /// http://127.0.0.1:4318; children export there too [default: off].
+    #[arg(long, value_name = "URL", env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
+
     /// Directory whose subdirectories are the projects (required).
     #[arg(long, value_name = "DIR")]
     pub projects_root: Option<PathBuf>,

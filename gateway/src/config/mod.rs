@@ -7,6 +7,7 @@
 //! | `--config FILE` | – | none |
 //! | `--listen ADDR` | `listen` | required |
 //! | `--metrics-listen ADDR` | `metrics_listen` | none: `/metrics` needs the admin token |
+//! | `--otlp-endpoint URL` | – | none: no traces exported |
 //! | `--projects-root DIR` | `projects_root` | required; must be a directory |
 //! | `--state-dir DIR` | `state_dir` | `./corral-state` (created) |
 //! | `--token T`… / `--token-file F` | `tokens` / `token_file` | generated on loopback |
@@ -88,6 +89,8 @@ pub struct Config {
     pub listen: SocketAddr,
     /// A second listener serving only `/metrics`, without a token.
     pub metrics_listen: Option<SocketAddr>,
+    /// Where the gateway and its children export traces (OTLP/HTTP).
+    pub otlp_endpoint: Option<String>,
     /// Canonical directory whose direct subdirectories are the projects.
     pub projects_root: PathBuf,
     /// Canonical gateway state directory (created if missing).
@@ -511,6 +514,7 @@ pub fn load_with_env(
         config_file: args.config,
         listen,
         metrics_listen,
+        otlp_endpoint: args.otlp_endpoint,
         projects_root,
         state_dir,
         tokens,

@@ -279,6 +279,33 @@ impl Dialect {
         }
     }
 
+    /// Puts a W3C `traceparent` into a run-starting request for the child:
+    /// top-level in zut and letscode, in `params._meta` in ACP. Zi records
+    /// are decoded strictly (unknown fields are refused), so they carry none.
+    pub fn put_trace_context(self, frame: &mut Map<String, Value>, traceparent: String) {
+        let field = corral_telemetry::TRACEPARENT.to_string();
+        match self {
+            Dialect::Zut | Dialect::Letscode => {
+                frame.insert(field, Value::String(traceparent));
+            }
+            Dialect::Acp => {
+                let meta = frame
+                    .get_mut("params")
+                    .and_then(Value::as_object_mut)
+                    .map(|params| {
+                        params
+                            .entry("_meta")
+                            .or_insert_with(|| Value::Object(Map::new()))
+                    })
+                    .and_then(Value::as_object_mut);
+                if let Some(meta) = meta {
+                    meta.insert(field, Value::String(traceparent));
+                }
+            }
+            Dialect::Zi => {}
+        }
+    }
+
     /// What a request for the child may do to runs.
     pub fn run_claim(self, command: &str, frame: &Map<String, Value>) -> Claim {
         match self {

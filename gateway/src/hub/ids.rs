@@ -6,6 +6,8 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
+use super::trace::RequestSpan;
+
 /// Who asked, and what they called it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Pending {
@@ -18,6 +20,8 @@ pub struct Pending {
     pub sent: std::time::Instant,
     /// The child acknowledged it (letscode `ack`); its final answer is due.
     pub acked: bool,
+    /// The trace span of a run-starting request; ends with this entry.
+    pub span: RequestSpan,
 }
 
 /// Outstanding requests of one project, by gateway id.
@@ -105,6 +109,7 @@ mod tests {
             command: "ping".into(),
             sent: std::time::Instant::now(),
             acked: false,
+            span: RequestSpan::default(),
         }
     }
 

@@ -27,6 +27,7 @@ pub mod runs;
 mod supervision;
 #[cfg(test)]
 mod tests;
+pub mod trace;
 
 use std::ffi::OsString;
 use std::path::PathBuf;

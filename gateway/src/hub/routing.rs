@@ -17,10 +17,11 @@ use super::feed::Unicast;
 use super::ids::Pending;
 use super::ring::Frame;
 use super::runs::{Audience, Run};
+use super::trace::RequestSpan;
 use super::ChildState;
 use crate::auth::Role;
 use crate::dialect::hub::ClientRequests;
-use crate::dialect::{to_bytes, EventKind, Inbound, Outbound, OwnRuns};
+use crate::dialect::{to_bytes, Claim, EventKind, Inbound, Outbound, OwnRuns};
 use crate::metrics::Direction;
 
 /// Close code for a client dismissed after it said it leaves.
@@ -146,6 +147,11 @@ impl Hub {
             return;
         }
         let claim = dialect.run_claim(&command, &frame);
+        let span = if claim != Claim::None || dialect.request_is_run(&command) {
+            RequestSpan::forward(&self.project, dialect, &command, &mut frame)
+        } else {
+            RequestSpan::default()
+        };
         let owner = self.clients.get(&client).map_or(client, |c| c.owner);
         let gateway_id = self.ids.insert(Pending {
             client,
@@ -153,6 +159,7 @@ impl Hub {
             command: command.clone(),
             sent: StdInstant::now(),
             acked: false,
+            span,
         });
         frame.insert("id".into(), Value::String(gateway_id.clone()));
         let mut line = to_bytes(&Value::Object(frame)).to_vec();

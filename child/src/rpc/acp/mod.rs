@@ -37,7 +37,7 @@ use tokio::sync::mpsc;
 pub use self::encoder::AcpEncoder;
 use self::encoder::{update_frame, Private};
 use self::rpc::{Incoming, RpcError};
-use super::{EofPolicy, Flow, Frontend};
+use super::{trace_context, EofPolicy, Flow, Frontend};
 use crate::agent::{Agent, Output, RunKind, RunRequest};
 
 /// Serves ACP for one agent.
@@ -130,6 +130,8 @@ impl AcpServer {
                 Ok(Some(json!({"modes": self.modes()})))
             }
             method::SESSION_PROMPT => {
+                let mut params = params;
+                let traceparent = trace_context::take_from_meta(&mut params);
                 let params: PromptParams = rpc::params(name, params)?;
                 self.check_session(&params.session_id)?;
                 let prompt = prompt::convert(params.prompt)?;
@@ -150,6 +152,7 @@ impl AcpServer {
                         }
                         .to_frame(),
                     ),
+                    traceparent,
                 };
                 self.agent
                     .submit(run)

@@ -47,7 +47,7 @@ use tokio::sync::mpsc;
 
 use self::command::{check_protocol, Command, Kind};
 use self::wire::{Private, Reply};
-use super::{Flow, Frontend};
+use super::{trace_context, Flow, Frontend};
 use crate::agent::{Agent, Output, RunKind, RunRequest};
 
 pub use self::encoder::LetscodeEncoder;
@@ -80,7 +80,11 @@ impl LetscodeServer {
         self.send(wire::control_error(id, error, true, false)).await;
     }
 
-    async fn dispatch(&mut self, Command { id, kind }: Command) -> Flow {
+    async fn dispatch(
+        &mut self,
+        Command { id, kind }: Command,
+        traceparent: Option<String>,
+    ) -> Flow {
         match kind {
             Kind::Hello { protocol } => match check_protocol(&protocol) {
                 Ok(()) => self.acted(&id, |_| Ok(())).await,
@@ -101,7 +105,7 @@ impl LetscodeServer {
                 let started = Private::RunStart {
                     reply: Some(Reply { id: id.clone() }),
                 };
-                if let Err(e) = self.agent.submit(prompt_run(text, started)) {
+                if let Err(e) = self.agent.submit(prompt_run(text, started, traceparent)) {
                     self.reject(&id, &e.to_string()).await;
                 }
             }
@@ -174,7 +178,7 @@ impl LetscodeServer {
     }
 }
 
-fn prompt_run(text: String, started: Private) -> RunRequest {
+fn prompt_run(text: String, started: Private, traceparent: Option<String>) -> RunRequest {
     RunRequest {
         kind: RunKind::Prompt {
             text,
@@ -182,23 +186,27 @@ fn prompt_run(text: String, started: Private) -> RunRequest {
         },
         started: Some(started.to_frame()),
         discarded: None,
+        traceparent,
     }
 }
 
 /// Queues `text` as a run of its own, answered by nobody.
 fn queue(agent: &Agent, text: String) -> Result<(), String> {
     agent
-        .submit(prompt_run(text, Private::RunStart { reply: None }))
+        .submit(prompt_run(text, Private::RunStart { reply: None }, None))
         .map_err(|e| e.to_string())
 }
 
 impl Frontend for LetscodeServer {
     async fn handle(&mut self, line: Result<Map<String, Value>, FrameError>) -> Flow {
+        let mut traceparent = None;
         match line
             .map_err(|e| (Value::Null, e.to_string()))
-            .and_then(|object| command::parse(object).map_err(|bad| (bad.id, bad.message)))
-        {
-            Ok(command) => self.dispatch(command).await,
+            .and_then(|mut object| {
+                traceparent = trace_context::take(&mut object);
+                command::parse(object).map_err(|bad| (bad.id, bad.message))
+            }) {
+            Ok(command) => self.dispatch(command, traceparent).await,
             Err((id, message)) => {
                 self.reject(&id, &message).await;
                 Flow::Continue

@@ -119,6 +119,7 @@ impl ZiServer {
             kind,
             started: Some(Value::String(RUN_STARTED.into())),
             discarded: Some(Value::String(RUN_DISCARDED.into())),
+            traceparent: None,
         };
         let admitted = self.agent.submit(run).is_ok();
         if admitted {

@@ -24,7 +24,7 @@ pub use encoder::ZutEncoder;
 pub use wire::{wire_blocks, wire_event, wire_message};
 
 use self::auth::{Parsed, Unreadable, Verdict};
-use super::{Flow, Frontend};
+use super::{trace_context, Flow, Frontend};
 use crate::agent::{Agent, Output, RunKind, RunRequest};
 use crate::provider::catalogue;
 use crate::transcript::Block;
@@ -61,13 +61,17 @@ impl ZutServer {
 
     /// Handles one input line (or the framing error it produced).
     pub async fn handle_line(&mut self, line: Result<Map<String, Value>, FrameError>) -> Flow {
+        let mut traceparent = None;
         let parsed: Parsed = match line {
-            Ok(object) => Request::from_object(object).map_err(|e| Unreadable {
-                id: e.id,
-                command: e.command,
-                message: e.message,
-                framing: false,
-            }),
+            Ok(mut object) => {
+                traceparent = trace_context::take(&mut object);
+                Request::from_object(object).map_err(|e| Unreadable {
+                    id: e.id,
+                    command: e.command,
+                    message: e.message,
+                    framing: false,
+                })
+            }
             Err(e) => Err(Unreadable {
                 id: None,
                 command: None,
@@ -80,7 +84,7 @@ impl ZutServer {
         }
         match parsed {
             Ok(request) => {
-                let response = self.dispatch(request);
+                let response = self.dispatch(request, traceparent);
                 if let Some(response) = response {
                     self.send(&response).await;
                 }
@@ -119,7 +123,7 @@ impl ZutServer {
     }
 
     /// Answers one request; `None` when the answer is queued with a run.
-    fn dispatch(&mut self, request: Request) -> Option<Response> {
+    fn dispatch(&mut self, request: Request, traceparent: Option<String>) -> Option<Response> {
         let Request { id, command } = request;
         let name = command.name();
         let ok = |data: Option<Value>| Some(Response::ok(id.clone(), name, data));
@@ -132,16 +136,13 @@ impl ZutServer {
                     Ok(images) => images,
                     Err(e) => return fail(e),
                 };
-                self.queue(
-                    id.clone(),
-                    name,
-                    RunKind::Prompt {
-                        text: message,
-                        images,
-                    },
-                )
+                let kind = RunKind::Prompt {
+                    text: message,
+                    images,
+                };
+                self.queue(id.clone(), name, kind, traceparent)
             }
-            Command::Compact => self.queue(id.clone(), name, RunKind::Compact),
+            Command::Compact => self.queue(id.clone(), name, RunKind::Compact, traceparent),
             Command::Abort => {
                 self.agent.abort();
                 ok(None)
@@ -209,13 +210,20 @@ impl ZutServer {
     }
 
     /// Queues a run whose `started` response is sent when it starts.
-    fn queue(&mut self, id: Option<RequestId>, name: &str, kind: RunKind) -> Option<Response> {
+    fn queue(
+        &mut self,
+        id: Option<RequestId>,
+        name: &str,
+        kind: RunKind,
+        traceparent: Option<String>,
+    ) -> Option<Response> {
         let started = Response::ok(id.clone(), name, Some(json!({"started": true})));
         let started = serde_json::to_value(&started).ok();
         let run = RunRequest {
             kind,
             started,
             discarded: None,
+            traceparent,
         };
         match self.agent.submit(run) {
             Ok(()) => None,

@@ -1,0 +1,57 @@
+//! The gateway's span of a run-starting request (exported as a trace with
+//! `--otlp-endpoint`): opened when the request is forwarded, its W3C
+//! `traceparent` put into the frame for the child, closed when the request
+//! is answered or fails (when its [`Pending`](super::ids::Pending) entry
+//! goes). Attributes: project, dialect and command only.
+
+use corral_telemetry::TARGET;
+use serde_json::{Map, Value};
+
+use crate::dialect::Dialect;
+
+/// A request's span; ends when dropped. Compares equal to any other, so
+/// the entry holding it keeps its plain equality.
+#[derive(Debug, Clone)]
+pub struct RequestSpan {
+    /// Held only to be dropped: that ends the span.
+    _span: tracing::Span,
+}
+
+impl Default for RequestSpan {
+    /// No span: the request starts no run.
+    fn default() -> RequestSpan {
+        RequestSpan {
+            _span: tracing::Span::none(),
+        }
+    }
+}
+
+impl PartialEq for RequestSpan {
+    fn eq(&self, _other: &RequestSpan) -> bool {
+        true
+    }
+}
+
+impl RequestSpan {
+    /// Opens the span of a forwarded run-starting request and passes its
+    /// context to the child in `frame`, where the dialect has room for it.
+    pub fn forward(
+        project: &str,
+        dialect: Dialect,
+        command: &str,
+        frame: &mut Map<String, Value>,
+    ) -> RequestSpan {
+        let span = tracing::info_span!(
+            target: TARGET,
+            parent: None,
+            "forward",
+            corral.project = project,
+            corral.dialect = dialect.as_str(),
+            corral.command = command,
+        );
+        if let Some(traceparent) = corral_telemetry::traceparent(&span) {
+            dialect.put_trace_context(frame, traceparent);
+        }
+        RequestSpan { _span: span }
+    }
+}

@@ -1,0 +1,98 @@
+//! OpenTelemetry traces over OTLP/HTTP: a prompt sent through the gateway
+//! makes one trace, whose gateway span (service `corral`) is the parent of
+//! the agent's spans (service `corral-agent`: the prompt, its wait in the
+//! queue, each model call with its tokens, each tool call), received by a
+//! small OTLP receiver.
+
+use std::time::Duration;
+
+use corral_e2e::gateway::GatewaySpawn;
+use corral_e2e::mock_llm::{MockLlm, Turn};
+use corral_e2e::otlp::{OtlpReceiver, ReceivedSpan};
+use serde_json::json;
+
+/// Bound on the wait for spans: the exporters send every second.
+const SPANS_WAIT: Duration = Duration::from_secs(30);
+const PROMPT: &str = "list the project files";
+
+fn named<'a>(spans: &'a [ReceivedSpan], name: &str) -> Vec<&'a ReceivedSpan> {
+    spans.iter().filter(|s| s.name == name).collect()
+}
+
+/// Everything the trace of the prompt should hold has arrived.
+fn complete(spans: &[ReceivedSpan]) -> bool {
+    !named(spans, "forward").is_empty()
+        && !named(spans, "prompt").is_empty()
+        && !named(spans, "tool_call").is_empty()
+        && named(spans, "model_call").len() >= 2
+}
+
+#[tokio::test]
+async fn a_prompt_is_one_trace_across_the_gateway_and_the_agent() {
+    let receiver = OtlpReceiver::start().await;
+    let mock = MockLlm::start().await;
+    mock.push(Turn::tool_call("ls", json!({})));
+    mock.push(Turn::text("two files"));
+    let gateway = GatewaySpawn::default()
+        .mock(&mock.anthropic_base_url())
+        .arg("--otlp-endpoint")
+        .arg(receiver.endpoint())
+        .spawn()
+        .await;
+    let mut client = gateway.client("alpha").await;
+    client
+        .send(json!({"id": "p", "type": "prompt", "message": PROMPT}))
+        .await;
+    let frames = client.recv_until(|f| f["type"] == "done").await;
+    assert!(
+        frames.iter().any(|f| f["type"] == "tool_result"),
+        "the scripted tool call ran: {frames:#?}"
+    );
+
+    let spans = receiver.wait_for(SPANS_WAIT, complete).await;
+    assert!(complete(&spans), "spans received: {spans:#?}");
+
+    let forward = named(&spans, "forward");
+    assert_eq!(forward.len(), 1, "one gateway span: {forward:#?}");
+    let forward = forward[0];
+    assert_eq!(forward.service, "corral");
+    assert_eq!(forward.string("corral.command"), Some("prompt"));
+    assert_eq!(forward.string("corral.project"), Some("alpha"));
+
+    let traces: std::collections::BTreeSet<&str> =
+        spans.iter().map(|s| s.trace_id.as_str()).collect();
+    assert_eq!(traces.len(), 1, "one trace for the prompt: {spans:#?}");
+
+    // The child's root span continues the gateway's.
+    let prompt = named(&spans, "prompt");
+    assert_eq!(prompt.len(), 1, "{prompt:#?}");
+    let prompt = prompt[0];
+    assert_eq!(prompt.service, "corral-agent");
+    assert_eq!(prompt.parent_span_id, forward.span_id);
+
+    let children_of_prompt = |name: &str| -> Vec<&ReceivedSpan> {
+        named(&spans, name)
+            .into_iter()
+            .filter(|s| s.parent_span_id == prompt.span_id && s.service == "corral-agent")
+            .collect()
+    };
+    assert_eq!(children_of_prompt("queued").len(), 1);
+    let calls = children_of_prompt("model_call");
+    assert_eq!(calls.len(), 2, "a tool turn, then the answer: {calls:#?}");
+    for call in &calls {
+        assert!(call.int("gen_ai.usage.input_tokens").is_some(), "{call:#?}");
+        assert!(
+            call.int("gen_ai.usage.output_tokens").is_some(),
+            "{call:#?}"
+        );
+        assert_eq!(call.int("corral.attempts"), Some(1), "{call:#?}");
+        assert!(call.attributes.contains_key("corral.cost_usd"), "{call:#?}");
+    }
+    let tools = children_of_prompt("tool_call");
+    assert_eq!(tools.len(), 1, "{tools:#?}");
+    assert_eq!(tools[0].string("corral.tool"), Some("ls"));
+
+    // Names, counts and status only: the prompt's text is in no span.
+    let text = format!("{spans:?}");
+    assert!(!text.contains(PROMPT), "the prompt leaked into a span");
+}
