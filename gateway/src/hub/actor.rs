@@ -25,6 +25,7 @@ use super::ids::IdMap;
 use super::ring::ReplayRing;
 use super::runs::RunBook;
 use super::supervision::{far_future, Supervision};
+use super::trace::RequestSpan;
 use super::{
     AttachError, Attached, ClientInfo, HubCommand, HubSettings, HubStatus, Join, LastExit,
     StopReason,
@@ -84,8 +85,10 @@ pub(super) struct Hub {
     pub hello: Map<String, Value>,
     /// Since when a run is in flight.
     pub busy_since: Option<SystemTime>,
-    /// Start instants of the runs in flight, oldest first.
-    pub runs: VecDeque<StdInstant>,
+    /// Start instants of the runs in flight, oldest first, with the trace
+    /// span of the request that started each when its answer came first
+    /// (zut's `started`), so that span lasts as long as its run.
+    pub runs: VecDeque<(StdInstant, RequestSpan)>,
     pub last_exit: Option<LastExit>,
     /// The model in use (from the hello, then `set_model` answers).
     pub model: Option<String>,

@@ -168,7 +168,7 @@ impl Hub {
             Ok(()) => {
                 self.runbook.forwarded(&gateway_id, &command, owner, claim);
                 if dialect.request_is_run(&command) {
-                    self.run_started();
+                    self.run_started(RequestSpan::default());
                 }
                 self.touch();
             }
@@ -267,7 +267,7 @@ impl Hub {
                 // After the push: what a run's end releases (a leaving
                 // letscode client's `done`) comes after its last event.
                 match kind {
-                    EventKind::RunStart => self.run_started(),
+                    EventKind::RunStart => self.run_started(RequestSpan::default()),
                     EventKind::RunEnd => {
                         self.runbook.end();
                         self.run_done();
@@ -285,13 +285,13 @@ impl Hub {
         }
     }
 
-    /// A run began.
-    fn run_started(&mut self) {
+    /// A run began; `span` (of the request that started it) ends with it.
+    fn run_started(&mut self, span: RequestSpan) {
         if self.busy == 0 {
             self.busy_since = Some(SystemTime::now());
         }
         self.busy += 1;
-        self.runs.push_back(StdInstant::now());
+        self.runs.push_back((StdInstant::now(), span));
         self.idle_since = None;
         self.publish();
     }
@@ -299,7 +299,7 @@ impl Hub {
     /// A run ended.
     pub(super) fn run_done(&mut self) {
         self.busy = self.busy.saturating_sub(1);
-        if let Some(started) = self.runs.pop_front() {
+        if let Some((started, _span)) = self.runs.pop_front() {
             self.settings
                 .metrics
                 .prompt_duration
@@ -358,7 +358,7 @@ impl Hub {
         } else {
             self.ids.ack(&id).cloned()
         };
-        let Some(pending) = pending else {
+        let Some(mut pending) = pending else {
             // What it says of runs still counts (an admin abort, a prompt
             // of a client that left).
             if let Some(command) = self.runbook.command(&id).map(str::to_string) {
@@ -378,7 +378,7 @@ impl Hub {
         }
         let news = dialect.response_news(&pending.command, line);
         if news.run_started {
-            self.run_started();
+            self.run_started(std::mem::take(&mut pending.span));
         }
         if let Some(model) = news.model {
             self.model = Some(model);

@@ -1,8 +1,9 @@
 //! The gateway's span of a run-starting request (exported as a trace with
 //! `--otlp-endpoint`): opened when the request is forwarded, its W3C
-//! `traceparent` put into the frame for the child, closed when the request
-//! is answered or fails (when its [`Pending`](super::ids::Pending) entry
-//! goes). Attributes: project, dialect and command only.
+//! `traceparent` put into the frame for the child, closed when its run ends
+//! (a zut run, answered as it starts) or else when the request is answered
+//! or fails (its [`Pending`](super::ids::Pending) entry goes). Attributes:
+//! project, dialect and command only.
 
 use corral_telemetry::TARGET;
 use serde_json::{Map, Value};
