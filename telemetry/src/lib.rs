@@ -32,7 +32,10 @@ pub const TRACEPARENT: &str = "traceparent";
 /// How long finished spans wait to be sent in one batch.
 const EXPORT_DELAY: Duration = Duration::from_secs(1);
 /// How long one export may take.
-const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
+const EXPORT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the process waits at exit for its last spans to be sent (an
+/// unreachable collector must not hold up a stop).
+const SHUTDOWN_WAIT: Duration = Duration::from_secs(3);
 
 /// The exporter could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -105,10 +108,10 @@ impl Telemetry {
     }
 
     /// Exports the spans not yet sent and stops the exporter. Blocks until
-    /// done (at most the export timeout): call it outside async code.
+    /// done (a few seconds at most): call it outside async code.
     pub fn shutdown(self) {
-        if let Err(e) = self.provider.shutdown() {
-            eprintln!("cannot send the last traces: {e}");
+        if let Err(e) = self.provider.shutdown_with_timeout(SHUTDOWN_WAIT) {
+            tracing::warn!(error = %e, "cannot send the last traces");
         }
     }
 }

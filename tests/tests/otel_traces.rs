@@ -2,11 +2,13 @@
 //! makes one trace, whose gateway span (service `corral`) is the parent of
 //! the agent's spans (service `corral-agent`: the prompt, its wait in the
 //! queue, each model call with its tokens, each tool call), received by a
-//! small OTLP receiver.
+//! small OTLP receiver. Without a gateway the agent starts its own trace
+//! and sends its spans before it exits.
 
 use std::time::Duration;
 
 use corral_e2e::gateway::GatewaySpawn;
+use corral_e2e::harness::{workspace_bin, READ_TIMEOUT};
 use corral_e2e::mock_llm::{MockLlm, Turn};
 use corral_e2e::otlp::{OtlpReceiver, ReceivedSpan};
 use serde_json::json;
@@ -95,4 +97,35 @@ async fn a_prompt_is_one_trace_across_the_gateway_and_the_agent() {
     // Names, counts and status only: the prompt's text is in no span.
     let text = format!("{spans:?}");
     assert!(!text.contains(PROMPT), "the prompt leaked into a span");
+}
+
+#[tokio::test]
+async fn the_agent_alone_starts_its_own_trace_and_sends_it_before_exiting() {
+    let receiver = OtlpReceiver::start().await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut command = tokio::process::Command::new(workspace_bin("corral-agent"));
+    command
+        .args(["run", "--provider", "echo", "--otlp-endpoint"])
+        .arg(receiver.endpoint())
+        .arg("--cwd")
+        .arg(dir.path())
+        .arg("hello")
+        .env("ZUT_HOME", dir.path())
+        .env_remove("ZUTCORE_RPC_TOKEN")
+        .kill_on_drop(true);
+    let output = tokio::time::timeout(READ_TIMEOUT, command.output())
+        .await
+        .expect("corral-agent run finishes")
+        .expect("run corral-agent");
+    assert!(output.status.success(), "{output:?}");
+
+    // Sent at exit: the spans are there once the process is gone.
+    let spans = receiver.spans();
+    let prompt = named(&spans, "prompt");
+    assert_eq!(prompt.len(), 1, "{spans:#?}");
+    assert_eq!(prompt[0].service, "corral-agent");
+    assert_eq!(prompt[0].parent_span_id, "", "a root span: {spans:#?}");
+    let calls = named(&spans, "model_call");
+    assert_eq!(calls.len(), 1, "{spans:#?}");
+    assert_eq!(calls[0].trace_id, prompt[0].trace_id);
 }
