@@ -1,8 +1,8 @@
 //! OpenTelemetry traces over OTLP/HTTP: a prompt sent through the gateway
 //! makes one trace, whose gateway span (service `corral`) is the parent of
 //! the agent's spans (service `corral-agent`: the prompt, its wait in the
-//! queue, each model call with its tokens, each tool call), received by a
-//! small OTLP receiver. Without a gateway the agent starts its own trace
+//! queue, each model call with its tokens, each tool call and its wait for
+//! permission), received by a small OTLP receiver. Without a gateway the agent starts its own trace
 //! and sends its spans before it exits.
 
 use std::time::Duration;
@@ -15,7 +15,7 @@ use serde_json::json;
 
 /// Bound on the wait for spans: the exporters send every second.
 const SPANS_WAIT: Duration = Duration::from_secs(30);
-const PROMPT: &str = "list the project files";
+const PROMPT: &str = "run the checks";
 
 fn named<'a>(spans: &'a [ReceivedSpan], name: &str) -> Vec<&'a ReceivedSpan> {
     spans.iter().filter(|s| s.name == name).collect()
@@ -26,6 +26,7 @@ fn complete(spans: &[ReceivedSpan]) -> bool {
     !named(spans, "forward").is_empty()
         && !named(spans, "prompt").is_empty()
         && !named(spans, "tool_call").is_empty()
+        && !named(spans, "permission_wait").is_empty()
         && named(spans, "model_call").len() >= 2
 }
 
@@ -33,10 +34,12 @@ fn complete(spans: &[ReceivedSpan]) -> bool {
 async fn a_prompt_is_one_trace_across_the_gateway_and_the_agent() {
     let receiver = OtlpReceiver::start().await;
     let mock = MockLlm::start().await;
-    mock.push(Turn::tool_call("ls", json!({})));
-    mock.push(Turn::text("two files"));
+    mock.push(Turn::tool_call("bash", json!({"command": "true"})));
+    mock.push(Turn::text("done it"));
     let gateway = GatewaySpawn::default()
         .mock(&mock.anthropic_base_url())
+        .child_arg("--permission-mode")
+        .child_arg("ask")
         .arg("--otlp-endpoint")
         .arg(receiver.endpoint())
         .spawn()
@@ -44,6 +47,13 @@ async fn a_prompt_is_one_trace_across_the_gateway_and_the_agent() {
     let mut client = gateway.client("alpha").await;
     client
         .send(json!({"id": "p", "type": "prompt", "message": PROMPT}))
+        .await;
+    let asked = client
+        .recv_until(|f| f["type"] == "permission_request")
+        .await;
+    let request_id = asked.last().expect("a permission request")["request_id"].clone();
+    client
+        .send(json!({"id": "a", "type": "permission_reply", "request_id": request_id, "option": "allow_once"}))
         .await;
     let frames = client.recv_until(|f| f["type"] == "done").await;
     assert!(
@@ -92,7 +102,11 @@ async fn a_prompt_is_one_trace_across_the_gateway_and_the_agent() {
     }
     let tools = children_of_prompt("tool_call");
     assert_eq!(tools.len(), 1, "{tools:#?}");
-    assert_eq!(tools[0].string("corral.tool"), Some("ls"));
+    assert_eq!(tools[0].string("corral.tool"), Some("bash"));
+    let waits = named(&spans, "permission_wait");
+    assert_eq!(waits.len(), 1, "{waits:#?}");
+    assert_eq!(waits[0].parent_span_id, tools[0].span_id);
+    assert_eq!(waits[0].string("corral.outcome"), Some("allowed"));
 
     // Names, counts and status only: the prompt's text is in no span.
     let text = format!("{spans:?}");
