@@ -306,51 +306,54 @@ async fn worker(
             cancel,
             unsaved_reported: AtomicBool::new(false),
         };
-        let execute = async {
-            match run.kind {
-                RunKind::Prompt { text, images } => {
-                    {
-                        let mut input = ctx.shared.steering();
-                        (input.open, input.active, input.late) = (true, true, false);
-                    }
-                    turn::run_prompt(&ctx, text, images).await;
-                    while std::mem::take(&mut ctx.shared.steering().late) {
-                        turn::resume(&ctx).await;
-                    }
-                    // A run that ended normally closed its input itself, and
-                    // what came later waits for the next run; one that did not
-                    // (aborted, failed, out of steps) leaves input behind.
-                    let left = {
-                        let mut input = ctx.shared.steering();
-                        let left = if input.open {
-                            input.pending.len() + input.follow_up.len()
-                        } else {
-                            0
-                        };
-                        if input.open {
-                            input.pending.clear();
-                            input.follow_up.clear();
-                        }
-                        (input.open, input.active, input.late) = (false, false, false);
-                        left
-                    };
-                    if left > 0 {
-                        ctx.emit(AgentEvent::Error(format!(
-                            "{left} steering message(s) were not delivered: the run ended first"
-                        )))
-                        .await;
-                    }
-                }
-                RunKind::Compact => compact::run_compact(&ctx).await,
-            }
-        };
-        execute.instrument(spans.run).await;
+        execute(&ctx, run.kind).instrument(spans.run).await;
         *shared
             .current
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = None;
         shared.busy.store(false, Ordering::SeqCst);
         let _ = out.send(Output::Event(AgentEvent::Done)).await;
+    }
+}
+
+/// Executes one run's work (its events go to the output; `Done` is the
+/// caller's).
+async fn execute(ctx: &RunCtx<'_>, kind: RunKind) {
+    match kind {
+        RunKind::Prompt { text, images } => {
+            {
+                let mut input = ctx.shared.steering();
+                (input.open, input.active, input.late) = (true, true, false);
+            }
+            turn::run_prompt(ctx, text, images).await;
+            while std::mem::take(&mut ctx.shared.steering().late) {
+                turn::resume(ctx).await;
+            }
+            // A run that ended normally closed its input itself, and
+            // what came later waits for the next run; one that did not
+            // (aborted, failed, out of steps) leaves input behind.
+            let left = {
+                let mut input = ctx.shared.steering();
+                let left = if input.open {
+                    input.pending.len() + input.follow_up.len()
+                } else {
+                    0
+                };
+                if input.open {
+                    input.pending.clear();
+                    input.follow_up.clear();
+                }
+                (input.open, input.active, input.late) = (false, false, false);
+                left
+            };
+            if left > 0 {
+                ctx.emit(AgentEvent::Error(format!(
+                    "{left} steering message(s) were not delivered: the run ended first"
+                )))
+                .await;
+            }
+        }
+        RunKind::Compact => compact::run_compact(ctx).await,
     }
 }
 
