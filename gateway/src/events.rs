@@ -9,7 +9,7 @@
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
@@ -17,11 +17,6 @@ use crate::hub::{ChildState, HubHandle, HubStatus, LastExit};
 
 /// Events kept; older ones are dropped.
 pub const CAPACITY: usize = 256;
-
-/// How often a watcher looks at its hub's status. A child that starts and
-/// exits between two looks is counted (`missed` on the next exit event),
-/// not reported one by one.
-const WATCH_INTERVAL: Duration = Duration::from_millis(250);
 
 /// One thing that happened, as `/v1/events` lists it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -181,16 +176,20 @@ fn changes(before: &Seen, now: &HubStatus) -> Vec<Change> {
     out
 }
 
-/// Follows one hub's status until the hub ends, recording what changed;
+/// Follows one hub's status until the hub ends, recording what changed.
+/// It wakes when the hub publishes a new status (the hub's `watch` channel
+/// keeps only the latest): a child that starts and exits between two looks
+/// is counted (`missed` on the next exit event), not reported one by one;
 /// the hub's last status says how its last child ended. The handle it
 /// holds does not keep the hub alive past a stop: hubs end when stopped
 /// (idle, admin, eviction, shutdown), not when their handles are dropped.
 pub async fn watch_hub(hub: HubHandle, log: Arc<EventLog>) {
     let mut seen = Seen::default();
+    let mut changes_of_hub = hub.status_changes();
     loop {
         let closed = tokio::select! {
             () = hub.closed() => true,
-            () = tokio::time::sleep(WATCH_INTERVAL) => false,
+            changed = changes_of_hub.changed() => changed.is_err(),
         };
         let mut status = hub.status();
         if closed {

@@ -5,7 +5,8 @@
 //! and lines from the child. Requests get gateway-unique ids ([`ids`]);
 //! responses go back to the one client that asked; events get a `seq` and go
 //! into the shared [`feed`] that every client reads at its own pace
-//! (`routing`). The child's lifecycle (start, health, restart, stop) is a
+//! (`routing`; what the hub says itself, in `outbox`). The child's
+//! lifecycle (start, health, restart, stop) is a
 //! state machine (`supervision`, `lifecycle`) over a child the hub only
 //! knows through the `child` traits, so tests drive it with a fake child.
 //! Which client each run belongs to is in [`runs`]. What frames mean
@@ -21,6 +22,7 @@ pub mod feed;
 pub mod ids;
 mod launch;
 mod lifecycle;
+mod outbox;
 pub mod ring;
 mod routing;
 pub mod runs;
@@ -379,5 +381,13 @@ impl HubHandle {
 
     pub fn status(&self) -> HubStatus {
         self.status.borrow().clone()
+    }
+
+    /// A receiver that wakes whenever the hub publishes a new status (and
+    /// fails once the hub is gone).
+    pub fn status_changes(&self) -> watch::Receiver<HubStatus> {
+        let mut changes = self.status.clone();
+        changes.mark_unchanged();
+        changes
     }
 }

@@ -1,0 +1,126 @@
+//! What a hub says to its clients itself: the events it makes up (with
+//! the next `seq`), frames and closes for one client (a client whose
+//! outbox is full is let go), and what clients are owed when the child
+//! cannot answer any more (failed requests, runs cut short).
+
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+use serde_json::Value;
+
+use super::actor::Hub;
+use super::feed::Unicast;
+use super::ring::Frame;
+use super::runs::{Audience, Run};
+
+impl Hub {
+    pub(super) fn next_seq(&self) -> u64 {
+        self.seq.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    /// Appends a gateway-made event for everyone to the feed.
+    pub(super) fn emit(&self, kind: &str, fields: Value) {
+        self.emit_for(None, kind, fields);
+    }
+
+    /// Appends a gateway-made event to the feed, as part of `run`.
+    pub(super) fn emit_for(&self, run: Option<&Run>, kind: &str, fields: Value) {
+        let seq = self.next_seq();
+        let run_id = run.map(|r| &*r.id);
+        self.feed.push(Frame {
+            seq,
+            bytes: self
+                .settings
+                .dialect
+                .gateway_event(kind, fields, seq, run_id),
+            audience: run.map_or(Audience::Everyone, Run::audience),
+        });
+    }
+
+    /// Sends a frame to one client. A client whose response queue is full
+    /// (it sends requests but does not read) is disconnected.
+    pub(super) fn unicast(&mut self, client: u64, bytes: Bytes) {
+        let after_seq = self.feed.last_seq();
+        self.unicast_item(client, Unicast::Frame { after_seq, bytes });
+    }
+
+    /// Queues `item` for one client, or disconnects a client whose queue
+    /// is full.
+    pub(super) fn unicast_item(&mut self, client: u64, item: Unicast) {
+        let Some(entry) = self.clients.get(&client) else {
+            return;
+        };
+        let after_seq = self.feed.last_seq();
+        if entry.unicast.capacity() > 1 {
+            if entry.unicast.try_send(item).is_ok() {
+                return;
+            }
+        } else {
+            // The last slot carries the reason.
+            let _ = entry.unicast.try_send(Unicast::Close {
+                after_seq,
+                code: 1008,
+                reason: "too many unread responses; the client must read its socket".into(),
+            });
+        }
+        tracing::warn!(project = %self.project, client, "disconnecting a client whose outbox is full");
+        self.clients.remove(&client);
+        self.ids.forget_client(client);
+        self.publish();
+    }
+
+    /// Fails every request still waiting for the child.
+    pub(super) fn fail_pending(&mut self, error: &str) {
+        self.asks_dropped();
+        let dialect = self.settings.dialect;
+        for pending in self.ids.drain() {
+            let reply = dialect.request_failed(
+                pending.original.as_ref(),
+                &pending.command,
+                pending.acked,
+                error,
+            );
+            self.unicast(pending.client, reply);
+        }
+        self.dismiss_leaving();
+    }
+
+    /// Ends the run in flight for clients: the child cannot any more.
+    pub(super) fn end_runs(&mut self, error: &str) {
+        if self.busy > 0 {
+            let run = self.runbook.active().cloned();
+            for (kind, fields) in self.settings.dialect.run_aborted(error) {
+                self.emit_for(run.as_ref(), kind, fields);
+            }
+            self.busy = 0;
+        }
+        self.runbook.reset();
+        self.runs.clear();
+        self.busy_since = None;
+        self.dismiss_leaving();
+    }
+
+    /// Tells one client to close (after everything queued for it).
+    pub(super) fn close_client(&mut self, client: u64, code: u16, reason: &str) {
+        if let Some(entry) = self.clients.get(&client) {
+            let _ = entry.unicast.try_send(Unicast::Close {
+                after_seq: self.feed.last_seq(),
+                code,
+                reason: reason.to_string(),
+            });
+        }
+    }
+
+    /// Tells every client to close, and forgets them.
+    pub(super) fn close_clients(&mut self, code: u16, reason: &str) {
+        let after_seq = self.feed.last_seq();
+        for (_, client) in self.clients.drain() {
+            let _ = client.unicast.try_send(Unicast::Close {
+                after_seq,
+                code,
+                reason: reason.to_string(),
+            });
+        }
+        self.publish();
+    }
+}
