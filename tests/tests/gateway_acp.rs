@@ -284,6 +284,23 @@ async fn session_load_replays_what_the_gateway_holds_and_other_sessions_are_unkn
         .await;
     let refused = b.recv_until(|f| f["id"] == 6).await;
     assert_eq!(refused.last().unwrap()["error"]["code"], -32002);
+
+    // A mode switch holds for clients that join later.
+    let params = json!({"sessionId": sid, "modeId": "read-only"});
+    let (_, before) = call(&mut a, json!(7), "session/set_mode", params).await;
+    let switched = |f: &Value| f["params"]["update"]["sessionUpdate"] == "current_mode_update";
+    if !before.iter().any(switched) {
+        a.recv_until(switched).await;
+    }
+    let (mut c, _) = client(&gw, None).await;
+    let joined = rpc(
+        &mut c,
+        json!(1),
+        "session/new",
+        json!({"cwd": "/", "mcpServers": []}),
+    )
+    .await;
+    assert_eq!(joined["modes"]["currentModeId"], "read-only");
 }
 
 // ---------------------------------------------------------------------------

@@ -255,6 +255,21 @@ pub fn session_answer(
     result(Some(id), Value::Object(answer))
 }
 
+/// The mode a `current_mode_update` notification switches the session
+/// to (read only from lines that name one).
+pub fn mode_switched(line: &[u8]) -> Option<String> {
+    const MARK: &[u8] = b"current_mode_update";
+    if !line.windows(MARK.len()).any(|w| w == MARK) {
+        return None;
+    }
+    let frame: Value = serde_json::from_slice(line).ok()?;
+    let update = frame.get("params")?.get("update")?;
+    if update.get("sessionUpdate")? != "current_mode_update" {
+        return None;
+    }
+    update.get("currentModeId")?.as_str().map(str::to_string)
+}
+
 /// `session/cancel` for the project's session (an admin abort).
 pub fn cancel_line(hello: &Map<String, Value>) -> String {
     let session = hello.get("sessionId").cloned().unwrap_or(Value::Null);

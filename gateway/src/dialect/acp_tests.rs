@@ -204,6 +204,14 @@ fn the_greeting_loads_the_kept_session_and_falls_back_to_a_new_one() {
 }
 
 #[test]
+fn a_mode_switch_is_read_from_its_update_only() {
+    let switch = br#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"current_mode_update","currentModeId":"read-only"}}}"#;
+    assert_eq!(mode_switched(switch).as_deref(), Some("read-only"));
+    let chunk = br#"{"jsonrpc":"2.0","method":"session/update","params":{"update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"current_mode_update"}}}}"#;
+    assert_eq!(mode_switched(chunk), None);
+}
+
+#[test]
 fn clients_get_the_projects_session() {
     let hello = object(
         json!({"sessionId": "s1", "modes": {"currentModeId": "auto"},

@@ -355,6 +355,20 @@ impl Dialect {
         acp::session_answer(id, hello, load, session)
     }
 
+    /// Keeps the child's hello data current with an event it wrote (ACP:
+    /// the session's mode after a `current_mode_update`, so a client that
+    /// joins later is told the mode in force).
+    pub fn hello_after(self, hello: &mut Map<String, Value>, line: &[u8]) {
+        if self != Dialect::Acp {
+            return;
+        }
+        if let Some(mode) = acp::mode_switched(line) {
+            if let Some(Value::Object(modes)) = hello.get_mut("modes") {
+                modes.insert("currentModeId".into(), Value::String(mode));
+            }
+        }
+    }
+
     /// Whether a forwarded request keeps the project busy until its
     /// answer (ACP `session/prompt`; the other dialects say so in events).
     pub fn request_is_run(self, command: &str) -> bool {

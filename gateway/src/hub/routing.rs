@@ -278,7 +278,9 @@ impl Hub {
                             self.publish();
                         }
                     }
-                    EventKind::RunTail | EventKind::Other => {}
+                    EventKind::RunTail | EventKind::Other => {
+                        dialect.hello_after(&mut self.hello, line)
+                    }
                 }
             }
         }
