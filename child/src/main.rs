@@ -186,13 +186,7 @@ fn init_logging(otlp_endpoint: Option<&str>) -> Option<Telemetry> {
         .with_writer(std::io::stderr)
         .with_ansi(false)
         .with_filter(filter);
-    let (telemetry, traces) = match otlp_endpoint {
-        Some(endpoint) => {
-            let (telemetry, layer) = Telemetry::new("corral-agent", endpoint);
-            (Some(telemetry), Some(layer))
-        }
-        None => (None, None),
-    };
+    let (telemetry, traces) = Telemetry::optional("corral-agent", otlp_endpoint);
     tracing_subscriber::registry()
         .with(logs)
         .with(traces)

@@ -199,13 +199,7 @@ fn init_logging(format: LogFormat, otlp_endpoint: Option<&str>) -> Option<Teleme
         LogFormat::Text => logs.with_filter(filter).boxed(),
         LogFormat::Json => logs.json().with_filter(filter).boxed(),
     };
-    let (telemetry, traces) = match otlp_endpoint {
-        Some(endpoint) => {
-            let (telemetry, layer) = Telemetry::new("corral", endpoint);
-            (Some(telemetry), Some(layer))
-        }
-        None => (None, None),
-    };
+    let (telemetry, traces) = Telemetry::optional("corral", otlp_endpoint);
     tracing_subscriber::registry()
         .with(logs)
         .with(traces)

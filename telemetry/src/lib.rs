@@ -83,6 +83,24 @@ impl Telemetry {
         (telemetry, layer)
     }
 
+    /// [`Telemetry::new`] when an `endpoint` is configured; with none, no
+    /// pipeline and no layer (tracing costs nothing).
+    pub fn optional<S>(
+        service: &'static str,
+        endpoint: Option<&str>,
+    ) -> (Option<Telemetry>, Option<impl Layer<S>>)
+    where
+        S: tracing::Subscriber + for<'a> LookupSpan<'a>,
+    {
+        match endpoint {
+            Some(endpoint) => {
+                let (telemetry, layer) = Telemetry::new(service, endpoint);
+                (Some(telemetry), Some(layer))
+            }
+            None => (None, None),
+        }
+    }
+
     /// Starts exporting (this spawns the exporter's threads).
     pub fn start(&self) -> Result<(), TelemetryError> {
         let failed = |reason: String| TelemetryError {

@@ -10,6 +10,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::process::Command;
 
+use crate::mock_llm::{MockLlm, Turn};
 use crate::prerequisites::{NODE, NPM};
 
 /// How long one client run may take (pi takes seconds to start).
@@ -75,4 +76,33 @@ pub async fn report(mut command: Command) -> Value {
         String::from_utf8_lossy(&output.stderr)
     );
     serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("no report ({e}): {stdout}"))
+}
+
+/// The model's side of `client.mjs`'s conversation, in its order: a
+/// reply, an edit of `notes.txt` replacing `old_text`, a reply, an allowed
+/// and a rejected bash call (each followed by a reply, the second echoing
+/// the tool's result), and a slow reply the client cancels.
+pub fn script_conversation(mock: &MockLlm, old_text: &str) {
+    mock.push(Turn::text("Hi there"));
+    mock.push(Turn::tool_call(
+        "edit",
+        serde_json::json!({"path": "notes.txt", "old_text": old_text, "new_text": "edited"}),
+    ));
+    mock.push(Turn::text("Edited."));
+    mock.push(Turn::tool_call(
+        "bash",
+        serde_json::json!({"command": "echo allowed > out.txt"}),
+    ));
+    mock.push(Turn::text("Ran it."));
+    mock.push(Turn::tool_call(
+        "bash",
+        serde_json::json!({"command": "echo nope > no.txt"}),
+    ));
+    mock.push(Turn::EchoToolResult {
+        prefix: "saw: ".into(),
+    });
+    mock.push(Turn::Slow {
+        chunks: vec!["once upon a time ".into(); 100],
+        delay: Duration::from_millis(100),
+    });
 }

@@ -13,38 +13,11 @@
 #![allow(clippy::unwrap_used)]
 
 use std::path::Path;
-use std::time::Duration;
 
 use corral_e2e::acp_client;
 use corral_e2e::harness::workspace_bin;
-use corral_e2e::mock_llm::{MockLlm, Turn};
+use corral_e2e::mock_llm::MockLlm;
 use serde_json::{json, Value};
-
-/// The model's side of the conversation, in the client's order.
-fn script(mock: &MockLlm) {
-    mock.push(Turn::text("Hi there"));
-    mock.push(Turn::tool_call(
-        "edit",
-        json!({"path": "notes.txt", "old_text": "buffer", "new_text": "edited"}),
-    ));
-    mock.push(Turn::text("Edited."));
-    mock.push(Turn::tool_call(
-        "bash",
-        json!({"command": "echo allowed > out.txt"}),
-    ));
-    mock.push(Turn::text("Ran it."));
-    mock.push(Turn::tool_call(
-        "bash",
-        json!({"command": "echo nope > no.txt"}),
-    ));
-    mock.push(Turn::EchoToolResult {
-        prefix: "saw: ".into(),
-    });
-    mock.push(Turn::Slow {
-        chunks: vec!["once upon a time ".into(); 100],
-        delay: Duration::from_millis(100),
-    });
-}
 
 async fn run_client(mock: &MockLlm, root: &Path) -> Value {
     let project = root.join("project");
@@ -104,7 +77,7 @@ fn of_kind<'a>(updates: &'a Value, kind: &str) -> Vec<&'a Value> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sdk_client_prompts_approves_cancels_and_loads() {
     let mock = MockLlm::start().await;
-    script(&mock);
+    acp_client::script_conversation(&mock, "buffer");
     let root = tempfile::tempdir().unwrap();
     let report = run_client(&mock, root.path()).await;
     let project = root.path().join("project");

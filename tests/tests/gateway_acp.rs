@@ -74,6 +74,19 @@ fn text_of(frames: &[Value]) -> String {
         .collect()
 }
 
+/// Answers permission request `id` with `option`.
+async fn answer(ws: &mut Ws, id: &Value, option: &str) {
+    let outcome = json!({"outcome": "selected", "optionId": option});
+    ws.send(json!({"jsonrpc": "2.0", "id": id, "result": {"outcome": outcome}}))
+        .await;
+}
+
+/// A tool call that ran to its end.
+fn tool_completed(frame: &Value) -> bool {
+    let update = &frame["params"]["update"];
+    update["sessionUpdate"] == "tool_call_update" && update["status"] == "completed"
+}
+
 fn prompt(session: &Value, text: &str) -> Value {
     json!({"sessionId": session, "prompt": [{"type": "text", "text": text}]})
 }
@@ -131,8 +144,7 @@ async fn two_clients_see_every_update_and_the_first_answer_settles_a_permission_
     assert!(options.contains(&"allow_once") && options.contains(&"reject_once"));
 
     // B answers first; A hears it is settled.
-    b.send(json!({"jsonrpc": "2.0", "id": gid, "result": {"outcome": {"outcome": "selected", "optionId": "allow_once"}}}))
-        .await;
+    answer(&mut b, &gid, "allow_once").await;
     let settled = a
         .recv_until(|f| f["method"] == "_corral/request_resolved")
         .await;
@@ -144,8 +156,7 @@ async fn two_clients_see_every_update_and_the_first_answer_settles_a_permission_
         "allow_once"
     );
     // A late answer from A changes nothing.
-    a.send(json!({"jsonrpc": "2.0", "id": gid, "result": {"outcome": {"outcome": "selected", "optionId": "reject_once"}}}))
-        .await;
+    answer(&mut a, &gid, "reject_once").await;
 
     // The prompt ends for A; both saw the same updates, in the same order.
     let rest = a
@@ -170,10 +181,7 @@ async fn two_clients_see_every_update_and_the_first_answer_settles_a_permission_
     assert_eq!(a_updates, b_updates);
     assert!(a_updates.windows(2).all(|w| w[0] < w[1]), "{a_updates:?}");
     assert!(text_of(&b_all).contains("Done after bash"));
-    let completed = b_all.iter().any(|f| {
-        f["params"]["update"]["sessionUpdate"] == "tool_call_update"
-            && f["params"]["update"]["status"] == "completed"
-    });
+    let completed = b_all.iter().any(tool_completed);
     assert!(completed, "the allowed command ran");
     assert!(
         !b_all.iter().any(|f| f["id"] == 2),
@@ -242,17 +250,12 @@ async fn a_client_that_reconnects_misses_nothing_and_is_asked_again() {
         frames.iter().all(|f| seq(f).is_none_or(|s| s > last)),
         "{frames:?}"
     );
-    third
-        .send(json!({"jsonrpc": "2.0", "id": ask["id"], "result": {"outcome": {"outcome": "selected", "optionId": "allow_once"}}}))
-        .await;
+    answer(&mut third, &ask["id"], "allow_once").await;
     let mut rest = Vec::new();
     while !text_of(&rest).contains("Finished.") {
         rest.push(third.recv().await);
     }
-    assert!(rest.iter().any(|f| {
-        f["params"]["update"]["sessionUpdate"] == "tool_call_update"
-            && f["params"]["update"]["status"] == "completed"
-    }));
+    assert!(rest.iter().any(tool_completed));
 }
 
 #[tokio::test]
@@ -319,28 +322,7 @@ fn of_kind<'a>(updates: &'a Value, kind: &str) -> Vec<&'a Value> {
 async fn the_sdk_client_works_through_corral_attach() {
     let node = acp_client::sdk_ready();
     let mock = MockLlm::start().await;
-    mock.push(Turn::text("Hi there"));
-    mock.push(Turn::tool_call(
-        "edit",
-        json!({"path": "notes.txt", "old_text": "disk", "new_text": "edited"}),
-    ));
-    mock.push(Turn::text("Edited."));
-    mock.push(Turn::tool_call(
-        "bash",
-        json!({"command": "echo allowed > out.txt"}),
-    ));
-    mock.push(Turn::text("Ran it."));
-    mock.push(Turn::tool_call(
-        "bash",
-        json!({"command": "echo nope > no.txt"}),
-    ));
-    mock.push(Turn::EchoToolResult {
-        prefix: "saw: ".into(),
-    });
-    mock.push(Turn::Slow {
-        chunks: vec!["once upon a time ".into(); 100],
-        delay: std::time::Duration::from_millis(100),
-    });
+    acp_client::script_conversation(&mock, "disk");
     let root = tempfile::tempdir().expect("temp dir");
     let projects = root.path().join("projects");
     let project = projects.join("alpha");
