@@ -281,6 +281,13 @@ async fn session_load_replays_what_the_gateway_holds_and_other_sessions_are_unkn
         .await;
     let frames = b.recv_until(|f| f["id"] == 5).await;
     assert!(frames.last().unwrap().get("result").is_some());
+    // Once per connection: a second load is answered without the ring.
+    b.send(json!({"jsonrpc": "2.0", "id": 8, "method": "session/load",
+        "params": {"sessionId": sid, "cwd": "/", "mcpServers": []}}))
+        .await;
+    let again = b.recv_until(|f| f["id"] == 8).await;
+    assert_eq!(again.len(), 1, "{again:?}");
+    assert!(again[0].get("result").is_some());
     assert!(text_of(&frames).contains("First answer"), "{frames:?}");
     b.send(json!({"jsonrpc": "2.0", "id": 6, "method": "session/load",
         "params": {"sessionId": "someone-else", "cwd": "/", "mcpServers": []}}))

@@ -43,6 +43,10 @@ pub(super) struct Client {
     pub unicast: mpsc::Sender<Unicast>,
     /// The client's delivery cursor, for its lag.
     pub cursor: Arc<AtomicU64>,
+    /// It had the replay ring sent again once (ACP `session/load`); a
+    /// connection gets that once, so loads cannot be repeated to make the
+    /// gateway send its whole ring over and over.
+    pub replayed: bool,
 }
 
 /// An attach that waits for the child to become ready.

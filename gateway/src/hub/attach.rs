@@ -121,6 +121,7 @@ impl Hub {
                 owner,
                 unicast,
                 cursor: attached.feed.shared_cursor(),
+                replayed: false,
             },
         );
         self.publish();

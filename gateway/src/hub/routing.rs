@@ -54,7 +54,16 @@ impl Hub {
             Inbound::Session { id, load, session } => {
                 let answer = dialect.session_answer(&id, &self.hello, load, session.as_deref());
                 let known = dialect.kept_session(&self.hello);
-                if load && session.is_some() && session == known {
+                // Once per connection (a load cannot be repeated to make the
+                // gateway send its ring over and over).
+                let replay = load
+                    && session.is_some()
+                    && session == known
+                    && self
+                        .clients
+                        .get_mut(&client)
+                        .is_some_and(|c| !std::mem::replace(&mut c.replayed, true));
+                if replay {
                     // The history the gateway holds, before the answer.
                     let after_seq = self.feed.last_seq();
                     self.unicast_item(client, Unicast::Rewind { after_seq });
