@@ -23,7 +23,7 @@ use corral_telemetry::Telemetry;
 use tokio::sync::mpsc;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
-use tracing_subscriber::{EnvFilter, Layer as _};
+use tracing_subscriber::Layer as _;
 
 fn main() -> ExitCode {
     // First of all: no process of this uid, tools included, may ptrace this
@@ -177,11 +177,7 @@ fn sandbox_exec(args: &SandboxExecArgs, command: &[std::ffi::OsString]) -> u8 {
 /// exporting: see [`Telemetry::start`]).
 fn init_logging(otlp_endpoint: Option<&str>) -> Option<Telemetry> {
     let filter = std::env::var("CORRAL_LOG").unwrap_or_default();
-    let filter = if filter.is_empty() {
-        EnvFilter::new("warn")
-    } else {
-        EnvFilter::new(filter)
-    };
+    let filter = corral_telemetry::log_filter(if filter.is_empty() { "warn" } else { &filter });
     let logs = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(false)

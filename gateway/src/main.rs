@@ -27,7 +27,7 @@ use corral::throttle::{AuthThrottle, ThrottlePolicy};
 use corral_telemetry::Telemetry;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
-use tracing_subscriber::{EnvFilter, Layer as _};
+use tracing_subscriber::Layer as _;
 
 /// First restart delay after a crash, and the cap of the backoff.
 const RESTART_BASE: Duration = Duration::from_millis(500);
@@ -191,7 +191,7 @@ fn credentials(config: &Config) -> Option<Credentials> {
 /// exporting: see [`Telemetry::start`]).
 fn init_logging(format: LogFormat, otlp_endpoint: Option<&str>) -> Option<Telemetry> {
     let filter = std::env::var("CORRAL_LOG").unwrap_or_else(|_| "info".into());
-    let filter = EnvFilter::new(filter);
+    let filter = corral_telemetry::log_filter(&filter);
     let logs = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(false);

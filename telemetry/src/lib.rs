@@ -5,8 +5,13 @@
 //!
 //! Span attributes carry names, counts, durations and status only: never
 //! prompt text, tool arguments, file contents, tokens or keys.
+//!
+//! Also the stderr log filter both binaries share ([`log_filter`]).
 
 mod deferred;
+mod logs;
+
+pub use logs::log_filter;
 
 use std::collections::HashMap;
 use std::time::Duration;

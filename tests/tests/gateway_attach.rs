@@ -7,7 +7,7 @@
 use std::process::Stdio;
 use std::time::Duration;
 
-use corral_e2e::gateway::{Gateway, GatewaySpawn, TOKEN};
+use corral_e2e::gateway::{Gateway, GatewaySpawn, ADMIN_TOKEN, OBSERVER_TOKEN, TOKEN};
 use corral_e2e::harness::{text_of, workspace_bin, READ_TIMEOUT};
 use corral_e2e::mock_llm::{MockLlm, Turn};
 use serde_json::{json, Value};
@@ -36,6 +36,10 @@ impl Attach {
     }
 
     fn spawn_with(url: &str, token: Token, args: &[&str]) -> Attach {
+        Attach::spawn_env(url, token, args, &[])
+    }
+
+    fn spawn_env(url: &str, token: Token, args: &[&str], env: &[(&str, &str)]) -> Attach {
         let temp = tempfile::tempdir().unwrap();
         let mut command = Command::new(workspace_bin("corral"));
         command
@@ -43,6 +47,7 @@ impl Attach {
             .arg(url)
             .args(args)
             .env_remove("CORRAL_TOKEN")
+            .envs(env.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -423,4 +428,55 @@ async fn a_zi_host_works_through_attach_unchanged() {
     assert_eq!(fatal["sequence"], expected.last().unwrap() + 1);
     assert_eq!(attach.rest().await, Vec::<Value>::new());
     assert_eq!(attach.exit_code().await, 1);
+}
+
+#[tokio::test]
+async fn no_token_or_key_reaches_the_logs_at_trace_level() {
+    const KEY: &str = "sk-ant-test-provider-key-0123456789";
+    let mock = MockLlm::start().await;
+    mock.push(Turn::text("traced"));
+    mock.set_api_key(Some(KEY.into()));
+    let gateway = GatewaySpawn::default()
+        .mock(&mock.anthropic_base_url())
+        .env("ANTHROPIC_API_KEY", KEY)
+        .env("CORRAL_LOG", "trace")
+        .spawn()
+        .await;
+    // A hello token (attach), a header token (a raw client), the admin
+    // bearer (admin API) and the observer's hello.
+    let mut attach = Attach::spawn_env(
+        &gateway.url("alpha"),
+        Token::Env(TOKEN),
+        &[],
+        &[("CORRAL_LOG", "trace")],
+    );
+    attach
+        .send(json!({"id":"1","type":"prompt","message":"hello"}))
+        .await;
+    let frames = attach.recv_until(is_done).await;
+    assert_eq!(text_of(&frames), "traced", "{frames:?}");
+    let mut header = gateway.connect_with_bearer("alpha", TOKEN, None).await;
+    let reply = header.request(json!({"id":"h","type":"ping"})).await;
+    assert_eq!(reply["success"], true, "{reply}");
+    let mut observer = gateway.connect("beta").await;
+    observer
+        .send(json!({"id":"0","type":"hello","token":OBSERVER_TOKEN}))
+        .await;
+    assert_eq!(observer.recv().await["success"], true);
+    let (status, _) = gateway.http_get("/v1/projects", Some(ADMIN_TOKEN)).await;
+    assert_eq!(status, 200);
+    attach.close_stdin();
+    assert_eq!(attach.exit_code().await, 0);
+
+    let attach_log = attach.stderr().await;
+    let gateway_log = gateway.log_text();
+    assert!(
+        gateway_log.contains("TRACE"),
+        "the gateway ran at trace level"
+    );
+    for secret in [TOKEN, OBSERVER_TOKEN, ADMIN_TOKEN, KEY] {
+        for (name, log) in [("gateway", &gateway_log), ("attach", &attach_log)] {
+            assert!(!log.contains(secret), "the {name} log holds a secret");
+        }
+    }
 }
