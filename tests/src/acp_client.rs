@@ -27,17 +27,21 @@ pub fn client_dir() -> PathBuf {
 }
 
 /// Runs `npm ci` in `dir` unless `installed` (a path under node_modules)
-/// is there.
+/// is there, under a lock so that parallel tests install once.
 pub fn npm_ci(dir: &Path, installed: &str) {
-    if dir.join("node_modules").join(installed).exists() {
-        return;
-    }
-    let status = std::process::Command::new(NPM.require())
-        .args(["ci", "--no-audit", "--no-fund"])
-        .current_dir(dir)
-        .status()
-        .expect("run npm ci");
-    assert!(status.success(), "npm ci in {} failed", dir.display());
+    // Checked only under the lock: mid-install, `installed` may already
+    // exist while other packages do not yet.
+    crate::fixture::prepare_locked(&dir.join(".npm-ci.lock"), || {
+        if dir.join("node_modules").join(installed).exists() {
+            return;
+        }
+        let status = std::process::Command::new(NPM.require())
+            .args(["ci", "--no-audit", "--no-fund"])
+            .current_dir(dir)
+            .status()
+            .expect("run npm ci");
+        assert!(status.success(), "npm ci in {} failed", dir.display());
+    });
 }
 
 /// The node binary, with the SDK client installed (a missing node or npm

@@ -32,7 +32,7 @@ fn node_ready() -> PathBuf {
 /// a sandboxed agent can reach it. The sandbox gives the agent a private,
 /// empty `/tmp`, so a checkout under `/tmp` is copied once to a folder
 /// outside it (under `/var/tmp`, named by the lock file, reused by later
-/// runs).
+/// runs; copied under a file lock, so parallel test binaries copy once).
 fn pi_bin_dir() -> PathBuf {
     static STAGED: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     STAGED
@@ -46,7 +46,11 @@ fn pi_bin_dir() -> PathBuf {
                 (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3)
             });
             let stage = PathBuf::from(format!("/var/tmp/corral-e2e-pi-{hash:016x}"));
-            if !stage.join("node_modules/.bin/pi-acp").exists() {
+            let lock = stage.with_extension("lock");
+            corral_e2e::fixture::prepare_locked(&lock, || {
+                if stage.join("node_modules/.bin/pi-acp").exists() {
+                    return;
+                }
                 let partial = stage.with_extension(format!("part{}", std::process::id()));
                 let _ = std::fs::remove_dir_all(&partial);
                 std::fs::create_dir_all(&partial).unwrap();
@@ -59,7 +63,7 @@ fn pi_bin_dir() -> PathBuf {
                 assert!(copied.success(), "cannot copy pi to {}", partial.display());
                 let _ = std::fs::remove_dir_all(&stage);
                 std::fs::rename(&partial, &stage).unwrap();
-            }
+            });
             stage.join("node_modules/.bin")
         })
         .clone()
