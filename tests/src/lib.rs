@@ -8,6 +8,7 @@ pub mod captured;
 pub mod cdp;
 pub mod gateway;
 pub mod harness;
+pub mod http;
 pub mod mock_llm;
 pub mod otlp;
 pub mod prerequisites;
