@@ -27,12 +27,14 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
 
+use crate::client_addr::ClientAddr;
+use crate::guard::admin_refusal;
 use crate::hub::{AttachError, ChildState, HubHandle, HubStatus, StopReason};
 use crate::metrics::{Direction, Metrics, CHILD_STATES, TOKEN_KINDS};
 use crate::procfs;
 use crate::projects;
 use crate::registry::RegistryError;
-use crate::server::{admin_refusal, AppState};
+use crate::server::AppState;
 
 const OPENAPI: &str = include_str!("openapi.json");
 
@@ -75,8 +77,12 @@ pub fn router() -> Router<Arc<AppState>> {
 }
 
 /// `GET /metrics` on the main listener (admin token required).
-pub async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    if let Some(refused) = admin_refusal(&state, &headers) {
+pub async fn metrics(
+    State(state): State<Arc<AppState>>,
+    addr: ClientAddr,
+    headers: HeaderMap,
+) -> Response {
+    if let Some(refused) = admin_refusal(&state, &headers, addr) {
         return refused;
     }
     metrics_text(&state)
@@ -125,6 +131,10 @@ fn refresh_gauges(state: &AppState) {
     metrics
         .clients
         .set(statuses.iter().map(|s| s.clients as i64).sum());
+    let throttled = state.throttle.throttled_sources(std::time::Instant::now());
+    metrics
+        .auth_throttled_sources
+        .set(i64::try_from(throttled).unwrap_or(i64::MAX));
     let pids: Vec<u32> = statuses.iter().filter_map(|s| s.pid).collect();
     let rss: u64 = pids
         .iter()
@@ -207,9 +217,10 @@ struct ListQuery {
 async fn list(
     State(state): State<Arc<AppState>>,
     Query(query): Query<ListQuery>,
+    addr: ClientAddr,
     headers: HeaderMap,
 ) -> Response {
-    if let Some(refused) = admin_refusal(&state, &headers) {
+    if let Some(refused) = admin_refusal(&state, &headers, addr) {
         return refused;
     }
     let mut projects: Vec<Value> = state
@@ -305,8 +316,13 @@ fn not_running(project: &str) -> Response {
 }
 
 /// The running hub of `project`, or the response to send instead.
-fn hub(state: &AppState, headers: &HeaderMap, project: &str) -> Result<HubHandle, Box<Response>> {
-    if let Some(refused) = admin_refusal(state, headers) {
+fn hub(
+    state: &AppState,
+    headers: &HeaderMap,
+    addr: ClientAddr,
+    project: &str,
+) -> Result<HubHandle, Box<Response>> {
+    if let Some(refused) = admin_refusal(state, headers, addr) {
         return Err(Box::new(refused));
     }
     state
@@ -318,9 +334,10 @@ fn hub(state: &AppState, headers: &HeaderMap, project: &str) -> Result<HubHandle
 async fn detail(
     State(state): State<Arc<AppState>>,
     Path(project): Path<String>,
+    addr: ClientAddr,
     headers: HeaderMap,
 ) -> Response {
-    match hub(&state, &headers, &project) {
+    match hub(&state, &headers, addr, &project) {
         Ok(hub) => Json(project_json(&hub.status(), true)).into_response(),
         Err(response) => *response,
     }
@@ -330,15 +347,16 @@ async fn detail(
 async fn action(
     State(state): State<Arc<AppState>>,
     Path((project, action)): Path<(String, String)>,
+    addr: ClientAddr,
     headers: HeaderMap,
 ) -> Response {
     if action == "start" {
-        if let Some(refused) = admin_refusal(&state, &headers) {
+        if let Some(refused) = admin_refusal(&state, &headers, addr) {
             return refused;
         }
         return start(&state, project).await;
     }
-    let hub = match hub(&state, &headers, &project) {
+    let hub = match hub(&state, &headers, addr, &project) {
         Ok(hub) => hub,
         Err(response) => return *response,
     };
@@ -360,8 +378,12 @@ async fn action(
     (StatusCode::ACCEPTED, Json(json!({"ok": true}))).into_response()
 }
 
-async fn stats(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    if let Some(refused) = admin_refusal(&state, &headers) {
+async fn stats(
+    State(state): State<Arc<AppState>>,
+    addr: ClientAddr,
+    headers: HeaderMap,
+) -> Response {
+    if let Some(refused) = admin_refusal(&state, &headers, addr) {
         return refused;
     }
     refresh_gauges(&state);
@@ -418,9 +440,10 @@ struct EventsQuery {
 async fn events(
     State(state): State<Arc<AppState>>,
     Query(query): Query<EventsQuery>,
+    addr: ClientAddr,
     headers: HeaderMap,
 ) -> Response {
-    if let Some(refused) = admin_refusal(&state, &headers) {
+    if let Some(refused) = admin_refusal(&state, &headers, addr) {
         return refused;
     }
     let (events, last_seq) = state.registry.events().after(query.after);

@@ -207,8 +207,59 @@ pub struct RandomError(getrandom::Error);
 /// Fails rather than falling back to a weaker source.
 pub fn random_token() -> Result<String, RandomError> {
     let mut bytes = [0u8; 32];
-    getrandom::getrandom(&mut bytes).map_err(RandomError)?;
+    random_bytes(&mut bytes)?;
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Fills `out` from the OS random source (no weaker fallback).
+pub fn random_bytes(out: &mut [u8]) -> Result<(), RandomError> {
+    getrandom::getrandom(out).map_err(RandomError)
+}
+
+/// Why an authentication was refused: the `reason` label of
+/// `corral_auth_failures_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthFailure {
+    /// A token was checked and is not one of the configured ones (or not
+    /// of a role the endpoint accepts).
+    InvalidToken,
+    /// No token was presented.
+    MissingToken,
+    /// The first WebSocket message was not the dialect's hello.
+    NotHello,
+    /// No hello within `--hello-timeout`.
+    HelloTimeout,
+    /// A browser origin outside `--allowed-origin`.
+    Origin,
+    /// More than `--max-hello-bytes` before authenticating.
+    HelloTooLarge,
+    /// Refused without a check: the source's failure budget is empty.
+    Throttled,
+}
+
+impl AuthFailure {
+    pub const ALL: [AuthFailure; 7] = [
+        AuthFailure::InvalidToken,
+        AuthFailure::MissingToken,
+        AuthFailure::NotHello,
+        AuthFailure::HelloTimeout,
+        AuthFailure::Origin,
+        AuthFailure::HelloTooLarge,
+        AuthFailure::Throttled,
+    ];
+
+    /// The metric label.
+    pub fn as_label(self) -> &'static str {
+        match self {
+            AuthFailure::InvalidToken => "invalid_token",
+            AuthFailure::MissingToken => "missing_token",
+            AuthFailure::NotHello => "not_hello",
+            AuthFailure::HelloTimeout => "hello_timeout",
+            AuthFailure::Origin => "origin",
+            AuthFailure::HelloTooLarge => "hello_too_large",
+            AuthFailure::Throttled => "throttled",
+        }
+    }
 }
 
 /// Whether a request with this `Origin` (and `Host`) header may connect.

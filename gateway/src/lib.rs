@@ -4,11 +4,13 @@
 pub mod admin;
 pub mod attach;
 pub mod auth;
+pub mod client_addr;
 pub mod config;
 pub mod dashboard;
 pub mod dialect;
 pub mod events;
 pub mod fdlimit;
+pub mod guard;
 pub mod hub;
 pub mod journal;
 pub mod layers;

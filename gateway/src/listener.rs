@@ -1,5 +1,6 @@
-//! The main listener's accept loop: HTTP/1.1 (with upgrades) over hyper,
-//! under two bounds.
+//! The accept loop of the main listener (and of `--proxy-listen`, under
+//! the same bounds): HTTP/1.1 (with upgrades) over hyper, under two
+//! bounds.
 //!
 //! - `--max-connections`: at the cap, the oldest connection that has not
 //!   proved anything yet (no plain HTTP request, no authenticated
@@ -16,8 +17,10 @@
 //!   fixed `503` and close it (`Reserve`), so clients are told at once
 //!   instead of waiting in the backlog, and the loop never spins.
 //!
-//! Every request carries [`ConnectInfo`] (the peer address) and the
-//! connection's [`ConnectionSlot`] as extensions.
+//! Every request carries [`ConnectInfo`] (the peer address), its
+//! [`ClientAddr`] (the peer, or on the proxy listener the address the
+//! balancer forwarded) and the connection's [`ConnectionSlot`] as
+//! extensions.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -35,6 +38,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
+use crate::client_addr::{ClientAddr, Listeners, Via};
 use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
 
@@ -141,7 +145,7 @@ impl Drop for ConnectionSlot {
 /// shutdown's tracker that, once the shutdown starts, finishes the request
 /// in flight and closes.
 pub async fn serve(
-    listener: TcpListener,
+    listeners: Listeners,
     router: Router,
     limits: ListenerLimits,
     metrics: Arc<Metrics>,
@@ -152,8 +156,8 @@ pub async fn serve(
     let mut reserve = Reserve::new();
     let mut warned: Option<tokio::time::Instant> = None;
     loop {
-        let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
+        let (accepted, via) = tokio::select! {
+            accepted = listeners.accept() => accepted,
             () = shutdown.started() => break,
         };
         let (stream, peer) = match accepted {
@@ -169,7 +173,7 @@ pub async fn serve(
                 }
                 // With the reserve, the waiting connection is answered and
                 // the next accept can go on; else let the headroom recover.
-                if !(exhausted && reserve.refuse_one(&listener)) {
+                if !(exhausted && reserve.refuse_one(listeners.get(via))) {
                     tokio::time::sleep(ACCEPT_PAUSE).await;
                 }
                 continue;
@@ -204,6 +208,7 @@ pub async fn serve(
         let connection = serve_connection(
             stream,
             peer,
+            via,
             slot,
             router.clone(),
             limits.header_timeout,
@@ -256,6 +261,7 @@ fn refuse(stream: TcpStream, metrics: &Metrics) {
 async fn serve_connection(
     stream: TcpStream,
     peer: SocketAddr,
+    via: Via,
     slot: Arc<ConnectionSlot>,
     router: Router,
     header_timeout: Duration,
@@ -270,6 +276,8 @@ async fn serve_connection(
             request_slot.protect();
         }
         request.extensions_mut().insert(ConnectInfo(peer));
+        let client = ClientAddr::of(peer, via, request.headers());
+        request.extensions_mut().insert(client);
         request.extensions_mut().insert(request_slot.clone());
         router.clone().oneshot(request)
     });

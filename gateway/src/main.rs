@@ -12,6 +12,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Parser;
 use corral::admin::{ConfinementStatus, LimitsStatus};
+use corral::client_addr::Listeners;
 use corral::config::{self, ChildUser, Cli, Command, Config, LogFormat};
 use corral::hub::HubSettings;
 use corral::listener::ListenerLimits;
@@ -23,7 +24,7 @@ use corral::supervisor::backoff::RestartPolicy;
 use corral::supervisor::env::child_env;
 use corral::supervisor::probe::Probe;
 use corral::supervisor::{Credentials, Limits};
-use corral::throttle::{AuthThrottle, ThrottlePolicy};
+use corral::throttle::AuthThrottle;
 use corral_telemetry::Telemetry;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
@@ -212,7 +213,16 @@ async fn serve(config: Config, limits: Arc<Limits>) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
     let addr = listener.local_addr()?;
-    announce(&config, addr);
+    let proxy = match config.proxy_listen {
+        Some(proxy) => Some(
+            tokio::net::TcpListener::bind(proxy)
+                .await
+                .with_context(|| format!("cannot listen on {proxy} for the balancer"))?,
+        ),
+        None => None,
+    };
+    let proxy_addr = proxy.as_ref().map(|p| p.local_addr()).transpose()?;
+    announce(&config, addr, proxy_addr);
     let metrics = Arc::new(Metrics::new().context("cannot set up metrics")?);
     let settings = hub_settings(&config, metrics.clone(), limits.clone())?;
     std::fs::create_dir_all(&settings.sessions_dir)
@@ -233,7 +243,7 @@ async fn serve(config: Config, limits: Arc<Limits>) -> anyhow::Result<()> {
         max_hello_bytes: config.limits.max_hello_bytes,
         max_frame_bytes: config.limits.max_frame_bytes,
         ws_buffer_bytes: config.limits.ws_buffer_bytes,
-        throttle: AuthThrottle::new(ThrottlePolicy::default()),
+        throttle: AuthThrottle::new(config.throttle).context("cannot set up the auth throttle")?,
         shutdown: shutdown.clone(),
         metrics: metrics.clone(),
         started: std::time::Instant::now(),
@@ -266,7 +276,11 @@ async fn serve(config: Config, limits: Arc<Limits>) -> anyhow::Result<()> {
         })
         .context("cannot listen for SIGTERM and SIGINT")?;
     let listener_limits = listener_limits(&config);
-    server::run(listener, state, listener_limits, config.shutdown_grace).await;
+    let listeners = Listeners {
+        main: listener,
+        proxy,
+    };
+    server::run(listeners, state, listener_limits, config.shutdown_grace).await;
     limits.cleanup();
     tracing::info!("stopped");
     Ok(())
@@ -304,10 +318,11 @@ fn listener_limits(config: &Config) -> ListenerLimits {
     }
 }
 
-/// The two lines a user (or a test) needs: the address and, when one was
-/// generated, the token. Printed once, to stdout only.
+/// The lines a user (or a test) needs: the addresses and, when one was
+/// generated, the token. Printed once, to stdout only; `listening on`
+/// comes last.
 #[allow(clippy::print_stdout)]
-fn announce(config: &Config, addr: std::net::SocketAddr) {
+fn announce(config: &Config, addr: std::net::SocketAddr, proxy: Option<std::net::SocketAddr>) {
     if let Some(token) = &config.generated_token {
         println!(
             "client token (generated; pass it in the hello): {}",
@@ -319,6 +334,10 @@ fn announce(config: &Config, addr: std::net::SocketAddr) {
             "admin token (generated; for the dashboard and admin API): {}",
             token.expose()
         );
+    }
+    if let Some(proxy) = proxy {
+        println!("proxy listening on http://{proxy}");
+        tracing::info!(%proxy, "listening for a trusted balancer: the client address is the right-most X-Forwarded-For entry there");
     }
     println!("listening on http://{addr}");
     tracing::info!(%addr, projects_root = %config.projects_root.display(), "corral gateway started");

@@ -11,6 +11,8 @@
 pub mod memory;
 
 use prometheus::core::Collector;
+
+use crate::auth::AuthFailure;
 use prometheus::{
     Counter, Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry, TextEncoder,
@@ -59,19 +61,13 @@ pub const EXIT_REASONS: [&str; 9] = [
     "memory_limit",
     "pids_limit",
 ];
-/// Reasons of `auth_failures_total{reason}`: `hello_too_large` is a
-/// client that sent more than `--max-hello-bytes` before authenticating,
-/// `throttled` an attempt refused unchecked because its source failed too
-/// often.
-pub const AUTH_REASONS: [&str; 7] = [
-    "invalid_token",
-    "missing_token",
-    "not_hello",
-    "hello_timeout",
-    "origin",
-    "hello_too_large",
-    "throttled",
-];
+/// Reasons of `auth_failures_total{reason}` ([`AuthFailure`]):
+/// `invalid_token` counts every token that was checked and wrong (at most
+/// `--auth-failure-burst` + `--auth-failure-rate` per second from one
+/// source), `throttled` attempts refused unchecked because their source's
+/// failure budget was empty, `hello_too_large` a client that sent more
+/// than `--max-hello-bytes` before authenticating.
+pub const AUTH_REASONS: [AuthFailure; 7] = AuthFailure::ALL;
 /// Who sent an invalid frame (`invalid_frames_total{source}`).
 pub const FRAME_SOURCES: [&str; 2] = ["client", "child"];
 /// Why a frame was invalid (`invalid_frames_total{reason}`): not a JSON
@@ -117,10 +113,11 @@ pub struct Metrics {
     /// Client requests the hub refused without sending them to the
     /// child, by `reason`; count through [`Metrics::requests_refused`].
     requests_refused: IntCounterVec,
-    /// Authentication attempts that waited because their source failed
-    /// too often, and the total time they waited.
-    pub auth_delayed: IntCounter,
-    pub auth_delay_seconds: Counter,
+    /// Authentications accepted although their source's failure budget
+    /// was empty, because the credential had succeeded from there before.
+    pub auth_remembered: IntCounter,
+    /// Sources whose failure budget is empty (set when scraped).
+    pub auth_throttled_sources: IntGauge,
     pub request_duration: HistogramVec,
     pub prompt_duration: Histogram,
     pub tokens: IntCounterVec,
@@ -191,8 +188,8 @@ impl Metrics {
                 "requests_refused_total",
                 "Client requests refused by the gateway without reaching the agent: over --max-client-requests in flight (in_flight), or the agent's input queue was full (child_busy).",
             ), &["reason"])?,
-            auth_delayed: IntCounter::with_opts(opts("auth_delayed_total", "Authentication attempts slowed because their source failed too often."))?,
-            auth_delay_seconds: Counter::with_opts(opts("auth_delay_seconds_total", "Time authentication attempts were held back by the per-source throttle."))?,
+            auth_remembered: IntCounter::with_opts(opts("auth_remembered_total", "Authentications accepted while their source's failure budget was empty, because the same credential had succeeded from that source before."))?,
+            auth_throttled_sources: IntGauge::with_opts(opts("auth_throttled_sources", "Source addresses whose failure budget is empty: their next attempts are refused unchecked (unless with a credential that worked from there)."))?,
             request_duration: HistogramVec::new(
                 hopts("request_duration_seconds", "Request forwarded to the child until its response.", latency),
                 &["command"],
@@ -233,8 +230,8 @@ impl Metrics {
             Box::new(self.connections.clone()),
             Box::new(self.connections_refused.clone()),
             Box::new(self.requests_refused.clone()),
-            Box::new(self.auth_delayed.clone()),
-            Box::new(self.auth_delay_seconds.clone()),
+            Box::new(self.auth_remembered.clone()),
+            Box::new(self.auth_throttled_sources.clone()),
             Box::new(self.request_duration.clone()),
             Box::new(self.prompt_duration.clone()),
             Box::new(self.tokens.clone()),
@@ -263,7 +260,7 @@ impl Metrics {
             self.child_exits.with_label_values(&[reason]);
         }
         for reason in AUTH_REASONS {
-            self.auth_failures.with_label_values(&[reason]);
+            self.auth_failures.with_label_values(&[reason.as_label()]);
         }
         for direction in Direction::ALL {
             self.frames.with_label_values(&[direction.as_str()]);
@@ -293,8 +290,10 @@ impl Metrics {
             .inc_by(u64::try_from(len).unwrap_or(u64::MAX));
     }
 
-    pub fn auth_failure(&self, reason: &'static str) {
-        self.auth_failures.with_label_values(&[reason]).inc();
+    pub fn auth_failure(&self, reason: AuthFailure) {
+        self.auth_failures
+            .with_label_values(&[reason.as_label()])
+            .inc();
     }
 
     /// Counts an invalid frame; `source` and `reason` come from
@@ -325,12 +324,6 @@ impl Metrics {
 
     pub fn connection_refused(&self, reason: &'static str) {
         self.connections_refused.with_label_values(&[reason]).inc();
-    }
-
-    /// Counts an authentication attempt held back for `delay`.
-    pub fn auth_delay(&self, delay: std::time::Duration) {
-        self.auth_delayed.inc();
-        self.auth_delay_seconds.inc_by(delay.as_secs_f64());
     }
 
     pub fn child_exit(&self, reason: &'static str) {

@@ -13,14 +13,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::State;
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::{Json, Router};
-use serde_json::json;
-use tokio::net::TcpListener;
+use axum::Router;
 
-use crate::auth::{self, Role, Tokens};
+use crate::auth::Tokens;
+use crate::client_addr::Listeners;
 use crate::listener::ListenerLimits;
 use crate::metrics::Metrics;
 use crate::registry::Registry;
@@ -41,7 +40,8 @@ pub struct AppState {
     pub max_frame_bytes: usize,
     /// Read and write buffer of each WebSocket connection.
     pub ws_buffer_bytes: usize,
-    /// Failed authentications per source address, to slow brute force.
+    /// Failure budgets per source address, against guessing tokens
+    /// ([`crate::guard`] checks every token through it).
     pub throttle: AuthThrottle,
     /// Started when the gateway starts shutting down; tracks the tasks
     /// (connections, hubs, admin stops) it waits for before exiting.
@@ -76,29 +76,6 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     }
 }
 
-/// The refusal for a request without the admin bearer token: 401 when no
-/// valid token was presented, 403 for a valid token of another role.
-pub fn admin_refusal(state: &AppState, headers: &HeaderMap) -> Option<Response> {
-    let header = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok());
-    let presented = auth::bearer(header);
-    let (status, error) = match presented.and_then(|token| state.tokens.role_of(token)) {
-        Some(Role::Admin) => return None,
-        Some(_) => (StatusCode::FORBIDDEN, "this endpoint needs the admin token"),
-        None => {
-            let reason = if presented.is_some() {
-                "invalid_token"
-            } else {
-                "missing_token"
-            };
-            state.metrics.auth_failure(reason);
-            (StatusCode::UNAUTHORIZED, "admin token required")
-        }
-    };
-    Some((status, Json(json!({ "error": error }))).into_response())
-}
-
 /// How long connections and the other tracked tasks get to end after
 /// the children have stopped (or the shutdown grace ran out): time for
 /// close frames and in-flight HTTP answers to go out.
@@ -108,7 +85,7 @@ pub const DRAIN_MARGIN: Duration = Duration::from_secs(5);
 /// `grace`) and waits for every tracked task (connections, hubs,
 /// evictions) within what is left of `grace` plus [`DRAIN_MARGIN`].
 pub async fn run(
-    listener: TcpListener,
+    listeners: Listeners,
     state: Arc<AppState>,
     limits: ListenerLimits,
     grace: Duration,
@@ -118,7 +95,7 @@ pub async fn run(
     let metrics = state.metrics.clone();
     let app = router(state);
     // Returns once the shutdown has started; its connections are tracked.
-    crate::listener::serve(listener, app, limits, metrics, shutdown.clone()).await;
+    crate::listener::serve(listeners, app, limits, metrics, shutdown.clone()).await;
     let deadline = tokio::time::Instant::now() + grace + DRAIN_MARGIN;
     if tokio::time::timeout(grace, registry.shutdown())
         .await

@@ -1,84 +1,156 @@
-//! Slows failed authentication per source address. Pure logic (the
-//! caller passes the time and does the sleeping).
+//! Limits failed authentication per source address without ever slowing
+//! a token that works. Pure logic: the caller passes the time and the
+//! check itself.
 //!
-//! A source's first [`ThrottlePolicy::free_failures`] failures cost
-//! nothing. After that every attempt from it waits before its token is
-//! checked: `base`, doubling with each further failure, capped at `max`.
-//! Attempts from one source take turns, so parallel connections do not
-//! multiply its rate; one that would wait longer than `max` is refused
-//! without a check. A success forgets the source. Other sources are never
-//! affected. The table holds at most `max_sources` sources, each
-//! forgotten `forget_after` its last failure.
+//! Each source (an IPv4 address, or the /64 of an IPv6 one) has a
+//! **failure budget**: a token bucket of `burst` units refilled at `rate`
+//! per second. An attempt takes one unit *before* its token is checked
+//! (so 1,000 parallel sockets get no more checks than one), and gets it
+//! back if the token is right: a success never adds to the budget, it
+//! only returns what it borrowed. With the budget empty, an attempt is
+//! refused at once without being checked (`throttled`, with the time
+//! until the next unit) — nothing sleeps, nothing queues.
+//!
+//! Each source also remembers the last [`ThrottlePolicy::remembered`]
+//! credentials that succeeded from it, as keyed SHA-256 fingerprints
+//! (HMAC with a key made at start, so they mean nothing outside the
+//! process; never the token). An attempt whose token is one of them is
+//! checked whatever the budget, so a client that was working from an
+//! address keeps working while someone at the same address guesses.
+//! Guessing there can only ever confirm a token already used from that
+//! address, which the guesser would need to have guessed anyway.
+//!
+//! A *first* success from a source whose budget is empty is not possible
+//! without an oracle: whatever tells a right token from a wrong one is a
+//! check, and checks are what the budget counts (a deferred check that
+//! remembers a right token for next time is an oracle in two requests).
+//! So a new client at an address that is being flooded waits for the
+//! budget like the flood does; `--proxy-listen` gives every client behind
+//! a balancer its own address, and other addresses are never affected.
+//!
+//! The table holds at most `max_sources` sources (about 400 bytes each
+//! with a full set of fingerprints). To make room it first drops sources
+//! whose budget has refilled and that remember nothing (they are as good
+//! as new), then the eighth that was seen longest ago.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+use ring::hmac;
+use subtle::ConstantTimeEq;
+
+use crate::auth::RandomError;
+
 /// The throttle's numbers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ThrottlePolicy {
-    /// Failures a source may have before its attempts wait.
-    pub free_failures: u32,
-    /// Wait after `free_failures` failures.
-    pub base: Duration,
-    /// Longest wait (and longest queue of one source).
-    pub max: Duration,
-    /// A source without a failure for this long is forgotten.
-    pub forget_after: Duration,
+    /// Failure units a source regains per second.
+    pub rate: f64,
+    /// Failure units a source has at most (and at first).
+    pub burst: u32,
     /// Most sources remembered at once.
     pub max_sources: usize,
+    /// Credentials remembered per source.
+    pub remembered: usize,
+}
+
+/// Defaults of [`ThrottlePolicy`].
+pub mod defaults {
+    pub const RATE: f64 = 1.0;
+    pub const BURST: u32 = 10;
+    pub const MAX_SOURCES: usize = 10_000;
+    pub const REMEMBERED: usize = 8;
 }
 
 impl Default for ThrottlePolicy {
     fn default() -> Self {
         ThrottlePolicy {
-            free_failures: 5,
-            base: Duration::from_millis(100),
-            max: Duration::from_secs(5),
-            forget_after: Duration::from_secs(600),
-            max_sources: 10_000,
+            rate: defaults::RATE,
+            burst: defaults::BURST,
+            max_sources: defaults::MAX_SOURCES,
+            remembered: defaults::REMEMBERED,
         }
     }
 }
 
-impl ThrottlePolicy {
-    /// The wait of an attempt from a source with `failures` failures.
-    pub fn delay(&self, failures: u32) -> Duration {
-        if failures < self.free_failures {
-            return Duration::ZERO;
-        }
-        let doublings = (failures - self.free_failures).min(31);
-        self.base.saturating_mul(1 << doublings).min(self.max)
-    }
-}
-
-/// What an attempt must do before its token is checked.
+/// What became of one attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Admission {
-    /// Check it now.
-    Now,
-    /// Wait this long, then check it.
-    After(Duration),
-    /// Too many attempts queued from this source: refuse without a check.
-    Refused,
+pub enum Checked<R> {
+    /// The token is right. `remembered`: accepted with the source's
+    /// budget empty, because the same credential succeeded there before.
+    Accepted { value: R, remembered: bool },
+    /// The token was checked and is wrong (one unit of the budget spent).
+    Rejected,
+    /// Refused without a check; the next unit comes after `retry_after`.
+    Throttled { retry_after: Duration },
 }
+
+/// A keyed fingerprint of a presented token.
+type Fingerprint = [u8; 32];
 
 /// What the table knows of one source.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Source {
-    failures: u32,
-    /// The source's attempts are checked one after another: the next one
-    /// is checked no earlier than this.
-    busy_until: Instant,
-    last_failure: Instant,
+    /// Units left, as of `updated`.
+    level: f64,
+    updated: Instant,
+    /// Last attempt from it, for choosing whom to forget.
+    last_seen: Instant,
+    /// Credentials that succeeded from it, most recent first.
+    known: Vec<Fingerprint>,
 }
 
-/// The per-source failure table.
-#[derive(Debug)]
+impl Source {
+    fn new(policy: &ThrottlePolicy, now: Instant) -> Source {
+        Source {
+            level: f64::from(policy.burst),
+            updated: now,
+            last_seen: now,
+            known: Vec::new(),
+        }
+    }
+
+    /// Adds what `rate` gave back since the last update.
+    fn refill(&mut self, policy: &ThrottlePolicy, now: Instant) {
+        let elapsed = now.saturating_duration_since(self.updated).as_secs_f64();
+        self.level = (self.level + elapsed * policy.rate).min(f64::from(policy.burst));
+        self.updated = self.updated.max(now);
+    }
+
+    fn knows(&self, fingerprint: &Fingerprint) -> bool {
+        self.known
+            .iter()
+            .any(|known| bool::from(known.ct_eq(fingerprint)))
+    }
+
+    fn remember(&mut self, fingerprint: Fingerprint, most: usize) {
+        self.known
+            .retain(|known| !bool::from(known.ct_eq(&fingerprint)));
+        self.known.insert(0, fingerprint);
+        self.known.truncate(most);
+    }
+
+    /// Whether forgetting it loses nothing.
+    fn as_good_as_new(&self, policy: &ThrottlePolicy) -> bool {
+        self.known.is_empty() && self.level >= f64::from(policy.burst)
+    }
+}
+
+/// The per-source failure budgets.
 pub struct AuthThrottle {
     policy: ThrottlePolicy,
+    key: hmac::Key,
     sources: Mutex<HashMap<IpAddr, Source>>,
+}
+
+impl std::fmt::Debug for AuthThrottle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuthThrottle")
+            .field("policy", &self.policy)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The key of a source: an IPv4 address, or the /64 of an IPv6 one (a
@@ -94,89 +166,151 @@ pub fn source_key(ip: IpAddr) -> IpAddr {
 }
 
 impl AuthThrottle {
-    pub fn new(policy: ThrottlePolicy) -> AuthThrottle {
-        AuthThrottle {
+    /// A throttle with a fresh fingerprint key from the system's random
+    /// source.
+    pub fn new(policy: ThrottlePolicy) -> Result<AuthThrottle, RandomError> {
+        let mut key = [0u8; 32];
+        crate::auth::random_bytes(&mut key)?;
+        Ok(AuthThrottle {
             policy,
+            key: hmac::Key::new(hmac::HMAC_SHA256, &key),
             sources: Mutex::new(HashMap::new()),
-        }
+        })
     }
 
-    fn sources(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, Source>> {
+    pub fn policy(&self) -> &ThrottlePolicy {
+        &self.policy
+    }
+
+    fn sources(&self) -> MutexGuard<'_, HashMap<IpAddr, Source>> {
         self.sources.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Whether and when an attempt from `ip` arriving at `now` is checked.
-    pub fn admit(&self, ip: IpAddr, now: Instant) -> Admission {
-        let mut sources = self.sources();
-        let Some(source) = sources.get_mut(&source_key(ip)) else {
-            return Admission::Now;
-        };
-        if now.duration_since(source.last_failure) >= self.policy.forget_after {
-            sources.remove(&source_key(ip));
-            return Admission::Now;
-        }
-        let delay = self.policy.delay(source.failures);
-        if delay.is_zero() {
-            return Admission::Now;
-        }
-        let start = source.busy_until.max(now);
-        let check_at = start + delay;
-        let wait = check_at.duration_since(now);
-        if wait > self.policy.max {
-            return Admission::Refused;
-        }
-        source.busy_until = check_at;
-        Admission::After(wait)
+    fn fingerprint(&self, token: &str) -> Fingerprint {
+        let tag = hmac::sign(&self.key, token.as_bytes());
+        let mut out = [0u8; 32];
+        out.copy_from_slice(tag.as_ref());
+        out
     }
 
-    /// Records a failed attempt from `ip` at `now`.
-    pub fn failed(&self, ip: IpAddr, now: Instant) {
+    /// Checks `token` from `ip` at `now` with `check` (`Some` when right),
+    /// if the source's budget or memory allows a check at all.
+    pub fn check<R>(
+        &self,
+        ip: IpAddr,
+        token: &str,
+        now: Instant,
+        check: impl FnOnce(&str) -> Option<R>,
+    ) -> Checked<R> {
         let key = source_key(ip);
+        let fingerprint = self.fingerprint(token);
+        // Take a unit (or see that the credential is known) first, so
+        // parallel attempts cannot all see the same unit.
+        let (known, over_budget) = {
+            let mut sources = self.sources();
+            let source = self.entry(&mut sources, key, now);
+            source.refill(&self.policy, now);
+            source.last_seen = now;
+            let known = source.knows(&fingerprint);
+            let over_budget = source.level < 1.0;
+            if !known {
+                if over_budget {
+                    return Checked::Throttled {
+                        retry_after: self.until_next_unit(source.level),
+                    };
+                }
+                source.level -= 1.0;
+            }
+            (known, over_budget)
+        };
+        let value = check(token);
         let mut sources = self.sources();
-        if !sources.contains_key(&key) && sources.len() >= self.policy.max_sources {
-            self.make_room(&mut sources, now);
+        let source = self.entry(&mut sources, key, now);
+        match value {
+            Some(value) => {
+                if !known {
+                    // Only what this attempt borrowed.
+                    source.level = (source.level + 1.0).min(f64::from(self.policy.burst));
+                }
+                source.remember(fingerprint, self.policy.remembered);
+                Checked::Accepted {
+                    value,
+                    remembered: known && over_budget,
+                }
+            }
+            None => {
+                if known {
+                    // A credential that worked here no longer does: it
+                    // counts, but was checked already.
+                    source.level = (source.level - 1.0).max(0.0);
+                }
+                Checked::Rejected
+            }
         }
-        let source = sources.entry(key).or_insert(Source {
-            failures: 0,
-            busy_until: now,
-            last_failure: now,
-        });
-        source.failures = source.failures.saturating_add(1);
-        source.last_failure = now;
     }
 
-    /// Forgets `ip` after a successful authentication.
-    pub fn succeeded(&self, ip: IpAddr) {
-        self.sources().remove(&source_key(ip));
+    /// Sources whose budget is empty at `now` (for a gauge).
+    pub fn throttled_sources(&self, now: Instant) -> usize {
+        let policy = self.policy;
+        let mut sources = self.sources();
+        let mut throttled = 0;
+        for source in sources.values_mut() {
+            source.refill(&policy, now);
+            throttled += usize::from(source.level < 1.0);
+        }
+        throttled
     }
 
-    /// Sources whose attempts currently wait (for a gauge).
-    pub fn throttled_sources(&self) -> usize {
-        let free = self.policy.free_failures;
-        self.sources()
-            .values()
-            .filter(|s| s.failures >= free)
-            .count()
+    /// Sources in the table.
+    pub fn sources_len(&self) -> usize {
+        self.sources().len()
     }
 
-    /// Drops forgotten sources, then the eighth with the oldest failures.
+    fn until_next_unit(&self, level: f64) -> Duration {
+        let seconds = ((1.0 - level) / self.policy.rate).max(0.0);
+        Duration::try_from_secs_f64(seconds).unwrap_or(Duration::MAX)
+    }
+
+    /// The source at `key`, made (room first) if new.
+    fn entry<'a>(
+        &self,
+        sources: &'a mut HashMap<IpAddr, Source>,
+        key: IpAddr,
+        now: Instant,
+    ) -> &'a mut Source {
+        if !sources.contains_key(&key) && sources.len() >= self.policy.max_sources {
+            self.make_room(sources, now);
+        }
+        sources
+            .entry(key)
+            .or_insert_with(|| Source::new(&self.policy, now))
+    }
+
+    /// Drops sources that are as good as new, then if need be the eighth
+    /// seen longest ago.
     fn make_room(&self, sources: &mut HashMap<IpAddr, Source>, now: Instant) {
-        let forget = self.policy.forget_after;
-        sources.retain(|_, s| now.duration_since(s.last_failure) < forget);
-        if sources.len() < self.policy.max_sources {
+        let policy = self.policy;
+        sources.retain(|_, source| {
+            source.refill(&policy, now);
+            !source.as_good_as_new(&policy)
+        });
+        if sources.len() < policy.max_sources {
             return;
         }
-        let mut ages: Vec<Instant> = sources.values().map(|s| s.last_failure).collect();
-        let cut = (ages.len() / 8).max(1);
-        let (_, nth, _) = ages.select_nth_unstable(cut - 1);
+        let mut seen: Vec<Instant> = sources.values().map(|s| s.last_seen).collect();
+        let cut = (seen.len() / 8).max(1);
+        let (_, nth, _) = seen.select_nth_unstable(cut - 1);
         let oldest_kept = *nth;
-        sources.retain(|_, s| s.last_failure > oldest_kept);
+        sources.retain(|_, s| s.last_seen > oldest_kept);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const RIGHT: &str = "the-right-token-0123456789";
+    const OTHER: &str = "another-right-token-0123456789";
 
     fn ip(last: u8) -> IpAddr {
         IpAddr::from([10, 0, 0, last])
@@ -186,70 +320,194 @@ mod tests {
         Duration::from_millis(n)
     }
 
-    #[test]
-    fn delays_double_up_to_the_cap() {
-        let p = ThrottlePolicy::default();
-        assert_eq!(p.delay(0), Duration::ZERO);
-        assert_eq!(p.delay(4), Duration::ZERO);
-        assert_eq!(p.delay(5), ms(100));
-        assert_eq!(p.delay(6), ms(200));
-        assert_eq!(p.delay(9), ms(1600));
-        assert_eq!(p.delay(11), Duration::from_secs(5));
-        assert_eq!(p.delay(u32::MAX), Duration::from_secs(5));
+    fn throttle(rate: f64, burst: u32) -> AuthThrottle {
+        AuthThrottle::new(ThrottlePolicy {
+            rate,
+            burst,
+            ..ThrottlePolicy::default()
+        })
+        .unwrap()
+    }
+
+    /// The gateway's check: two right tokens.
+    fn right(token: &str) -> Option<()> {
+        (token == RIGHT || token == OTHER).then_some(())
+    }
+
+    fn attempt(t: &AuthThrottle, from: IpAddr, token: &str, at: Instant) -> Checked<()> {
+        t.check(from, token, at, right)
+    }
+
+    fn accepted(remembered: bool) -> Checked<()> {
+        Checked::Accepted {
+            value: (),
+            remembered,
+        }
     }
 
     #[test]
-    fn failures_slow_only_their_source_until_a_success() {
-        let t = AuthThrottle::new(ThrottlePolicy::default());
+    fn failures_spend_the_budget_then_are_refused_unchecked() {
+        let t = throttle(1.0, 3);
         let now = Instant::now();
-        for _ in 0..5 {
-            assert_eq!(t.admit(ip(1), now), Admission::Now);
-            t.failed(ip(1), now);
+        for _ in 0..3 {
+            assert_eq!(attempt(&t, ip(1), "wrong", now), Checked::Rejected);
         }
-        assert_eq!(t.admit(ip(1), now), Admission::After(ms(100)));
-        t.failed(ip(1), now + ms(100));
-        assert_eq!(t.admit(ip(1), now + ms(100)), Admission::After(ms(200)));
-        assert_eq!(t.admit(ip(2), now), Admission::Now);
-        assert_eq!(t.throttled_sources(), 1);
-        t.succeeded(ip(1));
-        assert_eq!(t.admit(ip(1), now + ms(300)), Admission::Now);
+        let mut checks = 0;
+        let refused = t.check(ip(1), "wrong", now, |_| {
+            checks += 1;
+            None::<()>
+        });
+        assert_eq!(
+            refused,
+            Checked::Throttled {
+                retry_after: ms(1000)
+            }
+        );
+        assert_eq!(checks, 0, "a throttled attempt is not checked");
+        // Half a unit later: still refused, half a second to go.
+        let later = now + ms(500);
+        assert_eq!(
+            attempt(&t, ip(1), "wrong", later),
+            Checked::Throttled {
+                retry_after: ms(500)
+            }
+        );
+        // One unit per second after that.
+        assert_eq!(
+            attempt(&t, ip(1), "wrong", now + ms(1000)),
+            Checked::Rejected
+        );
+        assert!(matches!(
+            attempt(&t, ip(1), "wrong", now + ms(1000)),
+            Checked::Throttled { .. }
+        ));
+        // Other sources are not affected.
+        assert_eq!(attempt(&t, ip(2), "wrong", now), Checked::Rejected);
+        assert_eq!(t.throttled_sources(now + ms(1000)), 1);
     }
 
     #[test]
-    fn parallel_attempts_take_turns_and_a_long_queue_is_refused() {
-        let t = AuthThrottle::new(ThrottlePolicy::default());
+    fn a_credential_that_worked_from_a_source_passes_its_empty_budget() {
+        let t = throttle(1.0, 3);
         let now = Instant::now();
-        for _ in 0..8 {
-            t.failed(ip(1), now);
+        assert_eq!(attempt(&t, ip(1), RIGHT, now), accepted(false));
+        for _ in 0..3 {
+            assert_eq!(attempt(&t, ip(1), "wrong", now), Checked::Rejected);
         }
-        // 8 failures: 800 ms each, one after another.
-        assert_eq!(t.admit(ip(1), now), Admission::After(ms(800)));
-        assert_eq!(t.admit(ip(1), now), Admission::After(ms(1600)));
-        for _ in 0..4 {
-            t.admit(ip(1), now);
+        for _ in 0..30 {
+            assert_eq!(attempt(&t, ip(1), RIGHT, now), accepted(true));
         }
-        assert_eq!(t.admit(ip(1), now), Admission::Refused);
+        // A right token never used from here waits like any other.
+        assert!(matches!(
+            attempt(&t, ip(1), OTHER, now),
+            Checked::Throttled { .. }
+        ));
+        // What worked from one source does not pass another's budget.
+        for _ in 0..3 {
+            attempt(&t, ip(2), "wrong", now);
+        }
+        assert!(matches!(
+            attempt(&t, ip(2), RIGHT, now),
+            Checked::Throttled { .. }
+        ));
     }
 
     #[test]
-    fn sources_are_forgotten_and_bounded() {
+    fn successes_never_raise_the_number_of_checked_failures() {
+        // Interleaving a right token with wrong ones, at any ratio: over
+        // ten seconds at most burst + rate × 10 wrong ones are checked.
+        let t = throttle(2.0, 5);
+        let start = Instant::now();
+        let mut checked_failures = 0;
+        for step in 0..10_000u64 {
+            let at = start + ms(step);
+            let token = if step % 3 == 0 { RIGHT } else { "wrong" };
+            if attempt(&t, ip(1), token, at) == Checked::Rejected {
+                checked_failures += 1;
+            }
+        }
+        assert!(checked_failures <= 5 + 2 * 10, "{checked_failures}");
+        assert!(checked_failures >= 20, "{checked_failures}");
+        // A first success borrows a unit and gives back only that one.
+        let t = throttle(1.0, 2);
+        assert_eq!(attempt(&t, ip(1), OTHER, start), accepted(false));
+        assert_eq!(attempt(&t, ip(1), "wrong", start), Checked::Rejected);
+        assert_eq!(attempt(&t, ip(1), "wrong", start), Checked::Rejected);
+        assert!(matches!(
+            attempt(&t, ip(1), "wrong", start),
+            Checked::Throttled { .. }
+        ));
+    }
+
+    #[test]
+    fn parallel_attempts_share_one_budget() {
+        // Checks that overlap (each holds its unit while it runs) cannot
+        // see the same unit twice.
+        let t = throttle(1.0, 3);
+        let now = Instant::now();
+        let mut inner = Vec::new();
+        let outer = t.check(ip(1), "wrong", now, |_| {
+            for _ in 0..5 {
+                inner.push(attempt(&t, ip(1), "wrong", now));
+            }
+            None::<()>
+        });
+        assert_eq!(outer, Checked::Rejected);
+        let rejected = inner.iter().filter(|c| **c == Checked::Rejected).count();
+        assert_eq!(rejected, 2, "{inner:?}");
+    }
+
+    #[test]
+    fn remembered_credentials_are_bounded_per_source() {
         let policy = ThrottlePolicy {
+            rate: 1.0,
+            burst: 20,
+            remembered: 2,
+            ..ThrottlePolicy::default()
+        };
+        let t = AuthThrottle::new(policy).unwrap();
+        let tokens = ["token-a", "token-b", "token-c"];
+        let check = |token: &str| tokens.contains(&token).then_some(());
+        let now = Instant::now();
+        for token in tokens {
+            assert!(matches!(
+                t.check(ip(1), token, now, check),
+                Checked::Accepted { .. }
+            ));
+        }
+        for _ in 0..20 {
+            t.check(ip(1), "wrong", now, check);
+        }
+        // The two most recent are remembered, the first is not.
+        for (token, remembered) in [("token-c", true), ("token-b", true), ("token-a", false)] {
+            let accepted = matches!(t.check(ip(1), token, now, check), Checked::Accepted { .. });
+            assert_eq!(accepted, remembered, "{token}");
+        }
+    }
+
+    #[test]
+    fn the_table_is_bounded_and_keeps_what_matters() {
+        let policy = ThrottlePolicy {
+            rate: 1.0,
+            burst: 1,
             max_sources: 16,
             ..ThrottlePolicy::default()
         };
-        let t = AuthThrottle::new(policy);
+        let t = AuthThrottle::new(policy).unwrap();
         let now = Instant::now();
-        for _ in 0..6 {
-            t.failed(ip(1), now);
-        }
-        let later = now + policy.forget_after;
-        assert_eq!(t.admit(ip(1), later), Admission::Now);
         for n in 0..=255u8 {
-            t.failed(ip(n), now + ms(u64::from(n)));
-            assert!(t.sources().len() <= 16);
+            attempt(&t, ip(n), "wrong", now + ms(u64::from(n)));
+            assert!(t.sources_len() <= 16);
         }
-        // The newest sources are the ones kept.
-        assert!(t.sources().contains_key(&ip(255)));
+        // The newest sources are the ones kept: still out of budget.
+        assert!(matches!(
+            attempt(&t, ip(255), "wrong", now + ms(255)),
+            Checked::Throttled { .. }
+        ));
+        // Sources whose budget refilled are dropped first.
+        let later = now + Duration::from_secs(60);
+        attempt(&t, IpAddr::from([10, 0, 1, 1]), "wrong", later);
+        assert_eq!(t.sources_len(), 1);
     }
 
     #[test]

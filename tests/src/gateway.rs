@@ -220,6 +220,7 @@ impl GatewaySpawn {
         let stdout = child.stdout.take().expect("stdout");
         let mut lines = BufReader::new(stdout).lines();
         let mut startup = Vec::new();
+        let mut proxy_addr = None;
         let addr = loop {
             let line = tokio::time::timeout(READ_TIMEOUT, lines.next_line())
                 .await
@@ -229,6 +230,10 @@ impl GatewaySpawn {
             if let Some(rest) = line.strip_prefix("listening on http://") {
                 break rest.trim().parse().expect("listen address");
             }
+            if let Some(rest) = line.strip_prefix("proxy listening on http://") {
+                proxy_addr = Some(rest.trim().parse().expect("proxy listen address"));
+                continue;
+            }
             startup.push(line);
         };
         // Keep draining stdout so the gateway never blocks on it.
@@ -236,6 +241,7 @@ impl GatewaySpawn {
         Gateway {
             child,
             addr,
+            proxy_addr,
             root,
             state,
             log: captured.path().to_path_buf(),
@@ -250,6 +256,8 @@ impl GatewaySpawn {
 pub struct Gateway {
     pub child: Child,
     pub addr: SocketAddr,
+    /// The `--proxy-listen` address, if the gateway has one.
+    pub proxy_addr: Option<SocketAddr>,
     pub root: PathBuf,
     pub state: PathBuf,
     /// The file holding the gateway's stderr.

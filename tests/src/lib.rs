@@ -9,6 +9,7 @@ pub mod cdp;
 pub mod fixture;
 pub mod gateway;
 pub mod harness;
+pub mod http;
 pub mod mock_llm;
 pub mod otlp;
 pub mod prerequisites;

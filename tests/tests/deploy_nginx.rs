@@ -3,6 +3,8 @@
 //! `deploy/nginx.conf`). A project's connections stick to one gateway; when
 //! that gateway dies its project moves and the conversation resumes from
 //! the shared journal; two gateways never run one project's child at once.
+//! nginx talks to the gateways' `--proxy-listen` listeners, so a client
+//! behind it keeps its own address (and failure budget).
 //!
 //! Needs `nginx` (Debian: `apt-get install nginx`); `.ci/install-deps`
 //! installs it.
@@ -16,6 +18,7 @@ use std::time::Duration;
 
 use corral_e2e::gateway::{agent_pids, Gateway, GatewaySpawn, Ws, ADMIN_TOKEN, TOKEN};
 use corral_e2e::harness::READ_TIMEOUT;
+use corral_e2e::http;
 use corral_e2e::prerequisites;
 use serde_json::{json, Value};
 use tempfile::TempDir;
@@ -80,6 +83,7 @@ http {{
             proxy_set_header Upgrade $http_upgrade;
             proxy_set_header Connection $connection_upgrade;
             proxy_set_header Host $http_host;
+            proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
             proxy_connect_timeout 2s;
             proxy_next_upstream error timeout;
             proxy_read_timeout 1h;
@@ -181,10 +185,17 @@ impl Fleet {
             .projects(PROJECTS)
             .projects_root(self.dir.path().join("projects"))
             .state_dir(self.dir.path().join("state"))
+            .arg("--proxy-listen")
+            .arg("127.0.0.1:0")
             .capture_log()
             .spawn()
             .await
     }
+}
+
+/// The gateway's listener for the balancer.
+fn proxy_of(gateway: &Gateway) -> SocketAddr {
+    gateway.proxy_addr.expect("a --proxy-listen address")
 }
 
 /// The projects with a hub on `gateway`, and their child pids (admin API).
@@ -263,7 +274,7 @@ async fn wait_gone(pids: &[u32]) {
 async fn nginx_hashes_projects_to_one_gateway_and_fails_over_with_the_journal() {
     let fleet = Fleet::new();
     let mut gateways = [fleet.gateway().await, fleet.gateway().await];
-    let nginx = Nginx::start(&[gateways[0].addr, gateways[1].addr]).await;
+    let nginx = Nginx::start(&[proxy_of(&gateways[0]), proxy_of(&gateways[1])]).await;
 
     // Every connection for a project lands on the same gateway: exactly one
     // gateway hosts it, and its child is never replaced.
@@ -425,4 +436,54 @@ async fn the_shipped_nginx_conf_passes_nginx_t() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "nginx -t failed:\n{stderr}");
     assert!(stderr.contains("test is successful"), "{stderr}");
+}
+
+/// Through nginx, what a client writes in `X-Forwarded-For` itself does
+/// not change its address: nginx appends the address it saw and the
+/// gateway takes the right-most entry, so a client guessing tokens with a
+/// new made-up address each time still spends one failure budget. A
+/// right token that worked through nginx before keeps working.
+#[tokio::test]
+async fn clients_behind_nginx_cannot_choose_their_address() {
+    let fleet = Fleet::new();
+    let gateway = GatewaySpawn::default()
+        .echo()
+        .projects(PROJECTS)
+        .projects_root(fleet.dir.path().join("projects"))
+        .state_dir(fleet.dir.path().join("state"))
+        .arg("--proxy-listen")
+        .arg("127.0.0.1:0")
+        .arg("--auth-failure-rate")
+        .arg("0.01")
+        .arg("--auth-failure-burst")
+        .arg("3")
+        .spawn()
+        .await;
+    let nginx = Nginx::start(&[proxy_of(&gateway)]).await;
+    let mut ws = nginx.client("alpha").await;
+    assert_eq!(
+        ws.request(json!({"id":"1","type":"ping"})).await["success"],
+        true
+    );
+    let mut statuses = Vec::new();
+    for n in 1..=5 {
+        let spoofed = format!("198.51.100.{n}");
+        let answer = http::exchange(
+            nginx.addr,
+            "GET",
+            "/v1/stats",
+            &[
+                ("Authorization", "Bearer not-the-admin-token-0123456789"),
+                ("X-Forwarded-For", &spoofed),
+            ],
+        )
+        .await;
+        statuses.push(answer.status);
+    }
+    assert_eq!(statuses, [401, 401, 401, 429, 429], "{}", nginx.log());
+    let (_ws, reply) = nginx.client_with("beta").await;
+    assert_eq!(
+        reply["success"], true,
+        "the right token still works: {reply}"
+    );
 }

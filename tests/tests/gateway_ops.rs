@@ -53,7 +53,8 @@ async fn refusals_spawn_nothing() {
     assert_eq!(ws.closed().await.map(|c| c.0), Some(1008));
     assert!(start.elapsed() < Duration::from_secs(5));
 
-    // Bad project names, before any upgrade.
+    // Bad project names: said only to a valid token, before any upgrade;
+    // without one every name gets the same 401.
     let long = "a".repeat(65);
     for (path, status) in [
         ("/v1/projects/../rpc".to_string(), 400),
@@ -63,8 +64,10 @@ async fn refusals_spawn_nothing() {
         (format!("/v1/projects/{long}/rpc"), 400),
         ("/v1/projects/missing/rpc".to_string(), 404),
     ] {
-        let (got, body) = gateway.http_get(&path, None).await;
+        let (got, body) = gateway.http_get(&path, Some(TOKEN)).await;
         assert_eq!(got, status, "{path}: {body}");
+        let (got, body) = gateway.http_get(&path, None).await;
+        assert_eq!(got, 401, "{path}: {body}");
     }
     assert!(gateway.child_pids().is_empty(), "no child was started");
 }

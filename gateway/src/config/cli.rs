@@ -103,6 +103,10 @@ pub struct ServeArgs {
     #[arg(long, value_name = "ADDR")]
     pub metrics_listen: Option<SocketAddr>,
 
+    /// A second address serving everything --listen does, for a trusted load balancer only: on it (and only on it) the client address is the right-most X-Forwarded-For entry [default: none].
+    #[arg(long, value_name = "ADDR")]
+    pub proxy_listen: Option<SocketAddr>,
+
     /// Export OpenTelemetry traces (one per prompt, the gateway's span
     /// linked to the agent's) over OTLP/HTTP to this base URL, e.g.
     /// http://127.0.0.1:4318; children export there too [default: off].
@@ -209,6 +213,18 @@ pub struct ServeArgs {
     /// Most connections open at once; more are refused with 503 at accept [default: the open-file limit (raised to its hard limit at start) minus headroom for children and files].
     #[arg(long, value_name = "N")]
     pub max_connections: Option<usize>,
+
+    /// Wrong tokens one source address may have checked per second, after --auth-failure-burst; more are refused unchecked (429, or close 1013) [default: 1].
+    #[arg(long, value_name = "PER_SEC")]
+    pub auth_failure_rate: Option<f64>,
+
+    /// Wrong tokens one source address may have checked at once before --auth-failure-rate applies [default: 10].
+    #[arg(long, value_name = "N")]
+    pub auth_failure_burst: Option<u32>,
+
+    /// Source addresses whose failure budget the gateway remembers at once [default: 10000].
+    #[arg(long, value_name = "N")]
+    pub max_auth_sources: Option<usize>,
 
     /// Interval between health pings [default: 30s].
     #[arg(long, value_name = "DUR", value_parser = parse_duration)]

@@ -23,6 +23,7 @@ use crate::auth::Secret;
 pub struct FileConfig {
     pub listen: Option<String>,
     pub metrics_listen: Option<String>,
+    pub proxy_listen: Option<String>,
     pub projects_root: Option<PathBuf>,
     pub state_dir: Option<PathBuf>,
     pub tokens: Option<TokenList>,
@@ -49,6 +50,9 @@ pub struct FileConfig {
     pub max_hello_bytes: Option<FileBytes>,
     pub header_timeout: Option<FileDuration>,
     pub max_connections: Option<usize>,
+    pub auth_failure_rate: Option<f64>,
+    pub auth_failure_burst: Option<u32>,
+    pub max_auth_sources: Option<usize>,
     pub ping_interval: Option<FileDuration>,
     pub ping_timeout: Option<FileDuration>,
     pub ready_timeout: Option<FileDuration>,

@@ -7,6 +7,7 @@
 //! | `--config FILE` | – | none |
 //! | `--listen ADDR` | `listen` | required |
 //! | `--metrics-listen ADDR` | `metrics_listen` | none: `/metrics` needs the admin token |
+//! | `--proxy-listen ADDR` | `proxy_listen` | none (for a trusted balancer: client address from `X-Forwarded-For`) |
 //! | `--otlp-endpoint URL` | – | none: no traces exported |
 //! | `--projects-root DIR` | `projects_root` | required; must be a directory |
 //! | `--state-dir DIR` | `state_dir` | `./corral-state` (created) |
@@ -30,6 +31,8 @@
 //! | `--max-hello-bytes BYTES` | `max_hello_bytes` | 64KiB (what a client may send before it is authenticated) |
 //! | `--header-timeout DUR` | `header_timeout` | 10s (time to send a request's headers) |
 //! | `--max-connections N` | `max_connections` | the open-file limit minus headroom (see [`crate::fdlimit`]) |
+//! | `--auth-failure-rate PER_SEC` / `--auth-failure-burst N` | `auth_failure_rate` / `auth_failure_burst` | 1 / 10 (wrong tokens checked per source address) |
+//! | `--max-auth-sources N` | `max_auth_sources` | 10000 (source addresses the throttle remembers) |
 //! | `--ping-interval DUR` / `--ping-timeout DUR` | `ping_interval` / `ping_timeout` | 30s / 10s |
 //! | `--ready-timeout DUR` | `ready_timeout` | 15s |
 //! | `--stop-grace DUR` / `--shutdown-grace DUR` | `stop_grace` / `shutdown_grace` | 5s / 10s |
@@ -63,6 +66,7 @@ mod cli;
 mod duration;
 mod file;
 mod sandbox;
+mod throttle;
 mod tokens;
 
 use std::io;
@@ -89,6 +93,11 @@ pub struct Config {
     pub listen: SocketAddr,
     /// A second listener serving only `/metrics`, without a token.
     pub metrics_listen: Option<SocketAddr>,
+    /// A listener for a trusted balancer: the same routes, the client
+    /// address taken from `X-Forwarded-For`.
+    pub proxy_listen: Option<SocketAddr>,
+    /// The per-source failure budget for tokens.
+    pub throttle: crate::throttle::ThrottlePolicy,
     /// Where the gateway and its children export traces (OTLP/HTTP).
     pub otlp_endpoint: Option<String>,
     /// Canonical directory whose direct subdirectories are the projects.
@@ -300,6 +309,9 @@ pub fn load_with_env(
         })?),
         (None, None) => None,
     };
+
+    let proxy_listen = throttle::proxy_listen(&args, &file, listen)?;
+    let throttle = throttle::policy(&args, &file)?;
 
     let tokens = tokens::resolve(&args, &file, env)?;
     if tokens.client.is_empty() && !listen.ip().to_canonical().is_loopback() {
@@ -514,6 +526,8 @@ pub fn load_with_env(
         config_file: args.config,
         listen,
         metrics_listen,
+        proxy_listen,
+        throttle,
         otlp_endpoint: args.otlp_endpoint,
         projects_root,
         state_dir,

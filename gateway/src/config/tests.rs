@@ -572,3 +572,72 @@ fn child_command_refusals_name_the_setting() {
         "a refused config creates nothing"
     );
 }
+
+#[test]
+fn throttle_and_proxy_listener_settings() {
+    let f = Fixture::new();
+    let config = load_with_env(f.args(), &no_env).unwrap();
+    assert_eq!(config.throttle, crate::throttle::ThrottlePolicy::default());
+    assert_eq!(config.proxy_listen, None);
+
+    let file = f.config_file(
+        "proxy_listen = \"127.0.0.1:7001\"\nauth_failure_rate = 2\nauth_failure_burst = 4\nmax_auth_sources = 50\n",
+    );
+    let args = ServeArgs {
+        config: Some(file.clone()),
+        ..f.args()
+    };
+    let config = load_with_env(args, &no_env).unwrap();
+    assert_eq!(config.proxy_listen, Some("127.0.0.1:7001".parse().unwrap()));
+    assert_eq!(config.throttle.rate, 2.0);
+    assert_eq!(config.throttle.burst, 4);
+    assert_eq!(config.throttle.max_sources, 50);
+    let args = ServeArgs {
+        config: Some(file),
+        auth_failure_rate: Some(0.5),
+        ..f.args()
+    };
+    assert_eq!(load_with_env(args, &no_env).unwrap().throttle.rate, 0.5);
+
+    for (args, flag) in [
+        (
+            ServeArgs {
+                auth_failure_rate: Some(0.0),
+                ..f.args()
+            },
+            "--auth-failure-rate",
+        ),
+        (
+            ServeArgs {
+                auth_failure_rate: Some(f64::NAN),
+                ..f.args()
+            },
+            "--auth-failure-rate",
+        ),
+        (
+            ServeArgs {
+                auth_failure_burst: Some(0),
+                ..f.args()
+            },
+            "--auth-failure-burst",
+        ),
+        (
+            ServeArgs {
+                max_auth_sources: Some(0),
+                ..f.args()
+            },
+            "--max-auth-sources",
+        ),
+        (
+            ServeArgs {
+                proxy_listen: Some("127.0.0.1:7000".parse().unwrap()),
+                ..f.args()
+            },
+            "--proxy-listen",
+        ),
+    ] {
+        let err = load_with_env(args, &no_env).unwrap_err();
+        assert!(matches!(err, ConfigError::Invalid { .. }), "{err}");
+        assert!(err.to_string().contains(flag), "{err}");
+    }
+}

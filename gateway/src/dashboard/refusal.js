@@ -2,8 +2,9 @@
 // sees the HTTP status of a refused upgrade (it reports close code 1006),
 // so before connecting, the console asks the same URL with a plain fetch
 // and the client token as a bearer token: the gateway answers that fetch
-// exactly as it would the upgrade (404 for a missing project, 401 for a
-// refused token, 429 when throttled), and with 400/426 when all is well
+// exactly as it would the upgrade (401 for a refused token, 429 when
+// throttled, then — the token being valid — 404 for a missing project),
+// and with 400/426 when all is well
 // but the request is no upgrade. Refusals after the upgrade come as close
 // codes, described by closeWords().
 
@@ -21,6 +22,7 @@ const CLOSE_WORDS = {
   1011: "the agent could not start",
   1013: "try again later: no agent slot is free, the gateway is shutting down, or this address is throttled",
   4000: "this client fell behind and missed events; reconnect to catch up",
+  4004: "no such project",
 };
 
 // "code: words (reason)" for a close event.
@@ -63,7 +65,8 @@ export async function preflight(project, token) {
     case 403:
       return "HTTP 403: " + (body || "refused") + ". This page's origin is not in --allowed-origins.";
     case 429:
-      return "HTTP 429: too many failed attempts from this address; wait a moment and try again.";
+      return "HTTP 429: too many failed attempts from this address; try again in " +
+        (res.headers.get("Retry-After") || "a few") + " s.";
     default:
       return "HTTP " + res.status + (body ? ": " + body : "");
   }

@@ -1,21 +1,20 @@
 //! Authenticating a WebSocket client: a token from the upgrade's
 //! `Authorization: Bearer` header, or the dialect's hello as the first
 //! message, read under `--max-hello-bytes` within `--hello-timeout`.
-//! Every token check goes through the per-source throttle
-//! ([`crate::throttle`]).
+//! Every token check goes through [`crate::guard`] (the per-source
+//! failure budget).
 
 use std::net::IpAddr;
-use std::time::Instant;
 
 use serde_json::Value;
 
 use super::handshake::Io;
 use super::preauth::{self, PreAuthError};
 use super::session::parse;
-use crate::auth::Role;
+use crate::auth::{AuthFailure, Role};
 use crate::dialect::OwnRuns;
+use crate::guard::{self, Refused};
 use crate::server::AppState;
-use crate::throttle::Admission;
 
 /// Policy violation: authentication failed.
 pub const CLOSE_POLICY: u16 = 1008;
@@ -42,54 +41,19 @@ pub struct Hello {
 #[derive(Debug)]
 pub struct Refusal {
     pub id: Option<Value>,
-    pub reason: &'static str,
+    pub reason: AuthFailure,
     pub message: String,
     pub code: u16,
 }
 
 impl Refusal {
-    fn new(id: Option<Value>, reason: &'static str, message: impl Into<String>) -> Refusal {
+    fn new(id: Option<Value>, reason: AuthFailure, message: impl Into<String>) -> Refusal {
         Refusal {
             id,
             reason,
             message: message.into(),
             code: CLOSE_POLICY,
         }
-    }
-}
-
-/// Checks `token` for a session from `peer`, after the wait the throttle
-/// asks for. `Err` is the metric reason: `invalid_token` or `throttled`.
-pub async fn check_token(
-    state: &AppState,
-    peer: IpAddr,
-    token: &str,
-) -> Result<Role, &'static str> {
-    match state.throttle.admit(peer, Instant::now()) {
-        Admission::Now => {}
-        Admission::After(wait) => {
-            state.metrics.auth_delay(wait);
-            tokio::time::sleep(wait).await;
-        }
-        Admission::Refused => return Err("throttled"),
-    }
-    match state.tokens.session_role(token) {
-        Some(role) => {
-            state.throttle.succeeded(peer);
-            Ok(role)
-        }
-        None => {
-            state.throttle.failed(peer, Instant::now());
-            Err("invalid_token")
-        }
-    }
-}
-
-/// The message for a refused token.
-pub fn token_refusal(reason: &str) -> &'static str {
-    match reason {
-        "throttled" => "authentication failed too often from this address; try again later",
-        _ => "authentication failed: invalid token",
     }
 }
 
@@ -104,36 +68,36 @@ pub async fn read_hello(
     let first = match tokio::time::timeout(state.hello_timeout, read).await {
         Err(_) => {
             let message = format!("no hello within {} s", state.hello_timeout.as_secs());
-            return Err(Refusal::new(None, "hello_timeout", message));
+            return Err(Refusal::new(None, AuthFailure::HelloTimeout, message));
         }
         Ok(Err(error)) => return Err(unreadable(state, error)),
         Ok(Ok(first)) => first,
     };
     let frame = parse(&first.text).map_err(|error| {
         state.metrics.invalid_frame("client", "malformed");
-        Refusal::new(None, "not_hello", error)
+        Refusal::new(None, AuthFailure::NotHello, error)
     })?;
     let id = frame.get("id").cloned();
     let hello = match state.dialect.client_hello(&frame) {
         Some(Ok(hello)) => hello,
-        Some(Err(error)) => return Err(Refusal::new(id, "not_hello", error)),
+        Some(Err(error)) => return Err(Refusal::new(id, AuthFailure::NotHello, error)),
         None => {
             return Err(Refusal::new(
                 id,
-                "not_hello",
+                AuthFailure::NotHello,
                 state.dialect.hello_required(),
             ))
         }
     };
     let Some(token) = &hello.token else {
         let message = "authentication failed: the hello has no token";
-        return Err(Refusal::new(id, "missing_token", message));
+        return Err(Refusal::new(id, AuthFailure::MissingToken, message));
     };
-    let role = match check_token(state, peer, token).await {
+    let role = match guard::session_role(state, peer, token) {
         Ok(role) => role,
-        Err(reason) => {
-            let mut refusal = Refusal::new(id, reason, token_refusal(reason));
-            if reason == "throttled" {
+        Err(refused) => {
+            let mut refusal = Refusal::new(id, refused.failure(), refused.message());
+            if let Refused::Throttled { .. } = refused {
                 refusal.code = CLOSE_AGAIN;
             }
             return Err(refusal);
@@ -156,23 +120,25 @@ fn unreadable(state: &AppState, error: PreAuthError) -> Refusal {
             state.metrics.invalid_frame("client", "too_large");
             Refusal {
                 code: CLOSE_TOO_BIG,
-                ..Refusal::new(None, "hello_too_large", message)
+                ..Refusal::new(None, AuthFailure::HelloTooLarge, message)
             }
         }
         PreAuthError::Binary => {
             state.metrics.invalid_frame("client", "binary");
-            Refusal::new(None, "not_hello", message)
+            Refusal::new(None, AuthFailure::NotHello, message)
         }
         PreAuthError::Protocol(_) => Refusal {
             code: CLOSE_PROTOCOL,
-            ..Refusal::new(None, "not_hello", message)
+            ..Refusal::new(None, AuthFailure::NotHello, message)
         },
         PreAuthError::NotUtf8 => {
             state.metrics.invalid_frame("client", "malformed");
-            Refusal::new(None, "not_hello", message)
+            Refusal::new(None, AuthFailure::NotHello, message)
         }
-        PreAuthError::Closed | PreAuthError::Io(_) => {
-            Refusal::new(None, "not_hello", "the connection closed before the hello")
-        }
+        PreAuthError::Closed | PreAuthError::Io(_) => Refusal::new(
+            None,
+            AuthFailure::NotHello,
+            "the connection closed before the hello",
+        ),
     }
 }

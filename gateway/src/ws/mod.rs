@@ -1,22 +1,27 @@
 //! `GET /v1/projects/{project}/rpc[?resume_after=SEQ][&own_runs=true]
 //! [&client_id=ID]`: one WebSocket client of a project.
 //!
-//! Before the upgrade: origin allowlist, project name and directory, and a
-//! token in an `Authorization: Bearer` header if there is one. A client so
-//! authenticated is attached at once, in every dialect, and receives
-//! events without sending anything (resuming after `?resume_after=`, only
-//! its own runs' events with `?own_runs=true`, as the earlier connection
-//! `?client_id=` names). Any
-//! other client must send the dialect's hello with a token first, within
-//! `--hello-timeout` and `--max-hello-bytes` (`preauth`). Then the client
-//! is attached to the project's hub and `session` runs its reader and
-//! writer.
+//! Before the upgrade: origin allowlist, and a token in an
+//! `Authorization: Bearer` header if there is one (401, or 429 with
+//! `Retry-After`), then the project name and directory (400/404) — in
+//! that order, so only a client with a valid token learns whether a
+//! project exists. A client so authenticated is attached at once, in
+//! every dialect, and receives events without sending anything (resuming
+//! after `?resume_after=`, only its own runs' events with
+//! `?own_runs=true`, as the earlier connection `?client_id=` names).
+//! Without a header token a request that is no upgrade gets 401; an
+//! upgrade is answered `101` whatever the project, and the client must
+//! send the dialect's hello with a token first, within `--hello-timeout`
+//! and `--max-hello-bytes` (`preauth`); only then is the project looked
+//! up. Then the client is attached to the project's hub and `session`
+//! runs its reader and writer.
 //!
 //! Close codes: 1008 authentication failed, 1009 more than
 //! `--max-hello-bytes` before authentication or a frame over
 //! `--max-frame-bytes`, 1002 invalid framing before authentication, 1013
 //! try again later (no agent slot, shutting down, throttled), 1011 the
-//! agent cannot start, 1001 the gateway is going away.
+//! agent cannot start, 1001 the gateway is going away, 4004 no such
+//! project (after a valid hello).
 
 mod frame;
 mod handshake;
@@ -24,19 +29,21 @@ mod hello;
 mod preauth;
 mod session;
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use axum::extract::{ConnectInfo, Path, Query, Request, State};
+use axum::extract::{Path, Query, Request, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use futures_util::{SinkExt, StreamExt};
 use tokio_tungstenite::tungstenite::protocol::{Role as WsRole, WebSocketConfig};
 use tokio_tungstenite::WebSocketStream;
 
-use crate::auth;
+use crate::auth::{self, AuthFailure};
+use crate::client_addr::ClientAddr;
 use crate::dialect::OwnRuns;
+use crate::guard;
 use crate::hub::{Join, CLOSE_LAGGED};
 use crate::listener::ConnectionSlot;
 use crate::projects;
@@ -46,6 +53,9 @@ use hello::{Hello, CLOSE_TOO_BIG};
 use session::ReadEnd;
 
 const CLOSE_GOING_AWAY: u16 = 1001;
+/// An authenticated client asked for a project that does not exist (or a
+/// name that cannot be one).
+pub const CLOSE_NO_PROJECT: u16 = 4004;
 
 /// The upgrade request's query.
 #[derive(Debug, serde::Deserialize)]
@@ -62,6 +72,7 @@ pub async fn upgrade(
     Path(project): Path<String>,
     Query(query): Query<RpcQuery>,
     State(state): State<Arc<AppState>>,
+    ClientAddr(peer): ClientAddr,
     mut request: Request,
 ) -> Response {
     let headers = request.headers();
@@ -71,6 +82,7 @@ pub async fn upgrade(
         header(header::HOST),
         &state.allowed_origins,
     ) {
+        state.metrics.auth_failure(AuthFailure::Origin);
         return (StatusCode::FORBIDDEN, "origin not allowed\n").into_response();
     }
     let own_runs = match OwnRuns::from_query(query.own_runs.as_deref(), query.client_id.as_deref())
@@ -78,32 +90,27 @@ pub async fn upgrade(
         Ok(own_runs) => own_runs,
         Err(e) => return (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response(),
     };
-    let dir = match projects::resolve(&state.projects_root, &project) {
-        Ok(dir) => dir,
-        Err(e) => {
-            let status = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::NOT_FOUND);
-            return (status, format!("{e}\n")).into_response();
-        }
-    };
-    let peer = request
-        .extensions()
-        .get::<ConnectInfo<SocketAddr>>()
-        .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |info| info.0.ip());
-    let token = auth::bearer(header(header::AUTHORIZATION)).map(str::to_string);
-    let header_role = match token {
-        Some(token) => match hello::check_token(&state, peer, &token).await {
-            Ok(role) => Some(role),
-            Err(reason) => {
-                state.metrics.auth_failure(reason);
-                let status = if reason == "throttled" {
-                    StatusCode::TOO_MANY_REQUESTS
-                } else {
-                    StatusCode::UNAUTHORIZED
-                };
-                let message = hello::token_refusal(reason);
-                return (status, format!("{message}\n")).into_response();
+    // The token first: only a valid one learns whether the project exists.
+    let header_auth = match auth::bearer(header(header::AUTHORIZATION)) {
+        Some(token) => match guard::session_role(&state, peer, token) {
+            Ok(role) => match projects::resolve(&state.projects_root, &project) {
+                Ok(dir) => Some((role, dir)),
+                Err(e) => {
+                    let status =
+                        StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::NOT_FOUND);
+                    return (status, format!("{e}\n")).into_response();
+                }
+            },
+            Err(refused) => {
+                state.metrics.auth_failure(refused.failure());
+                return refused.into_response(false);
             }
         },
+        None if !headers.contains_key(header::UPGRADE) => {
+            state.metrics.auth_failure(AuthFailure::MissingToken);
+            let message = "authentication required: a bearer token, or a WebSocket upgrade and a hello with a token";
+            return (StatusCode::UNAUTHORIZED, format!("{message}\n")).into_response();
+        }
         None => None,
     };
     let upgrade = match handshake::prepare(&mut request) {
@@ -122,26 +129,28 @@ pub async fn upgrade(
                 return;
             }
         };
-        let header = header_role.map(|role| Hello {
-            role,
-            resume_after: query.resume_after,
-            answer: None,
-            own_runs,
+        let header = header_auth.map(|(role, dir)| {
+            let hello = Hello {
+                role,
+                resume_after: query.resume_after,
+                answer: None,
+                own_runs,
+            };
+            (hello, dir)
         });
-        connection(io, state, project, dir, peer, header, slot.as_deref()).await;
+        connection(io, state, project, peer, header, slot.as_deref()).await;
     });
     response
 }
 
 /// `header`: the client an `Authorization` header proved, with the
-/// query's resume point and own-runs wish.
+/// query's resume point and own-runs wish, and its project's directory.
 async fn connection(
     mut io: Io,
     state: Arc<AppState>,
     project: String,
-    dir: PathBuf,
     peer: IpAddr,
-    header: Option<Hello>,
+    header: Option<(Hello, PathBuf)>,
     slot: Option<&ConnectionSlot>,
 ) {
     let max = state.max_frame_bytes;
@@ -150,11 +159,11 @@ async fn connection(
         .write_buffer_size(state.ws_buffer_bytes)
         .max_frame_size(Some(max))
         .max_message_size(Some(max));
-    let (hello, socket) = match header {
-        Some(hello) => {
+    let (hello, dir, socket) = match header {
+        Some((hello, dir)) => {
             slot.inspect(|s| s.protect());
             let socket = WebSocketStream::from_raw_socket(io, WsRole::Server, Some(config)).await;
-            (hello, socket)
+            (hello, dir, socket)
         }
         None => {
             let read = tokio::select! {
@@ -173,34 +182,61 @@ async fn connection(
                     return;
                 }
             };
-            match read {
-                Ok((hello, leftover)) => {
-                    slot.inspect(|s| s.protect());
-                    let socket = WebSocketStream::from_partially_read(
-                        io,
-                        leftover,
-                        WsRole::Server,
-                        Some(config),
-                    )
-                    .await;
-                    (hello, socket)
-                }
+            let (hello, leftover) = match read {
+                Ok(read) => read,
                 Err(refusal) => {
                     state.metrics.auth_failure(refusal.reason);
                     tracing::info!(%project, %peer, "client refused: {}", refusal.message);
-                    let reply = state.dialect.refusal(
-                        refusal.id.as_ref(),
+                    let id = refusal.id.as_ref();
+                    refuse(
+                        &mut io,
+                        &state,
+                        id,
                         "unauthorized",
                         &refusal.message,
-                    );
-                    let _ = preauth::send_text(&mut io, &reply).await;
-                    preauth::close(&mut io, refusal.code, &refusal.message).await;
+                        refusal.code,
+                    )
+                    .await;
                     return;
                 }
-            }
+            };
+            // Authenticated: now it may learn whether the project exists.
+            let dir = match projects::resolve(&state.projects_root, &project) {
+                Ok(dir) => dir,
+                Err(error) => {
+                    tracing::info!(%project, %peer, "client refused: {error}");
+                    let code = match error.http_status() {
+                        503 => hello::CLOSE_AGAIN,
+                        _ => CLOSE_NO_PROJECT,
+                    };
+                    let id = hello.answer.clone().flatten();
+                    let message = error.to_string();
+                    refuse(&mut io, &state, id.as_ref(), "not_found", &message, code).await;
+                    return;
+                }
+            };
+            slot.inspect(|s| s.protect());
+            let socket =
+                WebSocketStream::from_partially_read(io, leftover, WsRole::Server, Some(config))
+                    .await;
+            (hello, dir, socket)
         }
     };
     attached(socket, state, project, dir, hello).await;
+}
+
+/// Answers the hello with the dialect's refusal and closes with `code`.
+async fn refuse(
+    io: &mut Io,
+    state: &AppState,
+    id: Option<&serde_json::Value>,
+    kind: &str,
+    message: &str,
+    code: u16,
+) {
+    let reply = state.dialect.refusal(id, kind, message);
+    let _ = preauth::send_text(io, &reply).await;
+    preauth::close(io, code, message).await;
 }
 
 /// Completes when `slot` is to be closed to make room; never without one.
