@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 
 use corral_e2e::gateway::{Gateway, GatewaySpawn, Ws};
 use corral_e2e::mock_llm::{MockLlm, Turn};
+use corral_e2e::terminals;
 use serde_json::{json, Value};
 
 const FLAG_TOKEN: &str = "flag-client-token-0123456789abcdef";
@@ -392,4 +393,21 @@ async fn real_work_in_the_project_is_unchanged() {
     assert!(progress.contains("line1"), "{frames:#?}");
     // Model calls went through: every scripted turn was served.
     assert_eq!(mock.remaining(), 0);
+}
+
+#[tokio::test]
+async fn tools_get_terminals_of_their_own_and_none_of_the_hosts() {
+    terminals::require();
+    let _host = terminals::host_terminal();
+    let mock = MockLlm::start().await;
+    let dir = work_dir();
+    let gateway = GatewaySpawn::default()
+        .mock(&mock.anthropic_base_url())
+        .projects_root(dir.path().join("projects"))
+        .state_dir(dir.path().join("state"))
+        .spawn()
+        .await;
+    let mut alpha = gateway.client("alpha").await;
+    let output = bash(&mut alpha, &mock, terminals::CHECK).await;
+    terminals::assert_private(&output);
 }
