@@ -223,7 +223,10 @@ pub struct AgentArgs {
     #[arg(long)]
     pub sandbox: bool,
     /// With --sandbox: a path made empty and unreadable inside (repeatable).
-    /// The directory of --session is hidden too.
+    /// The directory of --session is hidden too. A directory stays hidden
+    /// whatever happens to the files in it; a file is covered where it is,
+    /// which a host rename over it (mv, sed -i, an editor) undoes for a
+    /// running agent, so name the directory holding it instead.
     #[arg(long = "sandbox-hide", value_name = "PATH", requires = "sandbox")]
     pub sandbox_hide: Vec<PathBuf>,
     /// Network for tool commands; off (needs --sandbox) runs each command

@@ -23,6 +23,7 @@ pub mod registry;
 pub mod scrub;
 pub mod server;
 pub mod shutdown;
+pub mod statefs;
 pub mod supervisor;
 pub mod throttle;
 pub mod ws;

@@ -380,6 +380,31 @@ impl Gateway {
     }
 }
 
+/// Runs `corral serve` with exactly `args` (plus `--listen 127.0.0.1:0`
+/// and the agent beside it), which must make it exit before serving;
+/// returns its exit code and stderr.
+pub async fn serve_exit(args: &[&std::ffi::OsStr]) -> (i32, String) {
+    let mut command = Command::new(workspace_bin("corral"));
+    command
+        .args(["serve", "--listen", "127.0.0.1:0", "--child-bin"])
+        .arg(workspace_bin("corral-agent"))
+        .args(args)
+        .env_remove("CORRAL_TOKENS")
+        .env_remove("CORRAL_ADMIN_TOKEN")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let output = tokio::time::timeout(READ_TIMEOUT, command.output())
+        .await
+        .expect("corral serve neither exited nor ran")
+        .expect("run corral serve");
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
 /// Completes a WebSocket handshake, within the read timeout.
 async fn open(request: Request) -> Ws {
     let (stream, _) = tokio::time::timeout(READ_TIMEOUT, tokio_tungstenite::connect_async(request))

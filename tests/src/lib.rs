@@ -14,6 +14,7 @@ pub mod mock_llm;
 pub mod otlp;
 pub mod prerequisites;
 pub mod raw_ws;
+pub mod terminals;
 
 /// A fresh directory outside `/tmp`, for tests of what the sandbox hides:
 /// inside the sandbox `/tmp` is a private, empty tmpfs, so anything under

@@ -46,6 +46,13 @@ pub const PYTHON3: Prerequisite = Prerequisite {
     used_by: "the sandbox and limits suites (as a tool command)",
 };
 
+pub const SCRIPT: Prerequisite = Prerequisite {
+    program: "script",
+    also_in: &["/usr/bin"],
+    packages: "bsdutils",
+    used_by: "the sandbox suites (a tool that needs a terminal)",
+};
+
 pub const NODE: Prerequisite = Prerequisite {
     program: "node",
     also_in: &["/usr/bin"],

@@ -13,8 +13,9 @@
 
 use std::path::{Path, PathBuf};
 
-use corral_e2e::gateway::{Gateway, GatewaySpawn, Ws};
+use corral_e2e::gateway::{serve_exit, Gateway, GatewaySpawn, Ws, ADMIN_TOKEN};
 use corral_e2e::mock_llm::{MockLlm, Turn};
+use corral_e2e::terminals;
 use serde_json::{json, Value};
 
 const FLAG_TOKEN: &str = "flag-client-token-0123456789abcdef";
@@ -95,23 +96,27 @@ async fn occupy_beta(gateway: &Gateway, mock: &MockLlm, token: &str) -> Ws {
     beta
 }
 
+/// `grep -e` options for `tokens`, each split with `""` so that the
+/// script's own command line (visible in /proc) does not contain them.
+fn grep_patterns(tokens: &[&str]) -> String {
+    tokens
+        .iter()
+        .map(|t| format!("-e \"{}\"\"{}\" ", &t[..4], &t[4..]))
+        .collect()
+}
+
 /// What A's bash tool tries; prints `name=exit status` lines and dumps
 /// whatever it could read, so the test can search the output for secrets.
 fn attack_script(gateway: &Gateway, extra_files: &[&Path]) -> String {
     let root = gateway.root.display();
     let state = gateway.state.display();
     let gateway_pid = gateway.child.id().unwrap();
-    // Split with `""` so the script's own command line (visible in /proc)
-    // does not contain the tokens it looks for.
-    let patterns: String = [
+    let patterns = grep_patterns(&[
         FLAG_TOKEN,
         FILE_TOKEN,
         ENV_OBSERVER_TOKEN,
         CONFIG_ADMIN_TOKEN,
-    ]
-    .iter()
-    .map(|t| format!("-e \"{}\"\"{}\" ", &t[..4], &t[4..]))
-    .collect();
+    ]);
     let mut script = format!(
         r#"
 for f in /proc/[0-9]*/cmdline /proc/[0-9]*/environ; do tr '\0' ' ' < "$f"; echo; done 2>&1
@@ -392,4 +397,239 @@ async fn real_work_in_the_project_is_unchanged() {
     assert!(progress.contains("line1"), "{frames:#?}");
     // Model calls went through: every scripted turn was served.
     assert_eq!(mock.remaining(), 0);
+}
+
+#[tokio::test]
+async fn tools_get_terminals_of_their_own_and_none_of_the_hosts() {
+    terminals::require();
+    let _host = terminals::host_terminal();
+    let mock = MockLlm::start().await;
+    let dir = work_dir();
+    let gateway = GatewaySpawn::default()
+        .mock(&mock.anthropic_base_url())
+        .projects_root(dir.path().join("projects"))
+        .state_dir(dir.path().join("state"))
+        .spawn()
+        .await;
+    let mut alpha = gateway.client("alpha").await;
+    let output = bash(&mut alpha, &mock, terminals::CHECK).await;
+    terminals::assert_private(&output);
+}
+
+const NEW_FILE_TOKEN: &str = "replaced-client-token-0123456789abcdef";
+const NEW_CONFIG_ADMIN_TOKEN: &str = "replaced-admin-token-0123456789abcdef";
+
+/// What A sees of the directory `secrets` and the files in it, from its
+/// bash tool and its read tool; asserts that it is none of the tokens the
+/// files held or hold, and that the directory looks empty.
+async fn assert_secrets_unseen(ws: &mut Ws, mock: &MockLlm, secrets: &Path, files: &[&Path]) {
+    let tokens = [
+        FILE_TOKEN,
+        NEW_FILE_TOKEN,
+        CONFIG_ADMIN_TOKEN,
+        NEW_CONFIG_ADMIN_TOKEN,
+    ];
+    let dir = secrets.display();
+    let mut script = format!(
+        "echo \"list=[$(ls -A {dir} 2>&1)]\"\n\
+         grep -rs {} {dir} /proc/self/mountinfo; echo \"grep-tokens=$?\"\n",
+        grep_patterns(&tokens)
+    );
+    for (i, file) in files.iter().enumerate() {
+        script.push_str(&format!(
+            "echo \"read-{i}=[$(cat {} 2>&1)]\"\n",
+            file.display()
+        ));
+    }
+    let output = bash(ws, mock, &script).await;
+    for token in tokens {
+        assert!(
+            !output.contains(token),
+            "{token} reached A's tools:\n{output}"
+        );
+    }
+    let list = field(&output, "list");
+    assert!(list == "[]" || list.contains("No such file"), "{output}");
+    assert_ne!(field(&output, "grep-tokens"), "0", "{output}");
+    for i in 0..files.len() {
+        let read = field(&output, &format!("read-{i}"));
+        assert!(read.contains("No such file"), "read-{i}: {read}");
+    }
+    for file in files {
+        let frames = tool_run(ws, mock, "read", json!({"path": file.to_str().unwrap()})).await;
+        let results = tool_results(&frames);
+        assert!(
+            results[0].0,
+            "read {} succeeded: {results:?}",
+            file.display()
+        );
+        for token in tokens {
+            assert!(!results[0].1.contains(token), "{results:?}");
+        }
+    }
+}
+
+/// Replaces `file` the way most tools do: a new file renamed over it.
+fn replace_by_rename(file: &Path, text: &str) {
+    let new = file.with_extension("new");
+    std::fs::write(&new, text).unwrap();
+    std::fs::rename(&new, file).unwrap();
+}
+
+/// Replaces `from` by `to` in `file` with `sed -i` (which renames a new
+/// file over it too).
+fn replace_by_sed(file: &Path, from: &str, to: &str) {
+    let status = std::process::Command::new("sed")
+        .arg("-i")
+        .arg(format!("s/{from}/{to}/"))
+        .arg(file)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert!(std::fs::read_to_string(file).unwrap().contains(to));
+}
+
+#[tokio::test]
+async fn secret_files_replaced_while_agents_run_stay_hidden() {
+    let mock = MockLlm::start().await;
+    let dir = work_dir();
+    let secrets = dir.path().join("secrets");
+    std::fs::create_dir(&secrets).unwrap();
+    let token_file = secrets.join("client.tokens");
+    std::fs::write(&token_file, format!("{FILE_TOKEN}\n")).unwrap();
+    let config_file = secrets.join("corral.toml");
+    let config = |admin: &str| format!("admin_token = \"{admin}\"\n");
+    std::fs::write(&config_file, config(CONFIG_ADMIN_TOKEN)).unwrap();
+    let gateway = GatewaySpawn::default()
+        .mock(&mock.anthropic_base_url())
+        .projects_root(dir.path().join("projects"))
+        .state_dir(dir.path().join("state"))
+        .token_args(&[
+            "--token",
+            FLAG_TOKEN,
+            "--token-file",
+            token_file.to_str().unwrap(),
+            "--config",
+            config_file.to_str().unwrap(),
+        ])
+        .spawn()
+        .await;
+    let (mut alpha, hello) = gateway.client_with("alpha", FILE_TOKEN, None).await;
+    assert_eq!(hello["success"], true, "{hello}");
+    let files = [token_file.as_path(), config_file.as_path()];
+    assert_secrets_unseen(&mut alpha, &mock, &secrets, &files).await;
+
+    // The operator replaces both while A's agent runs: by rename and sed -i.
+    replace_by_rename(&token_file, &format!("{NEW_FILE_TOKEN}\n"));
+    replace_by_sed(&config_file, CONFIG_ADMIN_TOKEN, NEW_CONFIG_ADMIN_TOKEN);
+    assert_secrets_unseen(&mut alpha, &mock, &secrets, &files).await;
+    // And the other way round.
+    replace_by_sed(&token_file, NEW_FILE_TOKEN, FILE_TOKEN);
+    replace_by_rename(&config_file, &config(CONFIG_ADMIN_TOKEN));
+    assert_secrets_unseen(&mut alpha, &mock, &secrets, &files).await;
+
+    // A restarted agent sees no more (the gateway read its tokens at start).
+    let (status, body) = gateway
+        .http_post("/v1/projects/alpha/restart", Some(CONFIG_ADMIN_TOKEN))
+        .await;
+    assert_eq!(status, 202, "{body}");
+    alpha.recv_until(|f| f["type"] == "child_started").await;
+    replace_by_rename(&token_file, &format!("{NEW_FILE_TOKEN}\n"));
+    assert_secrets_unseen(&mut alpha, &mock, &secrets, &files).await;
+}
+
+#[tokio::test]
+async fn a_state_directory_overlapping_the_projects_root_refuses_to_start() {
+    let dir = work_dir();
+    let root = dir.path().join("projects");
+    std::fs::create_dir_all(root.join("alpha")).unwrap();
+    let root = root.canonicalize().unwrap();
+    let inside = root.join("corral-state");
+    let (code, stderr) = serve_exit(&[
+        "--projects-root".as_ref(),
+        root.as_os_str(),
+        "--state-dir".as_ref(),
+        inside.as_os_str(),
+    ])
+    .await;
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "the state directory {} is inside the projects root {}",
+            inside.display(),
+            root.display()
+        )),
+        "{stderr}"
+    );
+    assert!(!inside.exists(), "nothing was created");
+
+    let (code, stderr) = serve_exit(&[
+        "--projects-root".as_ref(),
+        root.as_os_str(),
+        "--state-dir".as_ref(),
+        dir.path().as_os_str(),
+    ])
+    .await;
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "the projects root {} is inside the state directory",
+            root.display()
+        )),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn a_planted_home_link_is_not_followed() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = work_dir();
+    let state = dir.path().join("state");
+    let elsewhere = dir.path().join("elsewhere");
+    std::fs::create_dir_all(state.join("homes")).unwrap();
+    std::fs::create_dir(&elsewhere).unwrap();
+    std::fs::set_permissions(&elsewhere, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, state.join("homes/alpha")).unwrap();
+    let agent = corral_e2e::harness::workspace_bin("corral-agent");
+    let gateway = GatewaySpawn::default()
+        .projects_root(dir.path().join("projects"))
+        .state_dir(state.clone())
+        .arg("--dialect")
+        .arg("acp")
+        .arg("--child-command")
+        .arg(format!(
+            "{} rpc --dialect acp --provider echo",
+            agent.display()
+        ))
+        .spawn()
+        .await;
+
+    let (status, body) = gateway
+        .http_post("/v1/projects/alpha/start", Some(ADMIN_TOKEN))
+        .await;
+    assert_eq!(status, 502, "{body}");
+    assert!(
+        body.contains("cannot prepare the agent's home") && body.contains("symbolic link"),
+        "{body}"
+    );
+    let mode = std::fs::metadata(&elsewhere).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o755, "the link's target was not chmodded");
+    assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+
+    // Another project gets a real, private home; so does alpha once the
+    // link is gone.
+    let (status, body) = gateway
+        .http_post("/v1/projects/beta/start", Some(ADMIN_TOKEN))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    std::fs::remove_file(state.join("homes/alpha")).unwrap();
+    let (status, body) = gateway
+        .http_post("/v1/projects/alpha/start", Some(ADMIN_TOKEN))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    for project in ["alpha", "beta"] {
+        let home = std::fs::symlink_metadata(state.join("homes").join(project)).unwrap();
+        assert!(home.is_dir(), "{project}");
+        assert_eq!(home.permissions().mode() & 0o777, 0o700, "{project}");
+    }
 }

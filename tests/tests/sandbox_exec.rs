@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 
 use corral_e2e::harness::workspace_bin;
+use corral_e2e::terminals;
 use tempfile::TempDir;
 
 struct Layout {
@@ -170,4 +171,15 @@ fn a_missing_command_exits_127_and_tool_network_off_is_refused() {
         .unwrap();
     assert_eq!(output.status.code(), Some(2));
     assert!(stderr(&output).contains("--tool-network on"));
+}
+
+#[test]
+fn programs_get_terminals_of_their_own_and_none_of_the_hosts() {
+    terminals::require();
+    let _host = terminals::host_terminal();
+    let layout = Layout::new();
+    let output = layout.run(None, terminals::CHECK, &[]);
+    let out = stdout(&output);
+    assert!(output.status.success(), "{out}\n{}", stderr(&output));
+    terminals::assert_private(&out);
 }

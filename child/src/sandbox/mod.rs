@@ -1,7 +1,8 @@
 //! The agent's sandbox, entered by the agent itself before any thread
-//! exists: user, mount, pid and ipc namespaces; a private `/proc`, `/tmp`
-//! and `/dev/shm`; hidden paths; Landlock over the whole file system (writes
-//! only in the project and the scratch directories); no new privileges.
+//! exists: user, mount, pid and ipc namespaces; a session of its own; a
+//! private `/proc`, `/dev/pts` (terminals), `/tmp` and `/dev/shm`; hidden
+//! paths; Landlock over the whole file system (writes only in the project
+//! and the scratch directories); no new privileges.
 //! [`enter`] returns in the confined agent process only.
 
 mod error;
@@ -22,7 +23,7 @@ pub use exec::{exec, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND};
 pub use probe::probe;
 pub use tool::ToolConfinement;
 
-use plan::{Hide, HideKind, MountPlan, RulePlan, DEVICES};
+use plan::{Hide, HideKind, MountPlan, RulePlan, TerminalFacts, DEVICES, TERMINALS};
 
 /// Exit code when the sandbox cannot be entered (`EX_CONFIG`).
 pub const EXIT_SANDBOX_UNAVAILABLE: u8 = 78;
@@ -171,7 +172,8 @@ pub fn enter(config: &SandboxConfig) -> Result<Confined, SandboxError> {
         .filter(|dir| dir.is_dir())
         .collect();
     let writable = config.writable();
-    let mounts = MountPlan::new(&writable, &scratch, &config.hides);
+    let terminals = terminal_facts();
+    let mounts = MountPlan::new(&writable, &scratch, &config.hides, terminals);
     namespaces::enter(config.simulate == Some(Missing::UserNamespace))?;
     tree::start(|| {
         mounts::apply(&mounts)?;
@@ -182,7 +184,12 @@ pub fn enter(config: &SandboxConfig) -> Result<Confined, SandboxError> {
         })?;
         let mut writable = writable;
         writable.extend(scratch.iter().cloned());
-        let rules = RulePlan::new(&top_level_entries(), &existing_devices(), &writable);
+        let rules = RulePlan::new(
+            &top_level_entries(),
+            &existing_devices(),
+            &writable,
+            terminals.private(),
+        );
         let _ = nix::sys::prctl::set_no_new_privs();
         let enforced = ruleset::restrict(&rules, config.simulate == Some(Missing::Landlock))?;
         Ok(Confined {
@@ -203,12 +210,22 @@ fn top_level_entries() -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// The [`DEVICES`] that exist.
+/// The [`DEVICES`] and [`TERMINALS`] that exist.
 fn existing_devices() -> Vec<&'static str> {
-    DEVICES
-        .into_iter()
-        .filter(|d| Path::new(d).exists())
-        .collect()
+    let mut devices: Vec<&str> = DEVICES.into_iter().chain(TERMINALS).collect();
+    devices.sort();
+    devices.dedup();
+    devices.retain(|d| Path::new(d).exists());
+    devices
+}
+
+/// What the host's `/dev` offers for a private `devpts`.
+fn terminal_facts() -> TerminalFacts {
+    let kind = |path: &str| std::fs::symlink_metadata(path).ok().map(|m| m.file_type());
+    TerminalFacts {
+        pts_dir: kind("/dev/pts").is_some_and(|t| t.is_dir()),
+        ptmx_node: kind("/dev/ptmx").is_some_and(|t| !t.is_symlink()),
+    }
 }
 
 /// What to hide for a session journal at `journal`: its directory, unless

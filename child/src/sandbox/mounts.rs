@@ -1,5 +1,6 @@
 //! Carries out a [`MountPlan`] inside init's new mount namespace: a private
-//! root, a fresh `/proc`, private scratch tmpfs, hides, and the writable
+//! root, a fresh `/proc`, a private `devpts`, private scratch tmpfs, hides,
+//! and the writable
 //! directories (the project, a private home) bound back from handles opened
 //! before the first mount, while their paths still name the real ones.
 
@@ -17,6 +18,18 @@ use super::SandboxError;
 /// Options of the empty tmpfs laid over a hidden directory (made read-only
 /// once the project is bound back into it, if it must be).
 const HIDE_OPTIONS: &str = "mode=0755,size=16k";
+
+/// Options of the private `devpts`: a new instance whose `ptmx` anyone in
+/// the sandbox may open, terminals readable and writable by their owner
+/// (and writable by the group, as `write(1)` expects), at most
+/// [`PTYS_MAX`] of them at once.
+fn devpts_options() -> String {
+    format!("newinstance,ptmxmode=0666,mode=0620,max={PTYS_MAX}")
+}
+
+/// Most terminals one sandbox may hold open at once (`max=` of its devpts;
+/// the host's own instance keeps `kernel.pty.reserve` for itself anyway).
+pub const PTYS_MAX: u32 = 64;
 
 /// Makes every mount of `plan`, in order.
 pub fn apply(plan: &MountPlan) -> Result<(), SandboxError> {
@@ -82,6 +95,22 @@ fn apply_step(step: &MountStep, sources: &Sources) -> Result<(), SandboxError> {
             none,
         )
         .map_err(failed("a fresh /proc for the new pid namespace")),
+        MountStep::Devpts => mount(
+            Some("devpts"),
+            "/dev/pts",
+            Some("devpts"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
+            Some(devpts_options().as_str()),
+        )
+        .map_err(failed("a private devpts on /dev/pts")),
+        MountStep::Ptmx => mount(
+            Some("/dev/pts/ptmx"),
+            "/dev/ptmx",
+            none,
+            MsFlags::MS_BIND,
+            none,
+        )
+        .map_err(failed("the private /dev/pts/ptmx over /dev/ptmx")),
         MountStep::Scratch(dir) => tmpfs(dir, safe, "mode=1777", "a private tmpfs on"),
         MountStep::HideDirectory(dir) => tmpfs(
             dir,

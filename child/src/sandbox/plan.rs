@@ -28,6 +28,12 @@ pub enum MountStep {
     PrivateRoot,
     /// A fresh `proc` on `/proc`: only this sandbox's processes.
     Proc,
+    /// A new `devpts` instance on `/dev/pts`: the sandbox's own terminals,
+    /// none of the host's.
+    Devpts,
+    /// The new instance's `ptmx` bound over `/dev/ptmx`, so that opening
+    /// `/dev/ptmx` makes a terminal in the private instance.
+    Ptmx,
     /// A fresh world-writable tmpfs (the private `/tmp`, `/dev/shm`).
     Scratch(PathBuf),
     /// An empty tmpfs over a hidden directory.
@@ -52,21 +58,50 @@ pub struct MountPlan {
     pub steps: Vec<MountStep>,
 }
 
+/// What the host offers for terminals, found before any mount.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TerminalFacts {
+    /// `/dev/pts` is a directory (a private `devpts` can be mounted on it).
+    pub pts_dir: bool,
+    /// `/dev/ptmx` is a device node (not a symlink into `/dev/pts`), so
+    /// the private instance's `ptmx` must be bound over it.
+    pub ptmx_node: bool,
+}
+
+impl TerminalFacts {
+    /// Whether the sandbox gets terminals of its own.
+    pub fn private(self) -> bool {
+        self.pts_dir
+    }
+}
+
 impl MountPlan {
     /// Plans the view for the `writable` directories (the project first,
     /// then any private home) with the scratch directories that exist
     /// (`/tmp`, `/dev/shm`) and the paths to hide. Paths must be canonical.
     ///
     /// A hide inside a hidden directory is skipped (it no longer exists in
-    /// that view). A hidden directory under a scratch directory is made
+    /// that view), and so is a hidden scratch directory (the private tmpfs
+    /// already replaced it). A hidden directory under a scratch directory is made
     /// again inside the scratch tmpfs and covered there; a hidden file
     /// there simply no longer exists. Hides inside a writable directory are
     /// applied after it is exposed again, so its own hidden parts stay
     /// hidden. A hide that covers a writable directory (or is one) hides
     /// everything around it; the directory is bound back. Last, every
     /// hidden directory is made read-only.
-    pub fn new(writable: &[PathBuf], scratch: &[PathBuf], hides: &[Hide]) -> MountPlan {
+    pub fn new(
+        writable: &[PathBuf],
+        scratch: &[PathBuf],
+        hides: &[Hide],
+        terminals: TerminalFacts,
+    ) -> MountPlan {
         let mut steps = vec![MountStep::PrivateRoot, MountStep::Proc];
+        if terminals.private() {
+            steps.push(MountStep::Devpts);
+            if terminals.ptmx_node {
+                steps.push(MountStep::Ptmx);
+            }
+        }
         for dir in scratch {
             steps.push(MountStep::Scratch(dir.clone()));
         }
@@ -104,7 +139,8 @@ fn push_hides<'a>(
     hides: &[&'a Hide],
 ) {
     for hide in hides {
-        if hidden.iter().any(|c| hide.path.starts_with(c)) {
+        if hidden.iter().any(|c| hide.path.starts_with(c)) || scratch.contains(&hide.path.as_path())
+        {
             continue;
         }
         let in_scratch = scratch.iter().any(|s| hide.path.starts_with(s));
@@ -131,20 +167,29 @@ pub enum Grant {
     ReadExecute,
     /// Read and write an existing device file (no ioctl).
     Device,
+    /// Read and write a terminal of the sandbox's own `devpts`, with the
+    /// ioctls terminals need.
+    Terminal,
     /// Everything but device creation and device ioctls.
     Writable,
 }
 
 /// Device files tools may open for reading and writing.
-pub const DEVICES: [&str; 7] = [
+pub const DEVICES: [&str; 6] = [
     "/dev/null",
     "/dev/zero",
     "/dev/full",
     "/dev/random",
     "/dev/urandom",
     "/dev/tty",
-    "/dev/pts",
 ];
+
+/// The terminal devices, granted [`Grant::Terminal`] once the private
+/// `devpts` is in place: its directory, its `ptmx` (bound over
+/// `/dev/ptmx`), and `/dev/tty`, which names the caller's controlling
+/// terminal, and inside the sandbox (a session of its own) that can only be
+/// one of the private ones.
+pub const TERMINALS: [&str; 3] = ["/dev/pts", "/dev/ptmx", "/dev/tty"];
 
 /// The Landlock rules: one grant per path.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -154,9 +199,16 @@ pub struct RulePlan {
 
 impl RulePlan {
     /// Rules for a view whose root holds `top_level` entries (names),
-    /// where `devices` of [`DEVICES`] exist and `writable` are the project
-    /// and the scratch directories.
-    pub fn new(top_level: &[String], devices: &[&str], writable: &[PathBuf]) -> RulePlan {
+    /// where `devices` of [`DEVICES`] and [`TERMINALS`] exist and
+    /// `writable` are the project and the scratch directories. Terminals get
+    /// their ioctls only with a `private_terminals` instance; without one
+    /// `/dev/tty` is a plain device and the host's `/dev/pts` is left out.
+    pub fn new(
+        top_level: &[String],
+        devices: &[&str],
+        writable: &[PathBuf],
+        private_terminals: bool,
+    ) -> RulePlan {
         let mut rules = vec![(PathBuf::from("/"), Grant::ListDirectories)];
         let mut names: Vec<&String> = top_level.iter().filter(|n| n.as_str() != "dev").collect();
         names.sort();
@@ -165,12 +217,14 @@ impl RulePlan {
                 .into_iter()
                 .map(|name| (Path::new("/").join(name), Grant::ReadExecute)),
         );
-        rules.extend(
-            devices
-                .iter()
-                .filter(|d| DEVICES.contains(d))
-                .map(|d| (PathBuf::from(d), Grant::Device)),
-        );
+        rules.extend(devices.iter().filter_map(|d| {
+            let grant = match (TERMINALS.contains(d), private_terminals) {
+                (true, true) => Grant::Terminal,
+                _ if DEVICES.contains(d) => Grant::Device,
+                _ => return None,
+            };
+            Some((PathBuf::from(d), grant))
+        }));
         rules.extend(writable.iter().map(|w| (w.clone(), Grant::Writable)));
         RulePlan { rules }
     }
@@ -194,6 +248,11 @@ mod tests {
         }
     }
 
+    const NO_TERMINALS: TerminalFacts = TerminalFacts {
+        pts_dir: false,
+        ptmx_node: false,
+    };
+
     fn scratch() -> Vec<PathBuf> {
         vec![PathBuf::from("/tmp"), PathBuf::from("/dev/shm")]
     }
@@ -204,7 +263,7 @@ mod tests {
 
     #[test]
     fn fixed_steps_come_first() {
-        let plan = MountPlan::new(&["/srv/p".into()], &scratch(), &[]);
+        let plan = MountPlan::new(&["/srv/p".into()], &scratch(), &[], NO_TERMINALS);
         assert_eq!(
             plan.steps,
             vec![
@@ -223,7 +282,12 @@ mod tests {
             dir("/srv/projects"),
             file("/etc/corral.toml"),
         ];
-        let plan = MountPlan::new(&["/srv/projects/a".into()], &scratch(), &hides);
+        let plan = MountPlan::new(
+            &["/srv/projects/a".into()],
+            &scratch(),
+            &hides,
+            NO_TERMINALS,
+        );
         assert_eq!(
             after_scratch(&plan),
             [
@@ -244,7 +308,12 @@ mod tests {
             dir("/tmp/x/projects"),
             file("/tmp/x/token"),
         ];
-        let plan = MountPlan::new(&["/tmp/x/projects/p".into()], &scratch(), &hides);
+        let plan = MountPlan::new(
+            &["/tmp/x/projects/p".into()],
+            &scratch(),
+            &hides,
+            NO_TERMINALS,
+        );
         assert_eq!(
             after_scratch(&plan),
             [
@@ -259,7 +328,7 @@ mod tests {
 
     #[test]
     fn a_project_under_tmp_is_exposed_again() {
-        let plan = MountPlan::new(&["/tmp/x/project".into()], &scratch(), &[]);
+        let plan = MountPlan::new(&["/tmp/x/project".into()], &scratch(), &[], NO_TERMINALS);
         assert_eq!(
             after_scratch(&plan),
             [MountStep::Expose("/tmp/x/project".into())]
@@ -273,7 +342,7 @@ mod tests {
             dir("/tmp/p/.corral/sessions"),
             file("/tmp/p/s.jsonl"),
         ];
-        let plan = MountPlan::new(&["/tmp/p".into()], &scratch(), &hides);
+        let plan = MountPlan::new(&["/tmp/p".into()], &scratch(), &hides, NO_TERMINALS);
         assert_eq!(
             after_scratch(&plan),
             [
@@ -288,7 +357,7 @@ mod tests {
     #[test]
     fn nested_hides_are_covered_by_the_outermost_whatever_the_order() {
         let hides = [dir("/srv/a/b"), dir("/srv/a"), file("/srv/a/b/c")];
-        let plan = MountPlan::new(&["/home/p".into()], &scratch(), &hides);
+        let plan = MountPlan::new(&["/home/p".into()], &scratch(), &hides, NO_TERMINALS);
         assert_eq!(
             after_scratch(&plan),
             [
@@ -301,7 +370,7 @@ mod tests {
     #[test]
     fn hiding_the_project_itself_leaves_the_project_visible() {
         let hides = [dir("/srv/projects")];
-        let plan = MountPlan::new(&["/srv/projects".into()], &scratch(), &hides);
+        let plan = MountPlan::new(&["/srv/projects".into()], &scratch(), &hides, NO_TERMINALS);
         assert_eq!(
             after_scratch(&plan),
             [
@@ -320,7 +389,7 @@ mod tests {
             dir("/srv/state/homes/a/.ssh"),
         ];
         let writable = ["/srv/projects/a".into(), "/srv/state/homes/a".into()];
-        let plan = MountPlan::new(&writable, &scratch(), &hides);
+        let plan = MountPlan::new(&writable, &scratch(), &hides, NO_TERMINALS);
         assert_eq!(
             after_scratch(&plan),
             [
@@ -339,7 +408,7 @@ mod tests {
     #[test]
     fn a_home_nobody_hides_needs_no_mount() {
         let writable = ["/srv/projects/a".into(), "/srv/home".into()];
-        let plan = MountPlan::new(&writable, &scratch(), &[dir("/srv/projects")]);
+        let plan = MountPlan::new(&writable, &scratch(), &[dir("/srv/projects")], NO_TERMINALS);
         assert_eq!(
             after_scratch(&plan),
             [
@@ -353,7 +422,7 @@ mod tests {
     #[test]
     fn a_sibling_with_a_common_name_prefix_is_not_inside() {
         let hides = [dir("/srv/projects-old")];
-        let plan = MountPlan::new(&["/srv/projects".into()], &[], &hides);
+        let plan = MountPlan::new(&["/srv/projects".into()], &[], &hides, NO_TERMINALS);
         assert_eq!(
             &plan.steps[2..],
             [
@@ -372,6 +441,7 @@ mod tests {
             &top,
             &["/dev/null", "/dev/urandom", "/dev/sda"],
             &["/srv/p".into(), "/tmp".into()],
+            false,
         );
         let expect: Vec<(PathBuf, Grant)> = vec![
             ("/".into(), Grant::ListDirectories),
@@ -385,5 +455,74 @@ mod tests {
             ("/tmp".into(), Grant::Writable),
         ];
         assert_eq!(plan.rules, expect);
+    }
+
+    #[test]
+    fn a_private_devpts_comes_before_scratch_and_hides() {
+        let terminals = TerminalFacts {
+            pts_dir: true,
+            ptmx_node: true,
+        };
+        let plan = MountPlan::new(&["/srv/p".into()], &scratch(), &[], terminals);
+        assert_eq!(
+            &plan.steps[..4],
+            [
+                MountStep::PrivateRoot,
+                MountStep::Proc,
+                MountStep::Devpts,
+                MountStep::Ptmx,
+            ]
+        );
+        // A /dev/ptmx that is a link into /dev/pts needs no bind.
+        let link = TerminalFacts {
+            ptmx_node: false,
+            ..terminals
+        };
+        let plan = MountPlan::new(&["/srv/p".into()], &[], &[], link);
+        assert_eq!(plan.steps[2..], [MountStep::Devpts]);
+        // Without /dev/pts there is nothing to mount on.
+        let none = TerminalFacts {
+            pts_dir: false,
+            ptmx_node: true,
+        };
+        let plan = MountPlan::new(&["/srv/p".into()], &[], &[], none);
+        assert_eq!(plan.steps, [MountStep::PrivateRoot, MountStep::Proc]);
+    }
+
+    #[test]
+    fn a_hidden_scratch_directory_is_left_to_its_private_tmpfs() {
+        let hides = [dir("/tmp"), dir("/dev/shm"), dir("/tmp/x")];
+        let plan = MountPlan::new(&["/srv/p".into()], &scratch(), &hides, NO_TERMINALS);
+        assert_eq!(
+            after_scratch(&plan),
+            [
+                MountStep::HideDirectoryInScratch("/tmp/x".into()),
+                MountStep::Seal("/tmp/x".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn terminals_get_ioctls_only_with_a_private_devpts() {
+        let devices = ["/dev/null", "/dev/pts", "/dev/ptmx", "/dev/tty"];
+        let private = RulePlan::new(&[], &devices, &[], true);
+        assert_eq!(
+            private.rules[1..],
+            [
+                ("/dev/null".into(), Grant::Device),
+                ("/dev/pts".into(), Grant::Terminal),
+                ("/dev/ptmx".into(), Grant::Terminal),
+                ("/dev/tty".into(), Grant::Terminal),
+            ]
+        );
+        // The host's terminals: /dev/tty as a plain device, no pts, no ptmx.
+        let host = RulePlan::new(&[], &devices, &[], false);
+        assert_eq!(
+            host.rules[1..],
+            [
+                ("/dev/null".into(), Grant::Device),
+                ("/dev/tty".into(), Grant::Device),
+            ]
+        );
     }
 }

@@ -59,6 +59,7 @@ fn rights(grant: Grant) -> BitFlags<AccessFs> {
         Grant::ListDirectories => AccessFs::ReadDir.into(),
         Grant::ReadExecute => AccessFs::ReadFile | AccessFs::Execute,
         Grant::Device => AccessFs::ReadFile | AccessFs::WriteFile,
+        Grant::Terminal => AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::IoctlDev,
         Grant::Writable => {
             AccessFs::from_all(WANTED)
                 & !(AccessFs::MakeChar | AccessFs::MakeBlock | AccessFs::IoctlDev)
@@ -111,5 +112,7 @@ mod tests {
         assert!(w.contains(AccessFs::Truncate | AccessFs::RemoveFile | AccessFs::ReadFile));
         assert!(!w.intersects(AccessFs::MakeChar | AccessFs::MakeBlock | AccessFs::IoctlDev));
         assert!(!rights(Grant::ReadExecute).contains(AccessFs::WriteFile));
+        assert!(!rights(Grant::Device).contains(AccessFs::IoctlDev));
+        assert!(rights(Grant::Terminal).contains(AccessFs::IoctlDev | AccessFs::WriteFile));
     }
 }

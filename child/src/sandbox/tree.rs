@@ -3,6 +3,7 @@
 //! the agent; outer and init forward SIGTERM/SIGINT/SIGHUP/SIGQUIT down the
 //! tree, reap, and exit exactly like the agent did. When init exits the
 //! kernel kills whatever is left in its pid namespace, tools included.
+//! init leads a session of its own, without a controlling terminal.
 
 use std::fs::File;
 use std::io::Read;
@@ -141,7 +142,15 @@ fn init<T>(
         std::process::exit(1);
     }
     let _ = prctl::set_name(c"corral-init");
-    let value = setup().unwrap_or_else(|e| fail(&e));
+    // A session of its own: nothing inside has the host's terminal as its
+    // controlling terminal, so `/dev/tty` can only name a private one.
+    let own_session = nix::unistd::setsid().map_err(|source| SandboxError::Process {
+        what: "setsid",
+        source,
+    });
+    let value = own_session
+        .and_then(|_| setup())
+        .unwrap_or_else(|e| fail(&e));
     match sys::fork() {
         Err(e) => fail(&e),
         Ok(Forked::Parent(agent)) => reap(agent, report, forwarded),

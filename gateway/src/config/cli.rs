@@ -266,7 +266,7 @@ pub struct ServeArgs {
     #[arg(long, value_enum, value_name = "on|off")]
     pub sandbox: Option<OnOff>,
 
-    /// Another path children must not see (repeatable); the state dir, projects root, config file and token files are always hidden.
+    /// Another path children must not see (repeatable); a file is hidden with the directory holding it. The state dir, projects root and the directories of the config and token files are always hidden.
     #[arg(long = "sandbox-hide", value_name = "PATH")]
     pub sandbox_hide: Vec<PathBuf>,
 

@@ -39,7 +39,7 @@
 //! | `--permission-timeout DUR` | `permission_timeout` | 5m (ACP requests of the agent nobody answers are cancelled) |
 //! | `--crash-limit N` / `--crash-window DUR` / `--crash-cooldown DUR` | `crash_limit` / `crash_window` / `crash_cooldown` | 5 / 60s / 5m |
 //! | `--sandbox on\|off` | `sandbox` | `on` |
-//! | `--sandbox-hide PATH`… | `sandbox_hide` | none (state dir, projects root, config and token files are always hidden) |
+//! | `--sandbox-hide PATH`… | `sandbox_hide` | none (state dir, projects root and the directories of the config and token files are always hidden; a file is hidden with its directory, see `hiding`) |
 //! | `--tool-network on\|off` | `tool_network` | `on` (`off` needs the sandbox) |
 //! | `--child-user USER` | `child_user` | the gateway's user (another one needs root) |
 //! | `--child-memory-max SIZE` / `--child-pids-max N` | `child_memory_max` / `child_pids_max` | none / none |
@@ -65,6 +65,7 @@ mod child_command;
 mod cli;
 mod duration;
 mod file;
+mod hiding;
 mod sandbox;
 mod throttle;
 mod tokens;
@@ -78,6 +79,7 @@ pub use bytes::{format_bytes, parse_bytes, SizeError};
 pub use child::{ChildEnv, DEFAULT_CHILD_BIN};
 pub use cli::{AttachArgs, Cli, Command, LogFormat, ServeArgs};
 pub use duration::{format_duration, parse_duration, DurationError};
+pub use hiding::{CoverRefused, Overlap, SECRET_FILE_SETTINGS};
 pub use sandbox::{ChildUser, Confinement, OnOff, MIN_CHILD_MEMORY, MIN_CHILD_PIDS};
 pub use tokens::{read_token_file, MIN_TOKEN_CHARS, TOKEN_ENV_VARS};
 
@@ -270,6 +272,12 @@ pub enum ConfigError {
     ChildBin { reason: String },
     #[error("cannot generate a client token: {0}")]
     Random(#[from] RandomError),
+    #[error("{0}")]
+    Overlap(#[from] Overlap),
+    #[error("{0}")]
+    CoverRefused(#[from] CoverRefused),
+    #[error("state directory: {0}")]
+    StateFs(#[from] crate::statefs::StateFsError),
 }
 
 /// Loads the configuration, reading the process environment.
@@ -286,6 +294,8 @@ pub fn load_with_env(
         Some(path) => file::read(path)?,
         None => file::FileConfig::default(),
     };
+    // Every secret the gateway reads from a file, whichever layer won.
+    let secret_files = hiding::secret_files(&args, &file);
 
     let listen = match (args.listen, &file.listen) {
         (Some(addr), _) => addr,
@@ -481,31 +491,38 @@ pub fn load_with_env(
             path_var: env("PATH").as_deref(),
         },
     )?;
-    // Every secret the gateway reads from a file, whichever layer won.
-    let secret_files: Vec<PathBuf> = [
-        &args.config,
-        &args.token_file,
-        &args.observer_token_file,
-        &args.admin_token_file,
-        &file.token_file,
-        &file.observer_token_file,
-        &file.admin_token_file,
-    ]
-    .into_iter()
-    .flatten()
-    .cloned()
-    .collect();
-
     // Created last, so that a refused configuration leaves nothing behind.
     let state_dir = args
         .state_dir
-        .or(file.state_dir)
+        .clone()
+        .or(file.state_dir.clone())
         .unwrap_or_else(|| defaults::STATE_DIR.into());
+    let planned_state = hiding::resolved(&state_dir).map_err(|source| ConfigError::StateDir {
+        path: state_dir.clone(),
+        source,
+    })?;
+    hiding::apart(&planned_state, &projects_root)?;
+    let confinement = match confinement.sandbox {
+        true => {
+            let program = child_command
+                .as_ref()
+                .and_then(|c| c.first())
+                .map(Path::new);
+            let places = Places {
+                projects_root: &projects_root,
+                state_dir: &planned_state,
+                program,
+            };
+            covering_secrets(confinement, secret_files, &places, env)?
+        }
+        false => confinement,
+    };
     let state_dir = create_dir(&state_dir)?;
-    let sessions_dir = create_dir(&state_dir.join("sessions"))?;
-    let mut hidden = vec![state_dir.clone(), projects_root.clone()];
-    hidden.extend(secret_files);
-    let confinement = confinement.hiding_first(&hidden)?;
+    let sessions_dir = crate::statefs::Dir::open_root(&state_dir)?
+        .subdir("sessions", 0o755)?
+        .path()
+        .to_path_buf();
+    let confinement = confinement.hiding_first(&[state_dir.clone(), projects_root.clone()])?;
 
     let mut tokens = tokens;
     let mut generated_token = None;
@@ -568,6 +585,53 @@ pub fn load_with_env(
         },
         confinement,
     })
+}
+
+/// Where the gateway's directories are and what agents run.
+struct Places<'a> {
+    projects_root: &'a Path,
+    /// The state directory, resolved (it may not exist yet).
+    state_dir: &'a Path,
+    /// The third-party agent's program (`--child-command`), if any.
+    program: Option<&'a Path>,
+}
+
+/// Hides every secret file by covering its directory, first in the hidden
+/// list, and turns each `--sandbox-hide` path that is a file into its
+/// directory likewise ([`hiding::cover_for`]).
+fn covering_secrets(
+    mut confinement: Confinement,
+    secret_files: Vec<(String, PathBuf)>,
+    places: &Places,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Confinement, ConfigError> {
+    let programs: Vec<&Path> = places.program.into_iter().collect();
+    let needed = hiding::Needed {
+        program_dirs: hiding::program_dirs(env("PATH").as_deref(), &programs),
+        projects_root: places.projects_root.to_path_buf(),
+        homes_dir: places.state_dir.join("homes"),
+    };
+    let mut covers = Vec::new();
+    for (setting, path) in secret_files {
+        let path = hiding::resolved(&path).map_err(|e| ConfigError::Invalid {
+            setting: setting.clone(),
+            reason: format!("{}: {e}", path.display()),
+        })?;
+        covers.push(hiding::cover_for(&setting, &path, &needed)?);
+    }
+    let mut operator = Vec::new();
+    for path in std::mem::take(&mut confinement.hide) {
+        match path.exists() && !path.is_dir() {
+            true => operator.push(hiding::cover_for(
+                "--sandbox-hide / sandbox_hide",
+                &path,
+                &needed,
+            )?),
+            false => operator.push(path),
+        }
+    }
+    confinement.hide = operator;
+    confinement.hiding_first(&covers)
 }
 
 #[cfg(test)]

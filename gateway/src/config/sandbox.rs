@@ -78,7 +78,9 @@ pub struct Confinement {
     /// The agent confines itself (`corral-agent --sandbox`).
     pub sandbox: bool,
     /// Paths hidden from every child: the state directory, the projects
-    /// root, the config file, every token file, then `--sandbox-hide`.
+    /// root, the directory of each secret file (config, token files), then
+    /// `--sandbox-hide` (a file replaced by its directory).
+    /// See [`super::hiding`].
     pub hide: Vec<PathBuf>,
     /// Tool commands keep the network (`--tool-network on`).
     pub tool_network: bool,

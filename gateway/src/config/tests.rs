@@ -44,6 +44,15 @@ impl Fixture {
         fs::write(&path, text).unwrap();
         path
     }
+
+    /// The config file in a directory of its own (`conf/`), away from the
+    /// fixture's `bin/`, which a child command runs from.
+    fn config_file_apart(&self, text: &str) -> PathBuf {
+        fs::create_dir_all(self.path("conf")).unwrap();
+        let path = self.path("conf/corral.toml");
+        fs::write(&path, text).unwrap();
+        path
+    }
 }
 
 fn no_env(_: &str) -> Option<String> {
@@ -452,16 +461,104 @@ fn confinement_hides_the_gateway_files_and_merges_layers() {
     assert!(c.sandbox && !c.tool_network);
     assert_eq!((c.memory_max, c.pids_max), (Some(64 << 20), Some(100)));
     let canonical = |rel: &str| f.path(rel).canonicalize().unwrap();
+    // The config and token files are hidden with the directory holding
+    // both (the fixture's), once.
     assert_eq!(
         c.hide,
         [
             canonical("state"),
             canonical("projects"),
-            canonical("corral.toml"),
-            canonical("client.tokens"),
+            canonical(""),
             f.path("keys"),
         ]
     );
+}
+
+#[test]
+fn a_file_hide_covers_its_directory_and_a_needed_one_is_refused() {
+    let f = Fixture::new();
+    fs::create_dir_all(f.path("keys")).unwrap();
+    fs::write(f.path("keys/provider.key"), "k").unwrap();
+    let args = ServeArgs {
+        sandbox_hide: vec![f.path("keys/provider.key"), f.path("later")],
+        ..f.args()
+    };
+    let c = load_with_env(args, &no_env).unwrap().confinement;
+    let keys = f.path("keys").canonicalize().unwrap();
+    // A path that does not exist yet is passed on as it is.
+    assert_eq!(c.hide[2..], [keys, f.path("later")]);
+
+    fs::create_dir_all(f.path("projects/alpha")).unwrap();
+    let tokens = f.path("projects/alpha/client.tokens");
+    fs::write(&tokens, format!("{TOKEN}\n")).unwrap();
+    let args = ServeArgs {
+        token_file: Some(tokens.clone()),
+        ..f.args()
+    };
+    let err = load_with_env(args.clone(), &no_env)
+        .unwrap_err()
+        .to_string();
+    assert!(err.starts_with("--token-file names "), "{err}");
+    assert!(err.contains("inside a project"), "{err}");
+    // Without the sandbox nothing is hidden, so nothing is refused.
+    let args = ServeArgs {
+        sandbox: Some(OnOff::Off),
+        ..args
+    };
+    assert!(load_with_env(args, &no_env).is_ok());
+
+    let path = f.path("bin").display().to_string();
+    let env = |var: &str| (var == "PATH").then(|| path.clone());
+    let args = ServeArgs {
+        sandbox_hide: vec![f.path("bin/agent")],
+        ..f.args()
+    };
+    let err = load_with_env(args, &env).unwrap_err().to_string();
+    assert!(
+        err.starts_with("--sandbox-hide / sandbox_hide names "),
+        "{err}"
+    );
+    assert!(err.contains("where agents run programs from"), "{err}");
+}
+
+#[test]
+fn the_state_directory_may_not_overlap_the_projects_root() {
+    let f = Fixture::new();
+    let args = ServeArgs {
+        state_dir: Some(f.path("projects/corral-state")),
+        ..f.args()
+    };
+    let err = load_with_env(args, &no_env).unwrap_err();
+    assert!(
+        matches!(err, ConfigError::Overlap(Overlap::StateInProjects { .. })),
+        "{err}"
+    );
+    let text = err.to_string();
+    let root = f.path("projects").canonicalize().unwrap();
+    assert!(
+        text.contains(&root.join("corral-state").display().to_string()),
+        "{text}"
+    );
+    assert!(!f.path("projects/corral-state").exists(), "nothing created");
+    let args = ServeArgs {
+        state_dir: Some(f.path("")),
+        ..f.args()
+    };
+    let err = load_with_env(args, &no_env).unwrap_err();
+    assert!(
+        matches!(err, ConfigError::Overlap(Overlap::ProjectsInState { .. })),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_linked_sessions_directory_is_refused() {
+    let f = Fixture::new();
+    fs::create_dir_all(f.path("state")).unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(elsewhere.path(), f.path("state/sessions")).unwrap();
+    let err = load_with_env(f.args(), &no_env).unwrap_err().to_string();
+    assert!(err.contains("symbolic link"), "{err}");
 }
 
 #[test]
@@ -497,7 +594,7 @@ fn confinement_errors_name_the_setting() {
 fn child_command_from_the_flag_or_the_file_needs_acp() {
     let f = Fixture::new();
     let agent = f.path("bin/agent").display().to_string();
-    let file = f.config_file(&format!(
+    let file = f.config_file_apart(&format!(
         "dialect = \"acp\"\nchild_command = \"{agent} --from file\"\n"
     ));
     let args = ServeArgs {

@@ -3,11 +3,12 @@
 //! with a fresh token, and its confinement (the project directory checked
 //! again and opened, the journal file owned by the child user, the
 //! account and the limits); then the spawn, off the event loop, and the
-//! greeting. Also how a failed start is classified.
+//! greeting. Also how a failed start is classified. Everything under the
+//! state directory (homes, journals, kept session ids) is made through
+//! [`statefs`], which follows no symlink.
 
 use std::ffi::OsString;
-use std::fs::OpenOptions;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -17,6 +18,7 @@ use super::child::{BoxFuture, Launched, Launcher};
 use super::HubSettings;
 use crate::dialect::ChildGreeting;
 use crate::projects;
+use crate::statefs::{self, StateFsError};
 use crate::supervisor::{handshake, spawner};
 use crate::supervisor::{ChildProcess, Confine, Credentials, SpawnError, SpawnSpec};
 
@@ -155,19 +157,36 @@ async fn spawn_and_greet(
     }
 }
 
-/// Where the session a project's child serves is kept between children
-/// (ACP: the agent's session id, loaded again after a restart).
-fn session_file(sessions_dir: &Path, project: &str) -> PathBuf {
-    sessions_dir.join(format!("{project}.session-id"))
+/// The name of the file (in the sessions directory) where the session a
+/// project's child serves is kept between children (ACP: the agent's
+/// session id, loaded again after a restart).
+fn session_file(project: &str) -> String {
+    format!("{project}.session-id")
 }
 
 /// Longest session id kept.
 const MAX_SESSION_ID: usize = 512;
 
-/// The session kept for `project`, if any (a missing, unreadable or
-/// absurd file is none: the child then starts a new session).
+/// The directory `dir` (`STATE/NAME`), opened from the state directory
+/// without following a link, made if missing.
+fn state_subdir(dir: &Path, mode: u32) -> Result<statefs::Dir, StateFsError> {
+    let (Some(state), Some(name)) = (dir.parent(), dir.file_name().and_then(|n| n.to_str())) else {
+        return statefs::Dir::open_root(dir);
+    };
+    statefs::Dir::open_root(state)?.subdir(name, mode)
+}
+
+/// The session kept for `project`, if any (a missing, unreadable, linked
+/// or absurd file is none: the child then starts a new session).
 fn kept_session(sessions_dir: &Path, project: &str) -> Option<String> {
-    let text = std::fs::read_to_string(session_file(sessions_dir, project)).ok()?;
+    let mut file = state_subdir(sessions_dir, 0o755)
+        .and_then(|dir| dir.read_file(&session_file(project)))
+        .ok()?;
+    let mut text = String::new();
+    file.by_ref()
+        .take(MAX_SESSION_ID as u64 + 2)
+        .read_to_string(&mut text)
+        .ok()?;
     let id = text.trim();
     (!id.is_empty() && id.len() <= MAX_SESSION_ID && !id.contains(char::is_control))
         .then(|| id.to_string())
@@ -177,12 +196,10 @@ fn keep_session(sessions_dir: &Path, project: &str, session: Option<&str>) {
     let Some(session) = session.filter(|s| s.len() <= MAX_SESSION_ID) else {
         return;
     };
-    let path = session_file(sessions_dir, project);
-    let tmp = path.with_extension("session-id.tmp");
-    let written =
-        std::fs::write(&tmp, format!("{session}\n")).and_then(|()| std::fs::rename(&tmp, &path));
+    let written = state_subdir(sessions_dir, 0o755)
+        .and_then(|dir| dir.replace_file(&session_file(project), &format!("{session}\n")));
     if let Err(e) = written {
-        tracing::warn!(project, path = %path.display(), "cannot keep the agent's session id: {e}");
+        tracing::warn!(project, "cannot keep the agent's session id: {e}");
     }
 }
 
@@ -206,11 +223,11 @@ fn spawn_spec(
     }
     let session = settings.sessions_dir.join(format!("{project}.jsonl"));
     if let Some(user) = &settings.credentials {
-        prepare_journal(&session, user).map_err(|e| {
-            StartError::crash(format!(
-                "cannot prepare the session journal {} for the child user: {e}",
-                session.display()
-            ))
+        prepare_journal(&settings.sessions_dir, project, user).map_err(|e| {
+            state_refused(
+                format!("cannot prepare the session journal for the child user: {e}"),
+                &e,
+            )
         })?;
     }
     let (program, args, env) = match &settings.child_command {
@@ -280,12 +297,8 @@ fn third_party(
     command: &[OsString],
 ) -> Result<Command, StartError> {
     let home = settings.homes_dir.join(project);
-    prepare_home(&home, settings.credentials.as_ref()).map_err(|e| {
-        StartError::crash(format!(
-            "cannot prepare the agent's home {}: {e}",
-            home.display()
-        ))
-    })?;
+    prepare_home(&settings.homes_dir, project, settings.credentials.as_ref())
+        .map_err(|e| state_refused(format!("cannot prepare the agent's home: {e}"), &e))?;
     let mut env = settings.child_env.clone();
     env.retain(|(name, _)| name != "HOME" && name != "TMPDIR");
     env.push(("HOME".into(), home.clone().into_os_string()));
@@ -308,26 +321,45 @@ fn third_party(
     Ok((settings.child_bin.clone(), args, env))
 }
 
-/// Creates a third-party agent's home (mode 0700, owned by the child
-/// user when there is one).
-fn prepare_home(home: &Path, user: Option<&Credentials>) -> std::io::Result<()> {
-    std::fs::create_dir_all(home)?;
-    std::fs::set_permissions(home, std::fs::Permissions::from_mode(0o700))?;
-    if let Some(user) = user {
-        std::os::unix::fs::chown(home, Some(user.uid), Some(user.gid))?;
+/// A start that failed on a path under the state directory: refused
+/// (clients told, no retries) when the path is a link, else a crash.
+fn state_refused(message: String, error: &StateFsError) -> StartError {
+    StartError {
+        message,
+        kind: match error.is_link() {
+            true => StartFailure::Refused,
+            false => StartFailure::Crash,
+        },
     }
-    Ok(())
 }
 
-/// Creates the journal if missing, owned by the child user with mode 0600,
-/// so the child can open it after dropping to that user.
-fn prepare_journal(path: &Path, user: &Credentials) -> std::io::Result<()> {
-    let file = OpenOptions::new()
-        .append(true)
-        .create(true)
-        .mode(0o600)
-        .custom_flags(nix::libc::O_NOFOLLOW)
-        .open(path)?;
-    std::os::unix::fs::fchown(&file, Some(user.uid), Some(user.gid))?;
-    file.set_permissions(std::fs::Permissions::from_mode(0o600))
+/// Creates a third-party agent's home `HOMES/PROJECT` (mode 0700, owned by
+/// the child user when there is one), following no link.
+fn prepare_home(
+    homes_dir: &Path,
+    project: &str,
+    user: Option<&Credentials>,
+) -> Result<(), StateFsError> {
+    let home = state_subdir(homes_dir, 0o755)?.subdir(project, 0o700)?;
+    home.set_owner_and_mode(user.map(|u| (u.uid, u.gid)), 0o700)
+}
+
+/// Creates the journal `SESSIONS/PROJECT.jsonl` if missing, owned by the
+/// child user with mode 0600, so the child can open it after dropping to
+/// that user; follows no link.
+fn prepare_journal(
+    sessions_dir: &Path,
+    project: &str,
+    user: &Credentials,
+) -> Result<(), StateFsError> {
+    let dir = state_subdir(sessions_dir, 0o755)?;
+    let name = format!("{project}.jsonl");
+    let file = dir.append_file(&name, 0o600)?;
+    let failed = |e: std::io::Error| {
+        let path = dir.path().join(&name);
+        statefs::io_error(path, &e)
+    };
+    std::os::unix::fs::fchown(&file, Some(user.uid), Some(user.gid)).map_err(failed)?;
+    file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .map_err(failed)
 }

@@ -18,6 +18,7 @@ mod holder;
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufReader};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 pub use corral_protocol::journal::{apply, Entry};
@@ -89,10 +90,13 @@ impl Journal {
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
             std::fs::create_dir_all(parent).map_err(io_err)?;
         }
+        // A link in the journal's place is refused, not followed: the
+        // journal is written wherever it points otherwise.
         let file = OpenOptions::new()
             .read(true)
             .append(true)
             .create(true)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(path)
             .map_err(io_err)?;
         let file = lock(path, file)?;
