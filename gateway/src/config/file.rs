@@ -42,6 +42,8 @@ pub struct FileConfig {
     pub replay_events: Option<usize>,
     pub replay_bytes: Option<FileBytes>,
     pub outbox_frames: Option<usize>,
+    pub client_buffer_bytes: Option<FileBytes>,
+    pub total_client_buffer_bytes: Option<FileBytes>,
     pub max_client_requests: Option<usize>,
     pub max_frame_bytes: Option<FileBytes>,
     pub ws_buffer_bytes: Option<FileBytes>,
@@ -206,6 +208,8 @@ mod tests {
             replay_events = 100
             replay_bytes = "1MiB"
             outbox_frames = 32
+            client_buffer_bytes = "256KiB"
+            total_client_buffer_bytes = "1MiB"
             max_frame_bytes = 65536
             hello_timeout = 5
             max_hello_bytes = "16KiB"

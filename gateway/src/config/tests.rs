@@ -77,6 +77,8 @@ fn defaults_and_generated_token_on_loopback() {
             replay_events: 10_000,
             replay_bytes: 8 << 20,
             outbox_frames: 256,
+            client_buffer_bytes: 64 << 20,
+            total_client_buffer_bytes: 1 << 30,
             max_client_requests: 64,
             max_frame_bytes: 16 << 20,
             ws_buffer_bytes: 8 << 10,
