@@ -245,6 +245,8 @@ mod tests {
         assert_eq!(f.idle_timeout, Some(FileDuration(Duration::from_secs(600))));
         assert_eq!(f.hello_timeout, Some(FileDuration(Duration::from_secs(5))));
         assert_eq!(f.replay_bytes, Some(FileBytes(1 << 20)));
+        assert_eq!(f.client_buffer_bytes, Some(FileBytes(256 << 10)));
+        assert_eq!(f.total_client_buffer_bytes, Some(FileBytes(1 << 20)));
         assert_eq!(f.max_hello_bytes, Some(FileBytes(16 << 10)));
         assert_eq!(f.header_timeout, Some(FileDuration(Duration::from_secs(3))));
         assert_eq!(f.max_connections, Some(500));
