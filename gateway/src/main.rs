@@ -400,6 +400,11 @@ fn hub_settings(
         replay_events: config.limits.replay_events,
         replay_bytes: config.limits.replay_bytes,
         outbox_frames: config.limits.outbox_frames,
+        budgets: corral::hub::budget::Budgets::new(
+            config.limits.client_buffer_bytes,
+            config.limits.total_client_buffer_bytes,
+            metrics.clone(),
+        ),
         max_client_requests: config.limits.max_client_requests,
         max_line: config.limits.max_frame_bytes,
         ping_interval: supervisor.ping_interval,

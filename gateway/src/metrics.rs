@@ -101,6 +101,10 @@ pub struct Metrics {
     pub auth_failures: IntCounterVec,
     pub slow_client_catchups: IntCounter,
     pub slow_client_disconnects: IntCounter,
+    /// Bytes queued for clients and not yet written to their sockets.
+    pub client_buffer_bytes: IntGauge,
+    /// Clients closed for their outbox bytes, by the bound they went over.
+    pub client_buffer_closes: IntCounterVec,
     pub replayed_events: IntCounter,
     pub replay_gaps: IntCounter,
     pub frames: IntCounterVec,
@@ -172,8 +176,16 @@ impl Metrics {
             ))?,
             slow_client_disconnects: IntCounter::with_opts(opts(
                 "slow_client_disconnects_total",
-                "Clients disconnected because they fell out of the replay ring.",
+                "Clients disconnected as too slow: they fell out of the replay ring or went over an outbox byte bound.",
             ))?,
+            client_buffer_bytes: IntGauge::with_opts(opts(
+                "client_buffer_bytes",
+                "Bytes queued for clients and not yet written to their sockets (bounded by --total-client-buffer-bytes).",
+            ))?,
+            client_buffer_closes: IntCounterVec::new(opts(
+                "client_buffer_closes_total",
+                "Clients closed with 4000 for the bytes waiting for them: over --client-buffer-bytes (client_buffer) or holding the most when all clients together were over --total-client-buffer-bytes (total_client_buffer).",
+            ), &["reason"])?,
             replayed_events: IntCounter::with_opts(opts("replayed_events_total", "Events replayed to reconnecting clients."))?,
             replay_gaps: IntCounter::with_opts(opts("replay_gaps_total", "Reconnects whose missed events were partly evicted."))?,
             frames: IntCounterVec::new(opts("frames_total", "Frames by hop."), &["direction"])?,
@@ -222,6 +234,8 @@ impl Metrics {
             Box::new(self.auth_failures.clone()),
             Box::new(self.slow_client_catchups.clone()),
             Box::new(self.slow_client_disconnects.clone()),
+            Box::new(self.client_buffer_bytes.clone()),
+            Box::new(self.client_buffer_closes.clone()),
             Box::new(self.replayed_events.clone()),
             Box::new(self.replay_gaps.clone()),
             Box::new(self.frames.clone()),
@@ -279,6 +293,9 @@ impl Metrics {
         }
         for reason in REQUEST_REFUSALS {
             self.requests_refused.with_label_values(&[reason]);
+        }
+        for why in crate::hub::budget::Overflow::ALL {
+            self.client_buffer_closes.with_label_values(&[why.as_str()]);
         }
     }
 

@@ -1,16 +1,18 @@
 //! End-to-end: the gateway against hostile or unlucky clients. Memory
 //! before authentication, idle connections under a low open-file limit,
 //! oversize frames, brute force from one address (and through a trusted
-//! balancer), probing project names without a token, and listeners
-//! authenticated by their upgrade header in every dialect.
+//! balancer), probing project names without a token, listeners
+//! authenticated by their upgrade header in every dialect, and the bytes
+//! a client that never reads may hold.
 
 #![allow(clippy::unwrap_used)]
 
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use corral_e2e::gateway::{Gateway, GatewaySpawn, Ws, ADMIN_TOKEN, OBSERVER_TOKEN, TOKEN};
+use corral_e2e::gateway::{Gateway, GatewaySpawn, Ws, WsEvent, ADMIN_TOKEN, OBSERVER_TOKEN, TOKEN};
 use corral_e2e::http;
 use corral_e2e::raw_ws::{close_for_frame, read_close, read_frame, stream_frame, timeout, Raw};
 use futures_util::future::join_all;
@@ -704,5 +706,180 @@ async fn a_header_authenticated_zi_listener_receives_events() {
     assert!(
         frames.iter().any(|f| is_event(f, "agent_start")),
         "{frames:#?}"
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Bytes waiting for clients
+
+/// The text blocks of a message or event.
+fn text_of(value: &Value) -> String {
+    value["content"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|b| b["text"].as_str())
+        .collect()
+}
+
+/// The first frame matching `until`, waiting up to `limit` for each.
+async fn frame_within(ws: &mut Ws, limit: Duration, until: impl Fn(&Value) -> bool) -> Value {
+    loop {
+        match ws.next_event_within(limit).await {
+            Some(WsEvent::Frame(frame)) if until(&frame) => return frame,
+            Some(WsEvent::Frame(_)) => {}
+            other => panic!("the stream ended: {other:?}"),
+        }
+    }
+}
+
+/// Sends a request; its response, however long the agent takes.
+async fn slow_request(ws: &mut Ws, request: Value) -> Value {
+    let id = request["id"].clone();
+    ws.send(request).await;
+    frame_within(ws, Duration::from_secs(300), |f| {
+        f["type"] == "response" && f["id"] == id
+    })
+    .await
+}
+
+/// Samples the gateway's resident memory until `stop`; returns the peak.
+fn peak_rss(gateway: &Gateway, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<u64> {
+    let pid = gateway.child.id().unwrap();
+    tokio::spawn(async move {
+        let mut peak = 0;
+        while !stop.load(Ordering::SeqCst) {
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+            let kib: u64 = status
+                .lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            peak = peak.max(kib * 1024);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        peak
+    })
+}
+
+/// A 12 MiB conversation; an observer that never reads sends 270
+/// `get_messages`. The gateway's memory stays within 64 MiB of its
+/// configured bound on what waits for clients, the observer is closed with
+/// 4000, a client that reads gets its own 12 MiB reply whole meanwhile, and
+/// the observer, reconnecting with `resume_after`, gets every event.
+#[tokio::test]
+async fn a_client_that_never_reads_is_bounded_in_bytes_and_closed_with_4000() {
+    const TOTAL: u64 = 64 * MIB;
+    let gateway = GatewaySpawn::default()
+        .echo()
+        .arg("--sandbox")
+        .arg("off")
+        .arg("--client-buffer-bytes")
+        .arg("32MiB")
+        .arg("--total-client-buffer-bytes")
+        .arg(TOTAL.to_string())
+        // The agent answers the 64 get_messages in flight in order, before
+        // any health ping; unoptimised, that takes longer than 10 s.
+        .arg("--ping-timeout")
+        .arg("5m")
+        .spawn()
+        .await;
+    let (mut reader, hello) = gateway.client_with("alpha", TOKEN, None).await;
+    assert_eq!(hello["success"], true, "{hello}");
+    let start = hello["data"]["gateway"]["last_seq"].as_u64().unwrap();
+    // 6 MiB said, 6 MiB echoed: a 12 MiB conversation.
+    let message: String = (0..6 * MIB)
+        .map(|i| char::from(b'a' + (i % 26) as u8))
+        .collect();
+    reader
+        .send(json!({"id":"p","type":"prompt","message": message}))
+        .await;
+    frame_within(&mut reader, Duration::from_secs(120), |f| {
+        f["type"] == "done"
+    })
+    .await;
+    let whole = |reply: &Value| {
+        let messages = reply["data"]["messages"].as_array().unwrap();
+        messages.len() == 2 && text_of(&messages[0]) == message && text_of(&messages[1]) == message
+    };
+    let first = slow_request(&mut reader, json!({"id":"warm","type":"get_messages"})).await;
+    assert!(whole(&first), "the conversation is 12 MiB");
+    let before = rss(&gateway);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let sampler = peak_rss(&gateway, stop.clone());
+    let bearer = format!("Authorization: Bearer {OBSERVER_TOKEN}\r\n");
+    let mut observer = Raw::open(&gateway, None, &bearer).await;
+    for i in 0..270 {
+        let request = json!({"id": format!("m{i}"), "type": "get_messages"});
+        observer.send_text(&request.to_string()).await;
+    }
+    // A client that reads is served meanwhile, its 12 MiB reply whole.
+    let reply = slow_request(&mut reader, json!({"id":"mine","type":"get_messages"})).await;
+    assert!(whole(&reply), "the reader's reply is whole");
+    let text = tokio::time::timeout(Duration::from_secs(300), async {
+        loop {
+            let text = metrics(&gateway).await;
+            if metric(
+                &text,
+                "corral_client_buffer_closes_total{reason=\"client_buffer\"}",
+            ) >= 1.0
+            {
+                return text;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("the observer is closed for its bytes");
+    assert!(metric(&text, "corral_client_buffer_bytes") <= TOTAL as f64);
+    let (code, reason) = read_close(&mut observer.read).await.expect("a close frame");
+    assert_eq!(code, 4000, "{reason}");
+    assert!(reason.contains("--client-buffer-bytes"), "{reason}");
+    // The agent's remaining answers pass through and are dropped.
+    let pong = slow_request(&mut reader, json!({"id":"ping","type":"ping"})).await;
+    assert_eq!(pong["success"], true, "{pong}");
+    stop.store(true, Ordering::SeqCst);
+    let peak = sampler.await.unwrap();
+    let grown = peak.saturating_sub(before);
+    eprintln!(
+        "gateway RSS {} MiB before, {} MiB at most during the flood",
+        before / MIB,
+        peak / MIB
+    );
+    assert!(
+        grown <= TOTAL + 64 * MIB,
+        "the gateway grew by {} MiB",
+        grown / MIB
+    );
+
+    // Reconnecting with resume_after, it gets every event since.
+    let (mut again, hello) = gateway
+        .client_with("alpha", OBSERVER_TOKEN, Some(start))
+        .await;
+    assert_eq!(hello["success"], true, "{hello}");
+    assert_eq!(hello["data"]["gateway"]["gap"], false, "{hello}");
+    let last = hello["data"]["gateway"]["last_seq"].as_u64().unwrap();
+    let mut seqs = Vec::new();
+    let (mut said, mut echoed) = (String::new(), String::new());
+    while seqs.last() != Some(&last) {
+        let frame = match again.next_event_within(Duration::from_secs(60)).await {
+            Some(WsEvent::Frame(frame)) => frame,
+            other => panic!("the replay ended: {other:?}"),
+        };
+        match frame["type"].as_str() {
+            Some("user_message") => said = text_of(&frame),
+            Some("assistant_message") => echoed = text_of(&frame),
+            _ => {}
+        }
+        if let Some(seq) = frame["seq"].as_u64() {
+            seqs.push(seq);
+        }
+    }
+    assert_eq!(seqs, ((start + 1)..=last).collect::<Vec<_>>());
+    assert!(
+        said == message && echoed == message,
+        "the 12 MiB events whole"
     );
 }

@@ -185,6 +185,14 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N")]
     pub outbox_frames: Option<usize>,
 
+    /// Bytes queued for one client and not yet written to its socket; a client over it is closed with 4000. At least two --max-frame-bytes [default: four --max-frame-bytes, 64MiB].
+    #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
+    pub client_buffer_bytes: Option<usize>,
+
+    /// Bytes queued for all clients together; over it, the clients holding the most are closed with 4000. At least --client-buffer-bytes [default: 1GiB].
+    #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
+    pub total_client_buffer_bytes: Option<usize>,
+
     /// Requests one client may have waiting for the agent's answer; more get an error [default: 64].
     #[arg(long, value_name = "N")]
     pub max_client_requests: Option<usize>,

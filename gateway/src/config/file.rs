@@ -43,6 +43,8 @@ pub struct FileConfig {
     pub replay_events: Option<usize>,
     pub replay_bytes: Option<FileBytes>,
     pub outbox_frames: Option<usize>,
+    pub client_buffer_bytes: Option<FileBytes>,
+    pub total_client_buffer_bytes: Option<FileBytes>,
     pub max_client_requests: Option<usize>,
     pub max_frame_bytes: Option<FileBytes>,
     pub ws_buffer_bytes: Option<FileBytes>,
@@ -210,6 +212,8 @@ mod tests {
             replay_events = 100
             replay_bytes = "1MiB"
             outbox_frames = 32
+            client_buffer_bytes = "256KiB"
+            total_client_buffer_bytes = "1MiB"
             max_frame_bytes = 65536
             hello_timeout = 5
             max_hello_bytes = "16KiB"
@@ -245,6 +249,8 @@ mod tests {
         assert_eq!(f.idle_timeout, Some(FileDuration(Duration::from_secs(600))));
         assert_eq!(f.hello_timeout, Some(FileDuration(Duration::from_secs(5))));
         assert_eq!(f.replay_bytes, Some(FileBytes(1 << 20)));
+        assert_eq!(f.client_buffer_bytes, Some(FileBytes(256 << 10)));
+        assert_eq!(f.total_client_buffer_bytes, Some(FileBytes(1 << 20)));
         assert_eq!(f.max_hello_bytes, Some(FileBytes(16 << 10)));
         assert_eq!(f.header_timeout, Some(FileDuration(Duration::from_secs(3))));
         assert_eq!(f.max_connections, Some(500));

@@ -24,6 +24,8 @@
 //! | `-- CHILD_ARGS…` | `child_args` | none |
 //! | `--replay-events N` / `--replay-bytes BYTES` | `replay_events` / `replay_bytes` | 10000 / 8MiB |
 //! | `--outbox-frames N` | `outbox_frames` | 256 |
+//! | `--client-buffer-bytes BYTES` | `client_buffer_bytes` | 4 × `--max-frame-bytes` (64MiB); at least 2 × |
+//! | `--total-client-buffer-bytes BYTES` | `total_client_buffer_bytes` | 1GiB, at least `--client-buffer-bytes` |
 //! | `--max-client-requests N` | `max_client_requests` | 64 (requests in flight per client) |
 //! | `--max-frame-bytes BYTES` | `max_frame_bytes` | 16MiB |
 //! | `--ws-buffer-bytes BYTES` | `ws_buffer_bytes` | 8KiB (read and write buffer per WebSocket) |
@@ -139,6 +141,13 @@ pub struct Limits {
     /// Frames queued for one client not yet written to its socket; a
     /// client that fills it is caught up from replay or disconnected.
     pub outbox_frames: usize,
+    /// Bytes queued for one client and not written yet; a client over it
+    /// is closed as too slow. At least two `max_frame_bytes`: a reader is
+    /// never closed for one big reply while one big event is in hand.
+    pub client_buffer_bytes: usize,
+    /// Bytes queued for all clients together; over it the clients that
+    /// hold the most are closed.
+    pub total_client_buffer_bytes: usize,
     /// Requests one client may have waiting for the child's answer.
     pub max_client_requests: usize,
     /// Largest frame accepted from a client or a child (bytes).
@@ -212,6 +221,15 @@ pub mod defaults {
     pub const REPLAY_EVENTS: usize = 10_000;
     pub const REPLAY_BYTES: usize = 8 << 20;
     pub const OUTBOX_FRAMES: usize = 256;
+    /// `client_buffer_bytes` by default, in `max_frame_bytes`: room for a
+    /// few big replies at once.
+    pub const CLIENT_BUFFER_FRAMES: usize = 4;
+    /// Smallest accepted `client_buffer_bytes`, in `max_frame_bytes`: one
+    /// big reply queued while one big event is in hand.
+    pub const MIN_CLIENT_BUFFER_FRAMES: usize = 2;
+    /// `total_client_buffer_bytes` by default (raised to
+    /// `client_buffer_bytes` if that is larger).
+    pub const TOTAL_CLIENT_BUFFER_BYTES: usize = 1 << 30;
     pub const MAX_CLIENT_REQUESTS: usize = 64;
     pub const MAX_FRAME_BYTES: usize = 16 << 20;
     /// Read and write buffer per WebSocket: about what an idle client
@@ -355,6 +373,33 @@ pub fn load_with_env(
     let size = |cli: Option<usize>, file: Option<bytes::FileBytes>, default| {
         cli.or(file.map(|b| b.0)).unwrap_or(default)
     };
+    let max_frame_bytes = at_least(
+        "--max-frame-bytes / max_frame_bytes",
+        size(
+            args.max_frame_bytes,
+            file.max_frame_bytes,
+            defaults::MAX_FRAME_BYTES,
+        ),
+        defaults::MIN_FRAME_BYTES,
+    )?;
+    let client_buffer_bytes = at_least(
+        "--client-buffer-bytes / client_buffer_bytes (at least two --max-frame-bytes)",
+        size(
+            args.client_buffer_bytes,
+            file.client_buffer_bytes,
+            max_frame_bytes.saturating_mul(defaults::CLIENT_BUFFER_FRAMES),
+        ),
+        max_frame_bytes.saturating_mul(defaults::MIN_CLIENT_BUFFER_FRAMES),
+    )?;
+    let total_client_buffer_bytes = at_least(
+        "--total-client-buffer-bytes / total_client_buffer_bytes (at least --client-buffer-bytes)",
+        size(
+            args.total_client_buffer_bytes,
+            file.total_client_buffer_bytes,
+            defaults::TOTAL_CLIENT_BUFFER_BYTES.max(client_buffer_bytes),
+        ),
+        client_buffer_bytes,
+    )?;
     let limits = Limits {
         max_children: at_least(
             "--max-children / max_children",
@@ -382,6 +427,8 @@ pub fn load_with_env(
                 .unwrap_or(defaults::OUTBOX_FRAMES),
             1,
         )?,
+        client_buffer_bytes,
+        total_client_buffer_bytes,
         max_client_requests: at_least(
             "--max-client-requests / max_client_requests",
             args.max_client_requests
@@ -389,15 +436,7 @@ pub fn load_with_env(
                 .unwrap_or(defaults::MAX_CLIENT_REQUESTS),
             1,
         )?,
-        max_frame_bytes: at_least(
-            "--max-frame-bytes / max_frame_bytes",
-            size(
-                args.max_frame_bytes,
-                file.max_frame_bytes,
-                defaults::MAX_FRAME_BYTES,
-            ),
-            defaults::MIN_FRAME_BYTES,
-        )?,
+        max_frame_bytes,
         ws_buffer_bytes: at_least(
             "--ws-buffer-bytes / ws_buffer_bytes",
             size(

@@ -86,6 +86,8 @@ fn defaults_and_generated_token_on_loopback() {
             replay_events: 10_000,
             replay_bytes: 8 << 20,
             outbox_frames: 256,
+            client_buffer_bytes: 64 << 20,
+            total_client_buffer_bytes: 1 << 30,
             max_client_requests: 64,
             max_frame_bytes: 16 << 20,
             ws_buffer_bytes: 8 << 10,
@@ -391,6 +393,53 @@ fn out_of_range_values_are_refused() {
         assert!(matches!(err, ConfigError::Invalid { .. }), "{err}");
         assert!(err.to_string().contains(flag), "{err}");
     }
+}
+
+#[test]
+fn client_buffers_follow_the_frame_limit_and_are_checked_against_it() {
+    let f = Fixture::new();
+    let limits = |args: ServeArgs| load_with_env(args, &no_env).map(|c| c.limits);
+    // Derived: four frames per client; the total at least one client.
+    let small = limits(ServeArgs {
+        max_frame_bytes: Some(1 << 20),
+        ..f.args()
+    })
+    .unwrap();
+    assert_eq!(
+        (small.client_buffer_bytes, small.total_client_buffer_bytes),
+        (4 << 20, 1 << 30)
+    );
+    let big = limits(ServeArgs {
+        max_frame_bytes: Some(512 << 20),
+        ..f.args()
+    })
+    .unwrap();
+    assert_eq!(
+        (big.client_buffer_bytes, big.total_client_buffer_bytes),
+        (2 << 30, 2 << 30)
+    );
+    // A client must take one big reply with one big event in hand.
+    let err = limits(ServeArgs {
+        client_buffer_bytes: Some((32 << 20) - 1),
+        ..f.args()
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("--client-buffer-bytes"), "{err}");
+    assert!(err.contains("two --max-frame-bytes"), "{err}");
+    assert!(limits(ServeArgs {
+        client_buffer_bytes: Some(32 << 20),
+        ..f.args()
+    })
+    .is_ok());
+    let err = limits(ServeArgs {
+        client_buffer_bytes: Some(64 << 20),
+        total_client_buffer_bytes: Some(63 << 20),
+        ..f.args()
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("--total-client-buffer-bytes"), "{err}");
 }
 
 #[test]

@@ -19,6 +19,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::{sleep_until, Instant};
 
 use super::asks::Asks;
+use super::budget::ClientBudget;
 use super::child::Launcher;
 use super::feed::{Feed, Unicast};
 use super::ids::IdMap;
@@ -41,6 +42,8 @@ pub(super) struct Client {
     /// an earlier connection it resumes (`client_id` in its hello).
     pub owner: u64,
     pub unicast: mpsc::Sender<Unicast>,
+    /// The bytes waiting for it; frames for it are charged here.
+    pub budget: Arc<ClientBudget>,
     /// The client's delivery cursor, for its lag.
     pub cursor: Arc<AtomicU64>,
     /// It had the replay ring sent again once (ACP `session/load`); a

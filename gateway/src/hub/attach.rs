@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use super::actor::{Client, Hub, WaitingAttach};
+use super::budget::Outgoing;
 use super::child::SendError;
 use super::feed::{ClientFeed, Unicast};
 use super::{AttachError, Attached, ChildState, Join};
@@ -81,25 +82,28 @@ impl Hub {
         if gap {
             metrics.replay_gaps.inc();
         }
+        let budget = self.settings.budgets.client();
+        let queue = |after_seq: u64, bytes: Bytes| {
+            // A charge refused closes the client (its feed says so first).
+            if let Ok(charge) = budget.charge(bytes.len()) {
+                let bytes = Outgoing::new(bytes, charge);
+                let _ = unicast.try_send(Unicast::Frame { after_seq, bytes });
+            }
+        };
         // Due before any event after the cursor: the first frames out.
         for bytes in self.greeting(owner, &waiting.join, gap, state) {
-            let _ = unicast.try_send(Unicast::Frame {
-                after_seq: cursor,
-                bytes,
-            });
+            queue(cursor, bytes);
         }
         // Requests of the child still waiting for an answer, after what
         // the client replays.
         for ask in self.asks.waiting() {
-            let _ = unicast.try_send(Unicast::Frame {
-                after_seq: last_seq,
-                bytes: ask.bytes.clone(),
-            });
+            queue(last_seq, ask.bytes.clone());
         }
         let feed = ClientFeed::new(
             self.feed.clone(),
             cursor,
             rx,
+            budget.clone(),
             self.settings.metrics.clone(),
             self.settings.outbox_frames,
         )
@@ -120,6 +124,7 @@ impl Hub {
                 role: waiting.join.role,
                 owner,
                 unicast,
+                budget,
                 cursor: attached.feed.shared_cursor(),
                 replayed: false,
             },

@@ -14,6 +14,11 @@
 //! A client that asked for its own runs only skips run events whose
 //! [`Audience`] does not include it (set in order through
 //! [`Unicast::OwnRuns`]); live delivery and replay filter alike.
+//!
+//! Every frame queued for a client or handed to its writer is charged to
+//! its [`ClientBudget`] until written (events when they are taken from the
+//! ring, at most [`BATCH_BYTES`] or one frame at a time); a client over
+//! its byte bound is closed with [`CLOSE_LAGGED`] at once.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,6 +27,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use bytes::Bytes;
 use tokio::sync::{mpsc, watch};
 
+use super::budget::{ClientBudget, Outgoing, Overflow};
 use super::ring::{Evicted, Frame, ReplayRing};
 use super::runs::Audience;
 use crate::dialect::Dialect;
@@ -29,6 +35,9 @@ use crate::metrics::Metrics;
 
 /// Events handed to a client writer per wake-up, at most.
 const BATCH: usize = 256;
+/// Bytes of events handed to a client writer per wake-up: no more once
+/// reached (but always one event, however big).
+pub const BATCH_BYTES: usize = 1 << 20;
 
 /// The shared event stream of a project.
 #[derive(Debug)]
@@ -91,10 +100,11 @@ impl Feed {
 }
 
 /// Something for one client only.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, PartialEq)]
 pub enum Unicast {
-    /// A frame to send once every event up to `after_seq` has been sent.
-    Frame { after_seq: u64, bytes: Bytes },
+    /// A frame to send once every event up to `after_seq` has been sent
+    /// (charged to the client's budget).
+    Frame { after_seq: u64, bytes: Outgoing },
     /// Close the connection (after everything before it).
     Close {
         after_seq: u64,
@@ -128,15 +138,14 @@ impl Unicast {
 /// What a client writer sends next.
 #[derive(Debug, PartialEq)]
 pub enum Delivery {
-    Frames(Vec<Bytes>),
+    /// Frames to write, each charged until it is.
+    Frames(Vec<Outgoing>),
     /// Stop: close the socket with this code and reason.
-    Close {
-        code: u16,
-        reason: String,
-    },
+    Close { code: u16, reason: String },
 }
 
-/// Close code for a client that fell out of the replay ring.
+/// Close code for a slow client: it fell out of the replay ring, or more
+/// bytes waited for it than its bound (or the total bound) allows.
 pub const CLOSE_LAGGED: u16 = 4000;
 
 /// One client's view of the feed.
@@ -148,6 +157,9 @@ pub struct ClientFeed {
     changed: watch::Receiver<u64>,
     unicast: mpsc::Receiver<Unicast>,
     held: VecDeque<Unicast>,
+    /// What is queued for this client, in bytes, and whether it was
+    /// closed for too many.
+    budget: Arc<ClientBudget>,
     metrics: Arc<Metrics>,
     /// Events a client may lag before it counts as catching up from the
     /// ring (its outbox size).
@@ -182,6 +194,7 @@ impl ClientFeed {
         feed: Arc<Feed>,
         cursor: u64,
         unicast: mpsc::Receiver<Unicast>,
+        budget: Arc<ClientBudget>,
         metrics: Arc<Metrics>,
         lag_limit: usize,
     ) -> ClientFeed {
@@ -193,6 +206,7 @@ impl ClientFeed {
             changed,
             unicast,
             held: VecDeque::new(),
+            budget,
             metrics,
             lag_limit: u64::try_from(lag_limit).unwrap_or(u64::MAX),
             catching_up: false,
@@ -225,15 +239,40 @@ impl ClientFeed {
         self
     }
 
-    /// One frame out: stamped with the next `sequence`, if the dialect
-    /// numbers frames.
-    fn out(&mut self, bytes: Bytes, out: &mut Vec<Bytes>) {
+    /// A frame stamped with the next `sequence`, if the dialect numbers
+    /// frames.
+    fn stamp(&mut self, bytes: Bytes) -> Bytes {
         match self.sequence.as_mut() {
             Some(sequence) => {
                 *sequence += 1;
-                out.push(self.dialect.stamp(&bytes, *sequence));
+                self.dialect.stamp(&bytes, *sequence)
             }
-            None => out.push(bytes),
+            None => bytes,
+        }
+    }
+
+    /// An event out: stamped and charged.
+    fn out_event(&mut self, bytes: Bytes, out: &mut Vec<Outgoing>) -> Result<(), Overflow> {
+        let bytes = self.stamp(bytes);
+        let charge = self.budget.charge(bytes.len())?;
+        out.push(Outgoing::new(bytes, charge));
+        Ok(())
+    }
+
+    /// The client's budget, which says when it must stop at once.
+    pub fn budget(&self) -> Arc<ClientBudget> {
+        self.budget.clone()
+    }
+
+    /// The close of a client over its byte bound; what was queued for it
+    /// is dropped.
+    fn overflowed(&mut self, why: Overflow) -> Delivery {
+        self.held.clear();
+        self.unicast.close();
+        while self.unicast.try_recv().is_ok() {}
+        Delivery::Close {
+            code: CLOSE_LAGGED,
+            reason: self.budget.message(why),
         }
     }
 
@@ -265,6 +304,9 @@ impl ClientFeed {
     /// that events it has not seen were evicted.
     pub async fn next(&mut self) -> Delivery {
         loop {
+            if let Some(why) = self.budget.overflow() {
+                return self.overflowed(why);
+            }
             while let Ok(item) = self.unicast.try_recv() {
                 self.held.push_back(item);
             }
@@ -284,16 +326,20 @@ impl ClientFeed {
             };
             let mut out = Vec::new();
             let before = self.cursor;
+            let mut taken = 0;
             for event in events {
                 if let Some(close) = self.release(event.seq - 1, &mut out) {
                     return close_after(&mut self.held, out, close);
                 }
-                if self.rewind {
+                if self.rewind || (taken > 0 && taken + event.bytes.len() > BATCH_BYTES) {
                     break;
                 }
                 self.cursor = event.seq;
                 if self.wants(&event.bytes, &event.audience) {
-                    self.out(event.bytes, &mut out);
+                    taken += event.bytes.len();
+                    if let Err(why) = self.out_event(event.bytes, &mut out) {
+                        return self.overflowed(why);
+                    }
                 }
             }
             if !self.rewind {
@@ -318,27 +364,40 @@ impl ClientFeed {
             tokio::select! {
                 changed = self.changed.changed() => {
                     if changed.is_err() {
-                        return hub_gone();
+                        return self.gone();
                     }
                 }
                 item = self.unicast.recv() => match item {
                     Some(item) => self.held.push_back(item),
-                    None => return hub_gone(),
+                    None => return self.gone(),
                 },
+                () = self.budget.closed() => {}
             }
+        }
+    }
+
+    /// The hub let this client go: for its bytes (it went over a bound and
+    /// the hub dropped it) or because the hub ended.
+    fn gone(&mut self) -> Delivery {
+        match self.budget.overflow() {
+            Some(why) => self.overflowed(why),
+            None => hub_gone(),
         }
     }
 
     /// Moves held unicast items due at or before `upto` into `out`;
     /// returns a close that came due.
-    fn release(&mut self, upto: u64, out: &mut Vec<Bytes>) -> Option<(u16, String)> {
+    fn release(&mut self, upto: u64, out: &mut Vec<Outgoing>) -> Option<(u16, String)> {
         while self
             .held
             .front()
             .is_some_and(|item| item.after_seq() <= upto)
         {
             match self.held.pop_front() {
-                Some(Unicast::Frame { bytes, .. }) => self.out(bytes, out),
+                Some(Unicast::Frame { bytes, .. }) => {
+                    let frame = bytes.map(|bytes| self.stamp(bytes));
+                    out.push(frame);
+                }
                 Some(Unicast::Close { code, reason, .. }) => return Some((code, reason)),
                 Some(Unicast::Events { all, .. }) => self.events = all,
                 Some(Unicast::OwnRuns { owner, .. }) => self.owner = owner,
@@ -357,7 +416,7 @@ impl ClientFeed {
 /// back for the next call.
 fn close_after(
     held: &mut VecDeque<Unicast>,
-    out: Vec<Bytes>,
+    out: Vec<Outgoing>,
     (code, reason): (u16, String),
 ) -> Delivery {
     if out.is_empty() {

@@ -1,9 +1,15 @@
 //! Tests of one client's delivery from the feed.
 
 use super::*;
+use crate::hub::budget::Outgoing;
 
 fn test_metrics() -> Arc<Metrics> {
     Arc::new(Metrics::new().unwrap())
+}
+
+/// A client budget nothing goes over.
+fn unbounded() -> Arc<ClientBudget> {
+    super::super::budget::Budgets::new(usize::MAX, usize::MAX, test_metrics()).client()
 }
 
 fn push(feed: &Feed, seq: u64) {
@@ -17,7 +23,7 @@ fn push(feed: &Feed, seq: u64) {
 fn uni(after_seq: u64, text: &str) -> Unicast {
     Unicast::Frame {
         after_seq,
-        bytes: Bytes::from(text.to_string()),
+        bytes: Bytes::from(text.to_string()).into(),
     }
 }
 
@@ -35,7 +41,7 @@ async fn texts(client: &mut ClientFeed) -> Vec<String> {
 async fn unicast_frames_interleave_in_child_order() {
     let feed = Arc::new(Feed::new(ReplayRing::new(100, 10_000, 0)));
     let (tx, rx) = mpsc::channel(8);
-    let mut client = ClientFeed::new(feed.clone(), 0, rx, test_metrics(), 2);
+    let mut client = ClientFeed::new(feed.clone(), 0, rx, unbounded(), test_metrics(), 2);
     // The child wrote: e1, response, e2, e3.
     push(&feed, 1);
     tx.send(uni(1, "r")).await.unwrap();
@@ -53,7 +59,7 @@ async fn unicast_frames_interleave_in_child_order() {
 async fn waits_for_new_events_and_closes_on_request() {
     let feed = Arc::new(Feed::new(ReplayRing::new(100, 10_000, 0)));
     let (tx, rx) = mpsc::channel(8);
-    let mut client = ClientFeed::new(feed.clone(), 0, rx, test_metrics(), 2);
+    let mut client = ClientFeed::new(feed.clone(), 0, rx, unbounded(), test_metrics(), 2);
     let pusher = {
         let feed = feed.clone();
         tokio::spawn(async move {
@@ -87,7 +93,7 @@ async fn a_lagging_client_is_caught_up_then_dropped_once_evicted() {
     let feed = Arc::new(Feed::new(ReplayRing::new(4, 10_000, 0)));
     let (_tx, rx) = mpsc::channel(8);
     let metrics = test_metrics();
-    let mut slow = ClientFeed::new(feed.clone(), 0, rx, metrics.clone(), 2);
+    let mut slow = ClientFeed::new(feed.clone(), 0, rx, unbounded(), metrics.clone(), 2);
     for seq in 1..=4 {
         push(&feed, seq);
     }
@@ -132,8 +138,8 @@ async fn zi_clients_get_their_own_gap_free_sequence_and_event_mode() {
         audience: Audience::Everyone,
     };
     let (tx, rx) = mpsc::channel(8);
-    let mut client =
-        ClientFeed::new(feed.clone(), 0, rx, test_metrics(), 2).with_dialect(sequenced());
+    let mut client = ClientFeed::new(feed.clone(), 0, rx, unbounded(), test_metrics(), 2)
+        .with_dialect(sequenced());
     feed.push(event(1));
     tx.send(uni(1, r#"{"version":1,"type":"response"}"#))
         .await
@@ -161,8 +167,8 @@ async fn zi_clients_get_their_own_gap_free_sequence_and_event_mode() {
     assert_eq!(client.cursor(), 2);
     // Another client of the same feed counts from 1 and sees both.
     let (_tx2, rx2) = mpsc::channel(8);
-    let mut other =
-        ClientFeed::new(feed.clone(), 0, rx2, test_metrics(), 2).with_dialect(sequenced());
+    let mut other = ClientFeed::new(feed.clone(), 0, rx2, unbounded(), test_metrics(), 2)
+        .with_dialect(sequenced());
     let frames = texts(&mut other).await;
     assert_eq!(frames.len(), 2);
     assert!(frames[1].starts_with(r#"{"version":1,"sequence":2,"type":"session_event""#));
@@ -172,7 +178,7 @@ async fn zi_clients_get_their_own_gap_free_sequence_and_event_mode() {
 async fn hub_gone_closes_the_client() {
     let feed = Arc::new(Feed::new(ReplayRing::new(4, 10_000, 0)));
     let (tx, rx) = mpsc::channel(8);
-    let mut client = ClientFeed::new(feed, 0, rx, test_metrics(), 2);
+    let mut client = ClientFeed::new(feed, 0, rx, unbounded(), test_metrics(), 2);
     drop(tx);
     assert!(matches!(
         client.next().await,
@@ -194,12 +200,14 @@ async fn own_runs_skip_other_clients_runs_live_and_on_replay() {
     feed.push(run(4, &[7, 8]));
     push(&feed, 5);
     let (_tx, rx) = mpsc::channel(8);
-    let mut mine = ClientFeed::new(feed.clone(), 0, rx, test_metrics(), 2).with_owner(Some(7));
+    let mut mine =
+        ClientFeed::new(feed.clone(), 0, rx, unbounded(), test_metrics(), 2).with_owner(Some(7));
     assert_eq!(texts(&mut mine).await, ["e1", "r2", "r4", "e5"]);
     assert_eq!(mine.cursor(), 5, "skipped events still move the cursor");
     // Switching in order: from event 6 on, everything.
     let (tx, rx) = mpsc::channel(8);
-    let mut other = ClientFeed::new(feed.clone(), 1, rx, test_metrics(), 2).with_owner(Some(9));
+    let mut other =
+        ClientFeed::new(feed.clone(), 1, rx, unbounded(), test_metrics(), 2).with_owner(Some(9));
     tx.send(Unicast::OwnRuns {
         after_seq: 3,
         owner: None,
@@ -222,7 +230,7 @@ async fn a_rewind_sends_the_ring_again_before_what_follows_it() {
     // The ring keeps 3 events: e1 was evicted by e4.
     let feed = Arc::new(Feed::new(ReplayRing::new(3, 10_000, 0)));
     let (tx, rx) = mpsc::channel(8);
-    let mut client = ClientFeed::new(feed.clone(), 0, rx, test_metrics(), 8);
+    let mut client = ClientFeed::new(feed.clone(), 0, rx, unbounded(), test_metrics(), 8);
     for seq in 1..=2 {
         push(&feed, seq);
     }
@@ -239,4 +247,128 @@ async fn a_rewind_sends_the_ring_again_before_what_follows_it() {
     assert_eq!(seen, ["e3", "e4", "e2", "e3", "e4", "loaded"]);
     push(&feed, 5);
     assert_eq!(texts(&mut client).await, ["e5"]);
+}
+
+fn bounded(client_cap: usize) -> (Arc<super::super::budget::Budgets>, Arc<ClientBudget>) {
+    let budgets = super::super::budget::Budgets::new(client_cap, usize::MAX, test_metrics());
+    let client = budgets.client();
+    (budgets, client)
+}
+
+fn charged(budget: &Arc<ClientBudget>, after_seq: u64, len: usize) -> Unicast {
+    let bytes = Bytes::from(vec![b'r'; len]);
+    let charge = budget.charge(len).unwrap();
+    Unicast::Frame {
+        after_seq,
+        bytes: Outgoing::new(bytes, charge),
+    }
+}
+
+#[tokio::test]
+async fn frames_count_until_the_writer_drops_them() {
+    let feed = Arc::new(Feed::new(ReplayRing::new(100, 10_000, 0)));
+    let (budgets, budget) = bounded(1000);
+    let (tx, rx) = mpsc::channel(8);
+    let mut client = ClientFeed::new(feed.clone(), 0, rx, budget.clone(), test_metrics(), 8);
+    tx.send(charged(&budget, 0, 100)).await.unwrap();
+    push(&feed, 1);
+    assert_eq!(budget.used(), 100, "a queued reply counts");
+    let Delivery::Frames(frames) = client.next().await else {
+        panic!("expected frames");
+    };
+    assert_eq!(budget.used(), 102, "the event in hand counts too");
+    drop(frames);
+    assert_eq!((budget.used(), budgets.total()), (0, 0));
+}
+
+#[tokio::test]
+async fn a_client_over_its_bytes_is_closed_with_the_slow_client_code_and_freed() {
+    let feed = Arc::new(Feed::new(ReplayRing::new(100, 10_000, 0)));
+    let (budgets, budget) = bounded(100);
+    let (tx, rx) = mpsc::channel(8);
+    let mut client = ClientFeed::new(feed.clone(), 0, rx, budget.clone(), test_metrics(), 8);
+    tx.send(charged(&budget, 0, 80)).await.unwrap();
+    // The hub cannot charge the next reply: the client is over.
+    assert!(budget.charge(30).is_err());
+    match client.next().await {
+        Delivery::Close { code, reason } => {
+            assert_eq!(code, CLOSE_LAGGED);
+            assert!(reason.contains("--client-buffer-bytes"), "{reason}");
+        }
+        other => panic!("expected a close, got {other:?}"),
+    }
+    assert_eq!(budgets.total(), 0, "what was queued is dropped");
+    drop(tx);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiting_writer_is_woken_when_its_client_goes_over() {
+    let feed = Arc::new(Feed::new(ReplayRing::new(100, 10_000, 0)));
+    let (_budgets, budget) = bounded(100);
+    let (_tx, rx) = mpsc::channel(8);
+    let mut client = ClientFeed::new(feed, 0, rx, budget.clone(), test_metrics(), 8);
+    let next = tokio::spawn(async move { client.next().await });
+    tokio::task::yield_now().await;
+    assert!(budget.check(101).is_err());
+    let delivery = tokio::time::timeout(std::time::Duration::from_secs(1), next)
+        .await
+        .expect("woken")
+        .unwrap();
+    assert!(matches!(
+        delivery,
+        Delivery::Close {
+            code: CLOSE_LAGGED,
+            ..
+        }
+    ));
+}
+
+#[tokio::test]
+async fn an_event_the_client_cannot_take_closes_it() {
+    let feed = Arc::new(Feed::new(ReplayRing::new(100, 10_000, 0)));
+    let (_budgets, budget) = bounded(50);
+    let (_tx, rx) = mpsc::channel(8);
+    let mut client = ClientFeed::new(feed.clone(), 0, rx, budget, test_metrics(), 8);
+    feed.push(Frame {
+        seq: 1,
+        bytes: Bytes::from(vec![b'e'; 60]),
+        audience: Audience::Everyone,
+    });
+    assert!(matches!(
+        client.next().await,
+        Delivery::Close {
+            code: CLOSE_LAGGED,
+            ..
+        }
+    ));
+}
+
+#[tokio::test]
+async fn events_in_hand_are_bounded_in_bytes_but_one_always_passes() {
+    let feed = Arc::new(Feed::new(ReplayRing::new(100, 64 << 20, 0)));
+    let (_budgets, budget) = bounded(64 << 20);
+    let (_tx, rx) = mpsc::channel(8);
+    let mut client = ClientFeed::new(feed.clone(), 0, rx, budget.clone(), test_metrics(), 8);
+    let big = BATCH_BYTES * 3 / 5;
+    for seq in 1..=3 {
+        feed.push(Frame {
+            seq,
+            bytes: Bytes::from(vec![b'e'; big]),
+            audience: Audience::Everyone,
+        });
+    }
+    feed.push(Frame {
+        seq: 4,
+        bytes: Bytes::from(vec![b'e'; 2 * BATCH_BYTES]),
+        audience: Audience::Everyone,
+    });
+    let mut batches = Vec::new();
+    while client.cursor() < 4 {
+        let Delivery::Frames(frames) = client.next().await else {
+            panic!("expected frames");
+        };
+        assert!(budget.used() <= 2 * BATCH_BYTES);
+        batches.push(frames.len());
+    }
+    assert_eq!(batches, [1, 1, 1, 1]);
 }

@@ -11,12 +11,14 @@
 //! knows through the `child` traits, so tests drive it with a fake child.
 //! Which client each run belongs to is in [`runs`]. What frames mean
 //! (ids, answers, runs, greetings) is the business of the project's
-//! [`Dialect`]. The admin API reads each hub's [`HubStatus`] from a
+//! [`Dialect`]. What waits for each client is bounded in bytes
+//! ([`budget`]). The admin API reads each hub's [`HubStatus`] from a
 //! `watch` channel the hub alone writes.
 
 mod actor;
 mod asks;
 mod attach;
+pub mod budget;
 mod child;
 pub mod feed;
 pub mod ids;
@@ -82,6 +84,9 @@ pub struct HubSettings {
     pub replay_bytes: usize,
     /// Per-client queue of responses not yet written.
     pub outbox_frames: usize,
+    /// Byte bounds of every client's outbox and of all of them together
+    /// (shared by every hub).
+    pub budgets: Arc<budget::Budgets>,
     /// Requests one client may have waiting for the child's answer.
     pub max_client_requests: usize,
     /// How long a request of the child for its clients (ACP permission)

@@ -1,7 +1,8 @@
 //! What a hub says to its clients itself: the events it makes up (with
 //! the next `seq`), frames and closes for one client (a client whose
-//! outbox is full is let go), and what clients are owed when the child
-//! cannot answer any more (failed requests, runs cut short).
+//! outbox is full, in frames or in bytes, is let go), and what clients
+//! are owed when the child cannot answer any more (failed requests, runs
+//! cut short).
 
 use std::sync::atomic::Ordering;
 
@@ -9,6 +10,7 @@ use bytes::Bytes;
 use serde_json::Value;
 
 use super::actor::Hub;
+use super::budget::{Outgoing, Overflow};
 use super::feed::Unicast;
 use super::ring::Frame;
 use super::runs::{Audience, Run};
@@ -38,10 +40,54 @@ impl Hub {
     }
 
     /// Sends a frame to one client. A client whose response queue is full
-    /// (it sends requests but does not read) is disconnected.
+    /// (it sends requests but does not read), or that would hold more
+    /// bytes than it may, is disconnected.
     pub(super) fn unicast(&mut self, client: u64, bytes: Bytes) {
+        let Some(entry) = self.clients.get(&client) else {
+            return;
+        };
+        let bytes = match entry.budget.charge(bytes.len()) {
+            Ok(charge) => Outgoing::new(bytes, charge),
+            Err(why) => return self.let_go(client, why),
+        };
         let after_seq = self.feed.last_seq();
         self.unicast_item(client, Unicast::Frame { after_seq, bytes });
+    }
+
+    /// Whether a frame of about `len` bytes may be made for `client`: a
+    /// client that could not take it is let go before it is made.
+    pub(super) fn has_room(&mut self, client: u64, len: usize) -> bool {
+        let Some(entry) = self.clients.get(&client) else {
+            return false;
+        };
+        match entry.budget.check(len) {
+            Ok(()) => true,
+            Err(why) => {
+                self.let_go(client, why);
+                false
+            }
+        }
+    }
+
+    /// Forgets a client that went over a byte bound; its writer, woken by
+    /// its budget, closes it with the slow-client code.
+    fn let_go(&mut self, client: u64, why: Overflow) {
+        tracing::warn!(project = %self.project, client, bound = why.as_str(), "disconnecting a client over its outbox bytes");
+        self.forget(client);
+    }
+
+    /// Forgets a client the hub lets go (its detach, later, finds nothing).
+    fn forget(&mut self, client: u64) {
+        if self.clients.remove(&client).is_none() {
+            return;
+        }
+        self.ids.forget_client(client);
+        self.leaving.retain(|(c, _)| *c != client);
+        self.waiting_requests.retain(|(c, _)| *c != client);
+        if self.clients.is_empty() && self.busy == 0 {
+            self.idle_since = Some(tokio::time::Instant::now());
+        }
+        self.publish();
     }
 
     /// Queues `item` for one client, or disconnects a client whose queue
@@ -64,9 +110,7 @@ impl Hub {
             });
         }
         tracing::warn!(project = %self.project, client, "disconnecting a client whose outbox is full");
-        self.clients.remove(&client);
-        self.ids.forget_client(client);
-        self.publish();
+        self.forget(client);
     }
 
     /// Fails every request still waiting for the child.

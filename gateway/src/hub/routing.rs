@@ -394,8 +394,12 @@ impl Hub {
             self.model = Some(model);
             self.publish();
         }
-        if let Some(bytes) = dialect.restore_id(line, pending.original, run.as_deref()) {
-            self.unicast(pending.client, bytes);
+        // A client that could not take the answer is let go before the
+        // answer is made (parsed and written again) for it.
+        if self.has_room(pending.client, line.len()) {
+            if let Some(bytes) = dialect.restore_id(line, pending.original, run.as_deref()) {
+                self.unicast(pending.client, bytes);
+            }
         }
         if last && dialect.request_is_run(&pending.command) {
             self.run_done();

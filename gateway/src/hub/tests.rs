@@ -45,6 +45,11 @@ fn settings() -> HubSettings {
         replay_events: 1000,
         replay_bytes: 1 << 20,
         outbox_frames: 64,
+        budgets: crate::hub::budget::Budgets::new(
+            usize::MAX,
+            usize::MAX,
+            Arc::new(Metrics::new().unwrap()),
+        ),
         max_client_requests: 4,
         max_line: 1 << 16,
         ping_interval: PING_INTERVAL,

@@ -20,8 +20,10 @@
 //! `--max-hello-bytes` before authentication or a frame over
 //! `--max-frame-bytes`, 1002 invalid framing before authentication, 1013
 //! try again later (no agent slot, shutting down, throttled), 1011 the
-//! agent cannot start, 1001 the gateway is going away, 4004 no such
-//! project (after a valid hello).
+//! agent cannot start, 1001 the gateway is going away, 4000 too slow (out
+//! of the replay ring, or over `--client-buffer-bytes` /
+//! `--total-client-buffer-bytes`), 4004 no such project (after a valid
+//! hello).
 
 mod frame;
 mod handshake;

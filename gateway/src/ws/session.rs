@@ -2,14 +2,25 @@
 //! text frames into hub requests and a writer sending what the client's
 //! feed yields. A frame over `--max-frame-bytes` ends the session with
 //! 1009 (tungstenite refuses it at its header, before reading it).
+//!
+//! The writer sends a message over [`FRAGMENT_BYTES`] as fragments of that
+//! size (tungstenite copies a whole frame into its write buffer and keeps
+//! the capacity afterwards), so a connection's write buffer never holds
+//! more than `--ws-buffer-bytes` plus one fragment; a frame's bytes count
+//! against the client's outbox until its last fragment is in that buffer.
+//! A client closed for its outbox bytes is stopped at once, even in the
+//! middle of a write its socket does not take; every close frame gets
+//! [`CLOSE_GRACE`] to go out.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Map, Value};
 use tokio_tungstenite::tungstenite::error::{CapacityError, Error as WsError};
-use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::{CloseCode, Data, OpCode};
+use tokio_tungstenite::tungstenite::protocol::frame::Frame;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
 use tokio_tungstenite::WebSocketStream;
@@ -22,6 +33,13 @@ use crate::server::AppState;
 pub type Socket = WebSocketStream<Io>;
 pub type Sink = SplitSink<Socket, Message>;
 pub type Stream = SplitStream<Socket>;
+
+/// Messages larger than this go out as fragments of this size.
+pub const FRAGMENT_BYTES: usize = 64 << 10;
+
+/// How long the writer waits for its close frame to go out (a client that
+/// does not read never takes it) before it drops the connection.
+pub const CLOSE_GRACE: Duration = Duration::from_secs(10);
 
 /// What the client sent next.
 pub enum Next {
@@ -113,25 +131,57 @@ pub async fn write_loop(
     mut feed: crate::hub::ClientFeed,
     metrics: Arc<Metrics>,
 ) -> Option<u16> {
+    let budget = feed.budget();
     loop {
         match feed.next().await {
             Delivery::Frames(frames) => {
-                for frame in frames {
-                    metrics.frame(Direction::GatewayToClient, frame.len());
-                    if sink.feed(text(frame)).await.is_err() {
-                        return None;
+                let written = async {
+                    for frame in frames {
+                        let (bytes, charge) = frame.into_parts();
+                        metrics.frame(Direction::GatewayToClient, bytes.len());
+                        send_message(sink, bytes).await?;
+                        drop(charge);
                     }
-                }
-                if sink.flush().await.is_err() {
-                    return None;
+                    sink.flush().await
+                };
+                tokio::select! {
+                    written = written => if written.is_err() {
+                        return None;
+                    },
+                    // Over its outbox bytes: what it was sent stops here
+                    // and the feed says close.
+                    () = budget.closed() => {}
                 }
             }
             Delivery::Close { code, reason } => {
-                close(sink, code, &reason).await;
+                // What was queued for it is released before the close
+                // waits for the socket.
+                drop(feed);
+                let _ = tokio::time::timeout(CLOSE_GRACE, close(sink, code, &reason)).await;
                 return Some(code);
             }
         }
     }
+}
+
+/// Queues one text message (as fragments when it is large).
+async fn send_message(sink: &mut Sink, bytes: bytes::Bytes) -> Result<(), WsError> {
+    if bytes.len() <= FRAGMENT_BYTES {
+        return sink.feed(text(bytes)).await;
+    }
+    let mut start = 0;
+    while start < bytes.len() {
+        let end = (start + FRAGMENT_BYTES).min(bytes.len());
+        let opcode = if start == 0 {
+            OpCode::Data(Data::Text)
+        } else {
+            OpCode::Data(Data::Continue)
+        };
+        let fragment = Frame::message(bytes.slice(start..end), opcode, end == bytes.len());
+        sink.feed(Message::Frame(fragment)).await?;
+        start = end;
+    }
+    Ok(())
 }
 
 pub fn text(bytes: bytes::Bytes) -> Message {
