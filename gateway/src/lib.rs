@@ -23,4 +23,5 @@ pub mod server;
 pub mod shutdown;
 pub mod supervisor;
 pub mod throttle;
+pub mod token_slots;
 pub mod ws;

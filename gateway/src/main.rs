@@ -24,6 +24,7 @@ use corral::supervisor::env::child_env;
 use corral::supervisor::probe::Probe;
 use corral::supervisor::{Credentials, Limits};
 use corral::throttle::{AuthThrottle, ThrottlePolicy};
+use corral::token_slots::TokenSlots;
 use corral_telemetry::Telemetry;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
@@ -234,6 +235,7 @@ async fn serve(config: Config, limits: Arc<Limits>) -> anyhow::Result<()> {
         max_frame_bytes: config.limits.max_frame_bytes,
         ws_buffer_bytes: config.limits.ws_buffer_bytes,
         throttle: AuthThrottle::new(ThrottlePolicy::default()),
+        token_slots: Arc::new(TokenSlots::new(config.limits.max_connections_per_token)),
         shutdown: shutdown.clone(),
         metrics: metrics.clone(),
         started: std::time::Instant::now(),
@@ -300,6 +302,7 @@ fn listener_limits(config: &Config) -> ListenerLimits {
     );
     ListenerLimits {
         max_connections,
+        ops_connections: config.limits.ops_connections,
         header_timeout: config.limits.header_timeout,
     }
 }

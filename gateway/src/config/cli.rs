@@ -210,6 +210,14 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N")]
     pub max_connections: Option<usize>,
 
+    /// Places beyond --max-connections for /healthz, /readyz and /metrics when every connection is authenticated: one answer each, then closed [default: 8].
+    #[arg(long, value_name = "N")]
+    pub ops_connections: Option<usize>,
+
+    /// WebSocket sessions one token may hold open at once; more are refused with close 1013 (0 = unlimited) [default: 256].
+    #[arg(long, value_name = "N")]
+    pub max_connections_per_token: Option<usize>,
+
     /// Interval between health pings [default: 30s].
     #[arg(long, value_name = "DUR", value_parser = parse_duration)]
     pub ping_interval: Option<Duration>,

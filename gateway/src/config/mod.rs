@@ -30,6 +30,8 @@
 //! | `--max-hello-bytes BYTES` | `max_hello_bytes` | 64KiB (what a client may send before it is authenticated) |
 //! | `--header-timeout DUR` | `header_timeout` | 10s (time to send a request's headers) |
 //! | `--max-connections N` | `max_connections` | the open-file limit minus headroom (see [`crate::fdlimit`]) |
+//! | `--ops-connections N` | `ops_connections` | 8 (beyond the cap, for `/healthz`, `/readyz`, `/metrics` only) |
+//! | `--max-connections-per-token N` | `max_connections_per_token` | 256 WebSocket sessions (`0` = unlimited) |
 //! | `--ping-interval DUR` / `--ping-timeout DUR` | `ping_interval` / `ping_timeout` | 30s / 10s |
 //! | `--ready-timeout DUR` | `ready_timeout` | 15s |
 //! | `--stop-grace DUR` / `--shutdown-grace DUR` | `stop_grace` / `shutdown_grace` | 5s / 10s |
@@ -145,6 +147,13 @@ pub struct Limits {
     /// Most connections open at once; `None` = derived from the open-file
     /// limit at start ([`crate::fdlimit`]).
     pub max_connections: Option<usize>,
+    /// Places beyond `max_connections` on which only `/healthz`, `/readyz`
+    /// and `/metrics` are answered, for when every connection is
+    /// authenticated ([`crate::listener`]).
+    pub ops_connections: usize,
+    /// WebSocket sessions one credential may hold open; 0 = unlimited
+    /// ([`crate::token_slots`]).
+    pub max_connections_per_token: usize,
 }
 
 /// How the supervisor runs children.
@@ -211,6 +220,8 @@ pub mod defaults {
     pub const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
     pub const MAX_HELLO_BYTES: usize = 64 << 10;
     pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+    pub const OPS_CONNECTIONS: usize = 8;
+    pub const MAX_CONNECTIONS_PER_TOKEN: usize = 256;
     /// Smallest accepted `max_hello_bytes`: a hello with a token must fit.
     pub const MIN_HELLO_BYTES: usize = 256;
     pub const PING_INTERVAL: Duration = Duration::from_secs(30);
@@ -415,6 +426,17 @@ pub fn load_with_env(
             .or(file.max_connections)
             .map(|n| at_least("--max-connections / max_connections", n, 1))
             .transpose()?,
+        ops_connections: at_least(
+            "--ops-connections / ops_connections",
+            args.ops_connections
+                .or(file.ops_connections)
+                .unwrap_or(defaults::OPS_CONNECTIONS),
+            1,
+        )?,
+        max_connections_per_token: args
+            .max_connections_per_token
+            .or(file.max_connections_per_token)
+            .unwrap_or(defaults::MAX_CONNECTIONS_PER_TOKEN),
     };
     let ready_timeout = positive(
         "--ready-timeout / ready_timeout",

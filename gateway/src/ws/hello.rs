@@ -16,6 +16,7 @@ use crate::auth::Role;
 use crate::dialect::OwnRuns;
 use crate::server::AppState;
 use crate::throttle::Admission;
+use crate::token_slots::Credential;
 
 /// Policy violation: authentication failed.
 pub const CLOSE_POLICY: u16 = 1008;
@@ -35,6 +36,8 @@ pub struct Hello {
     pub answer: Option<Option<Value>>,
     /// Own runs only (hello fields or query parameters).
     pub own_runs: OwnRuns,
+    /// The credential it authenticated with, for its per-token place.
+    pub credential: Credential,
 }
 
 /// A refused client: the id to answer, the metric reason, the message
@@ -144,6 +147,7 @@ pub async fn read_hello(
         resume_after: hello.resume_after,
         answer: Some(hello.id),
         own_runs: hello.own_runs,
+        credential: state.token_slots.credential(token),
     };
     Ok((hello, first.leftover))
 }

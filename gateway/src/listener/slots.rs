@@ -1,0 +1,254 @@
+//! A connection's place under a cap ([`ConnectionSlot`]) and the pools of
+//! places ([`Pool`]): when a pool is full, its oldest connection that is
+//! not protected is closed to make room for the new one.
+//!
+//! A connection is protected only once it has proved it holds a valid
+//! credential: a WebSocket that authenticated, or a plain request that
+//! presented the admin token. Anything else (an idle socket, a `GET
+//! /healthz` kept alive, a WebSocket still waiting for its hello) stays
+//! evictable for its whole life, so an unauthenticated flood can take
+//! places only until someone newer needs one.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics::Metrics;
+
+/// One open connection's place in a [`Pool`]; freed when the last clone
+/// drops (the HTTP connection, its requests, its WebSocket).
+#[derive(Debug)]
+pub struct ConnectionSlot {
+    /// The open count of the pool the place belongs to.
+    open: Arc<AtomicUsize>,
+    metrics: Arc<Metrics>,
+    /// Whether a request head arrived (a header timeout after one is an
+    /// idle keep-alive connection ending, not a refusal).
+    served: AtomicBool,
+    /// Set once the connection proved a valid credential. Unprotected
+    /// connections are closed, oldest first, when the pool is full.
+    protected: AtomicBool,
+    /// Cancelled to close this connection to make room.
+    evict: CancellationToken,
+}
+
+impl ConnectionSlot {
+    /// Keeps this connection from being closed to make room. Call only
+    /// once the connection presented a valid credential.
+    pub fn protect(&self) {
+        self.protected.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether [`ConnectionSlot::protect`] was called.
+    pub fn is_protected(&self) -> bool {
+        self.protected.load(Ordering::SeqCst)
+    }
+
+    /// Completes when the connection is to be closed to make room.
+    pub async fn evicted(&self) {
+        self.evict.cancelled().await;
+    }
+
+    /// Notes that a request head arrived.
+    pub(super) fn mark_served(&self) {
+        self.served.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether a request head ever arrived.
+    pub(super) fn was_served(&self) -> bool {
+        self.served.load(Ordering::SeqCst)
+    }
+
+    pub(super) fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// A place in a pool of its own, for tests of what protects it.
+    #[cfg(test)]
+    pub(crate) fn unpooled(metrics: &Arc<Metrics>) -> Arc<ConnectionSlot> {
+        Pool::new(1, 0).take(metrics)
+    }
+}
+
+impl Drop for ConnectionSlot {
+    fn drop(&mut self) {
+        self.open.fetch_sub(1, Ordering::SeqCst);
+        self.metrics.connections.dec();
+    }
+}
+
+/// Connections in accept order, for finding the oldest unprotected one.
+/// Holds weak references: a closed connection simply drops out.
+#[derive(Default)]
+struct EvictionQueue {
+    order: VecDeque<Weak<ConnectionSlot>>,
+}
+
+impl EvictionQueue {
+    fn push(&mut self, slot: &Arc<ConnectionSlot>) {
+        self.order.push_back(Arc::downgrade(slot));
+    }
+
+    /// Signals the oldest live, unprotected connection to close; returns
+    /// whether there was one. Entries of closed or protected connections
+    /// met on the way are dropped (protection never ends).
+    fn evict_oldest(&mut self) -> bool {
+        while let Some(weak) = self.order.pop_front() {
+            let Some(slot) = weak.upgrade() else {
+                continue;
+            };
+            if slot.is_protected() || slot.evict.is_cancelled() {
+                continue;
+            }
+            slot.evict.cancel();
+            return true;
+        }
+        false
+    }
+
+    /// Forgets closed connections once the queue has grown past `bound`.
+    fn prune(&mut self, bound: usize) {
+        if self.order.len() > bound {
+            self.order.retain(|weak| weak.strong_count() > 0);
+        }
+    }
+}
+
+/// Whether a pool has a place for one more connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Room {
+    /// Under the cap.
+    Free,
+    /// The oldest unprotected connection was told to close.
+    MadeByEviction,
+    /// Every connection is protected (or too many are still closing).
+    Full,
+}
+
+/// A capped set of connections and its eviction order.
+pub(super) struct Pool {
+    cap: usize,
+    /// How many evicted connections may still be closing (their
+    /// descriptors not yet freed) while new ones take their places.
+    in_flight: usize,
+    open: Arc<AtomicUsize>,
+    queue: EvictionQueue,
+}
+
+impl Pool {
+    pub(super) fn new(cap: usize, in_flight: usize) -> Pool {
+        Pool {
+            cap,
+            in_flight,
+            open: Arc::new(AtomicUsize::new(0)),
+            queue: EvictionQueue::default(),
+        }
+    }
+
+    /// Finds a place for a new connection, evicting if it must.
+    pub(super) fn room(&mut self) -> Room {
+        let open = self.open.load(Ordering::SeqCst);
+        if open < self.cap {
+            Room::Free
+        } else if open < self.cap.saturating_add(self.in_flight) && self.queue.evict_oldest() {
+            Room::MadeByEviction
+        } else {
+            Room::Full
+        }
+    }
+
+    /// Takes a place (after [`Pool::room`] said there is one).
+    pub(super) fn take(&mut self, metrics: &Arc<Metrics>) -> Arc<ConnectionSlot> {
+        self.open.fetch_add(1, Ordering::SeqCst);
+        metrics.connections.inc();
+        let slot = Arc::new(ConnectionSlot {
+            open: self.open.clone(),
+            metrics: metrics.clone(),
+            served: AtomicBool::new(false),
+            protected: AtomicBool::new(false),
+            evict: CancellationToken::new(),
+        });
+        self.queue.push(&slot);
+        self.queue
+            .prune(self.cap.saturating_mul(2).saturating_add(self.in_flight));
+        slot
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn metrics() -> Arc<Metrics> {
+        Arc::new(Metrics::new().unwrap())
+    }
+
+    #[test]
+    fn the_oldest_unprotected_live_connection_is_evicted_first() {
+        let metrics = metrics();
+        let mut pool = Pool::new(4, 1);
+        let closed = pool.take(&metrics);
+        let authenticated = pool.take(&metrics);
+        let idle = pool.take(&metrics);
+        let newer = pool.take(&metrics);
+        drop(closed);
+        authenticated.protect();
+        assert!(pool.queue.evict_oldest());
+        assert!(idle.evict.is_cancelled());
+        assert!(!authenticated.evict.is_cancelled() && !newer.evict.is_cancelled());
+        assert!(pool.queue.evict_oldest());
+        assert!(newer.evict.is_cancelled());
+        assert!(
+            !pool.queue.evict_oldest(),
+            "only protected connections are left"
+        );
+        assert_eq!(pool.open.load(Ordering::SeqCst), 3);
+    }
+
+    #[test]
+    fn a_served_request_alone_does_not_protect_a_connection() {
+        let metrics = metrics();
+        let mut pool = Pool::new(2, 4);
+        let healthz = pool.take(&metrics);
+        healthz.mark_served();
+        let admin = pool.take(&metrics);
+        admin.mark_served();
+        admin.protect();
+        assert_eq!(pool.room(), Room::MadeByEviction);
+        assert!(healthz.evict.is_cancelled(), "served but unprotected");
+        assert!(!admin.evict.is_cancelled());
+    }
+
+    #[test]
+    fn a_pool_of_protected_connections_is_full() {
+        let metrics = metrics();
+        let mut pool = Pool::new(2, 4);
+        assert_eq!(pool.room(), Room::Free);
+        let slots: Vec<_> = (0..2).map(|_| pool.take(&metrics)).collect();
+        for slot in &slots {
+            slot.protect();
+        }
+        assert_eq!(pool.room(), Room::Full);
+        drop(slots);
+        assert_eq!(pool.room(), Room::Free, "closing frees places");
+    }
+
+    #[test]
+    fn evictions_still_closing_are_bounded() {
+        let metrics = metrics();
+        let mut pool = Pool::new(1, 2);
+        // Evicted connections whose tasks have not closed them yet keep
+        // their places; only `in_flight` of them may pile up.
+        let mut held = vec![pool.take(&metrics)];
+        for _ in 0..2 {
+            assert_eq!(pool.room(), Room::MadeByEviction);
+            held.push(pool.take(&metrics));
+        }
+        assert_eq!(pool.room(), Room::Full);
+        held.remove(0);
+        assert_eq!(pool.room(), Room::MadeByEviction);
+        assert_eq!(metrics.connections.get(), 2);
+    }
+}
