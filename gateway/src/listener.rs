@@ -1,9 +1,10 @@
 //! The main listener's accept loop: HTTP/1.1 (with upgrades) over hyper,
 //! under these bounds.
 //!
-//! - `--max-connections`: at the cap, the oldest connection that has not
-//!   proved a valid credential (an authenticated WebSocket, a request with
-//!   the admin token) is closed to make room ([`slots`]), so a flood of
+//! - `--max-connections`: at the cap, a connection that has not proved a
+//!   valid credential (an authenticated WebSocket, a request the admin
+//!   token was accepted for) is closed to make room — an idle keep-alive
+//!   one first, else the oldest ([`slots`]) — so a flood of
 //!   idle sockets, unauthenticated WebSockets or keep-alive `GET /healthz`
 //!   cannot lock out the admin API or a client with a token. A WebSocket
 //!   keeps its place for its whole life ([`ConnectionSlot`] travels into
@@ -212,7 +213,7 @@ async fn serve_connection(
 ) {
     let request_slot = slot.clone();
     let handler = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
-        request_slot.mark_served();
+        request_slot.request_started();
         if service == Service::OpsOnly && !ops::answered(&request) {
             return Either::Left(std::future::ready(
                 Ok::<_, Infallible>(ops::over_capacity()),
@@ -222,7 +223,14 @@ async fn serve_connection(
         // authenticates and a request with the admin token do, later.
         request.extensions_mut().insert(ConnectInfo(peer));
         request.extensions_mut().insert(request_slot.clone());
-        Either::Right(router.clone().oneshot(request))
+        let answered = request_slot.clone();
+        Either::Right(router.clone().oneshot(request).map(move |response| {
+            if let Ok(response) = &response {
+                let upgraded = response.status() == hyper::StatusCode::SWITCHING_PROTOCOLS;
+                answered.request_answered(upgraded);
+            }
+            response
+        }))
     });
     let connection = http1::Builder::new()
         .timer(TokioTimer::new())

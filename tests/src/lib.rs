@@ -6,6 +6,7 @@ pub mod acp_client;
 pub mod bench;
 pub mod captured;
 pub mod cdp;
+pub mod flood;
 pub mod gateway;
 pub mod harness;
 pub mod mock_llm;

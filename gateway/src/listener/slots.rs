@@ -1,6 +1,10 @@
 //! A connection's place under a cap ([`ConnectionSlot`]) and the pools of
-//! places ([`Pool`]): when a pool is full, its oldest connection that is
-//! not protected is closed to make room for the new one.
+//! places ([`Pool`]): when a pool is full, a connection that is not
+//! protected is closed to make room for the new one. An idle keep-alive
+//! connection goes first (its peer has its answers and an HTTP client
+//! reconnects on its own, as nginx also drains them first), else the
+//! oldest: a newcomer still sending its first request or hello is not
+//! closed while a flood of served keep-alive connections is open.
 //!
 //! A connection is protected only once it has proved it holds a valid
 //! credential: a WebSocket that authenticated, or a plain request that
@@ -28,8 +32,11 @@ pub struct ConnectionSlot {
     /// idle keep-alive connection ending, not a refusal).
     served: AtomicBool,
     /// Set once the connection proved a valid credential. Unprotected
-    /// connections are closed, oldest first, when the pool is full.
+    /// connections are closed when the pool is full.
     protected: AtomicBool,
+    /// An answer went out and no request is in progress (never for an
+    /// upgraded connection): closed first to make room.
+    idle: AtomicBool,
     /// Cancelled to close this connection to make room.
     evict: CancellationToken,
 }
@@ -51,9 +58,16 @@ impl ConnectionSlot {
         self.evict.cancelled().await;
     }
 
-    /// Notes that a request head arrived.
-    pub(super) fn mark_served(&self) {
+    /// Notes that a request head arrived: the connection is busy.
+    pub(super) fn request_started(&self) {
         self.served.store(true, Ordering::SeqCst);
+        self.idle.store(false, Ordering::SeqCst);
+    }
+
+    /// Notes that the request was answered; `upgraded` when the answer
+    /// handed the connection over (a WebSocket), which is never idle.
+    pub(super) fn request_answered(&self, upgraded: bool) {
+        self.idle.store(!upgraded, Ordering::SeqCst);
     }
 
     /// Whether a request head ever arrived.
@@ -79,7 +93,11 @@ impl Drop for ConnectionSlot {
     }
 }
 
-/// Connections in accept order, for finding the oldest unprotected one.
+/// How many of the oldest evictable connections are searched for an idle
+/// one before the oldest is taken instead (bounds the work per accept).
+const IDLE_SEARCH: usize = 256;
+
+/// Connections in accept order, for finding the one to close.
 /// Holds weak references: a closed connection simply drops out.
 #[derive(Default)]
 struct EvictionQueue {
@@ -91,10 +109,32 @@ impl EvictionQueue {
         self.order.push_back(Arc::downgrade(slot));
     }
 
-    /// Signals the oldest live, unprotected connection to close; returns
-    /// whether there was one. Entries of closed or protected connections
-    /// met on the way are dropped (protection never ends).
-    fn evict_oldest(&mut self) -> bool {
+    /// Signals a live, unprotected connection to close: the oldest idle
+    /// one among the first [`IDLE_SEARCH`] evictable ones, else the
+    /// oldest. Returns whether there was one. Entries of closed,
+    /// protected or already evicted connections met on the way are
+    /// dropped (protection never ends).
+    fn evict(&mut self) -> bool {
+        let mut index = 0;
+        let mut searched = 0;
+        while index < self.order.len() && searched < IDLE_SEARCH {
+            let Some(slot) = self.order[index].upgrade() else {
+                self.order.remove(index);
+                continue;
+            };
+            if slot.is_protected() || slot.evict.is_cancelled() {
+                self.order.remove(index);
+                continue;
+            }
+            if slot.idle.load(Ordering::SeqCst) {
+                self.order.remove(index);
+                slot.evict.cancel();
+                return true;
+            }
+            index += 1;
+            searched += 1;
+        }
+        // No idle one near the front: the oldest evictable one.
         while let Some(weak) = self.order.pop_front() {
             let Some(slot) = weak.upgrade() else {
                 continue;
@@ -152,7 +192,7 @@ impl Pool {
         let open = self.open.load(Ordering::SeqCst);
         if open < self.cap {
             Room::Free
-        } else if open < self.cap.saturating_add(self.in_flight) && self.queue.evict_oldest() {
+        } else if open < self.cap.saturating_add(self.in_flight) && self.queue.evict() {
             Room::MadeByEviction
         } else {
             Room::Full
@@ -168,6 +208,7 @@ impl Pool {
             metrics: metrics.clone(),
             served: AtomicBool::new(false),
             protected: AtomicBool::new(false),
+            idle: AtomicBool::new(false),
             evict: CancellationToken::new(),
         });
         self.queue.push(&slot);
@@ -195,15 +236,12 @@ mod tests {
         let newer = pool.take(&metrics);
         drop(closed);
         authenticated.protect();
-        assert!(pool.queue.evict_oldest());
+        assert!(pool.queue.evict());
         assert!(idle.evict.is_cancelled());
         assert!(!authenticated.evict.is_cancelled() && !newer.evict.is_cancelled());
-        assert!(pool.queue.evict_oldest());
+        assert!(pool.queue.evict());
         assert!(newer.evict.is_cancelled());
-        assert!(
-            !pool.queue.evict_oldest(),
-            "only protected connections are left"
-        );
+        assert!(!pool.queue.evict(), "only protected connections are left");
         assert_eq!(pool.open.load(Ordering::SeqCst), 3);
     }
 
@@ -212,13 +250,56 @@ mod tests {
         let metrics = metrics();
         let mut pool = Pool::new(2, 4);
         let healthz = pool.take(&metrics);
-        healthz.mark_served();
+        healthz.request_started();
+        healthz.request_answered(false);
         let admin = pool.take(&metrics);
-        admin.mark_served();
+        admin.request_started();
         admin.protect();
+        admin.request_answered(false);
         assert_eq!(pool.room(), Room::MadeByEviction);
         assert!(healthz.evict.is_cancelled(), "served but unprotected");
         assert!(!admin.evict.is_cancelled());
+    }
+
+    #[test]
+    fn idle_keep_alive_connections_go_before_older_newcomers() {
+        let metrics = metrics();
+        let mut pool = Pool::new(8, 8);
+        let fresh = pool.take(&metrics);
+        let awaiting_hello = pool.take(&metrics);
+        awaiting_hello.request_started();
+        awaiting_hello.request_answered(true);
+        let mid_request = pool.take(&metrics);
+        mid_request.request_started();
+        let (idle_old, idle_new) = (pool.take(&metrics), pool.take(&metrics));
+        for idle in [&idle_old, &idle_new] {
+            idle.request_started();
+            idle.request_answered(false);
+        }
+        assert!(pool.queue.evict());
+        assert!(idle_old.evict.is_cancelled());
+        assert!(pool.queue.evict());
+        assert!(idle_new.evict.is_cancelled());
+        // Then the oldest, whatever it is doing.
+        for expected in [&fresh, &awaiting_hello, &mid_request] {
+            assert!(pool.queue.evict());
+            assert!(expected.evict.is_cancelled());
+        }
+        assert!(!pool.queue.evict());
+    }
+
+    #[test]
+    fn a_connection_busy_again_is_not_idle() {
+        let metrics = metrics();
+        let mut pool = Pool::new(8, 8);
+        let older = pool.take(&metrics);
+        let again = pool.take(&metrics);
+        again.request_started();
+        again.request_answered(false);
+        again.request_started();
+        assert!(pool.queue.evict());
+        assert!(older.evict.is_cancelled(), "nothing idle: the oldest");
+        assert!(!again.evict.is_cancelled());
     }
 
     #[test]
