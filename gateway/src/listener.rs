@@ -4,7 +4,8 @@
 //! - `--max-connections`: at the cap, a connection that has not proved a
 //!   valid credential (an authenticated WebSocket, a request the admin
 //!   token was accepted for) is closed to make room — an idle keep-alive
-//!   one first, else the oldest ([`slots`]) — so a flood of
+//!   one first, then one that never sent a request, then the oldest
+//!   ([`slots`]) — so a flood of
 //!   idle sockets, unauthenticated WebSockets or keep-alive `GET /healthz`
 //!   cannot lock out the admin API or a client with a token. A WebSocket
 //!   keeps its place for its whole life ([`ConnectionSlot`] travels into

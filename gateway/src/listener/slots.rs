@@ -2,13 +2,14 @@
 //! places ([`Pool`]): when a pool is full, a connection that is not
 //! protected is closed to make room for the new one. An idle keep-alive
 //! connection goes first (its peer has its answers and an HTTP client
-//! reconnects on its own, as nginx also drains them first), else the
-//! oldest: a newcomer still sending its first request or hello is not
-//! closed while a flood of served keep-alive connections is open.
+//! reconnects on its own, as nginx also drains them first), then one that
+//! never sent a complete request, then the oldest: a newcomer that sent
+//! its request and waits for the answer or is saying hello is not closed
+//! while a flood of kept-alive or silent sockets is open.
 //!
 //! A connection is protected only once it has proved it holds a valid
-//! credential: a WebSocket that authenticated, or a plain request that
-//! presented the admin token. Anything else (an idle socket, a `GET
+//! credential: a WebSocket that authenticated, or a plain request the
+//! admin token was accepted for. Anything else (an idle socket, a `GET
 //! /healthz` kept alive, a WebSocket still waiting for its hello) stays
 //! evictable for its whole life, so an unauthenticated flood can take
 //! places only until someone newer needs one.
@@ -109,14 +110,16 @@ impl EvictionQueue {
         self.order.push_back(Arc::downgrade(slot));
     }
 
-    /// Signals a live, unprotected connection to close: the oldest idle
-    /// one among the first [`IDLE_SEARCH`] evictable ones, else the
-    /// oldest. Returns whether there was one. Entries of closed,
-    /// protected or already evicted connections met on the way are
-    /// dropped (protection never ends).
+    /// Signals a live, unprotected connection to close, the first of:
+    /// the oldest idle keep-alive one, the oldest that never sent a
+    /// complete request head (both among the first [`IDLE_SEARCH`]
+    /// evictable ones), the oldest. Returns whether there was one.
+    /// Entries of closed, protected or already evicted connections met
+    /// on the way are dropped (protection never ends).
     fn evict(&mut self) -> bool {
         let mut index = 0;
         let mut searched = 0;
+        let mut silent = None;
         while index < self.order.len() && searched < IDLE_SEARCH {
             let Some(slot) = self.order[index].upgrade() else {
                 self.order.remove(index);
@@ -131,20 +134,21 @@ impl EvictionQueue {
                 slot.evict.cancel();
                 return true;
             }
+            if silent.is_none() && !slot.was_served() {
+                silent = Some(index);
+            }
             index += 1;
             searched += 1;
         }
-        // No idle one near the front: the oldest evictable one.
-        while let Some(weak) = self.order.pop_front() {
-            let Some(slot) = weak.upgrade() else {
-                continue;
-            };
-            if slot.is_protected() || slot.evict.is_cancelled() {
-                continue;
+        // Every entry before `index` is live and evictable now.
+        let chosen = silent.unwrap_or(0);
+        if chosen < index {
+            if let Some(slot) = self.order.remove(chosen).and_then(|weak| weak.upgrade()) {
+                slot.evict.cancel();
+                return true;
             }
-            slot.evict.cancel();
-            return true;
         }
+        // Nothing was searched (an empty queue): nothing to evict.
         false
     }
 
@@ -289,6 +293,21 @@ mod tests {
     }
 
     #[test]
+    fn silent_connections_go_before_older_ones_that_sent_a_request() {
+        let metrics = metrics();
+        let mut pool = Pool::new(8, 8);
+        let awaiting_hello = pool.take(&metrics);
+        awaiting_hello.request_started();
+        awaiting_hello.request_answered(true);
+        let silent = pool.take(&metrics);
+        assert!(pool.queue.evict());
+        assert!(silent.evict.is_cancelled());
+        assert!(!awaiting_hello.evict.is_cancelled());
+        assert!(pool.queue.evict());
+        assert!(awaiting_hello.evict.is_cancelled());
+    }
+
+    #[test]
     fn a_connection_busy_again_is_not_idle() {
         let metrics = metrics();
         let mut pool = Pool::new(8, 8);
@@ -297,6 +316,7 @@ mod tests {
         again.request_started();
         again.request_answered(false);
         again.request_started();
+        older.request_started();
         assert!(pool.queue.evict());
         assert!(older.evict.is_cancelled(), "nothing idle: the oldest");
         assert!(!again.evict.is_cancelled());
