@@ -26,4 +26,5 @@ pub mod shutdown;
 pub mod statefs;
 pub mod supervisor;
 pub mod throttle;
+pub mod token_slots;
 pub mod ws;

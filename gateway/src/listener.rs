@@ -1,15 +1,22 @@
 //! The accept loop of the main listener (and of `--proxy-listen`, under
-//! the same bounds): HTTP/1.1 (with upgrades) over hyper, under two
+//! the same bounds): HTTP/1.1 (with upgrades) over hyper, under these
 //! bounds.
 //!
-//! - `--max-connections`: at the cap, the oldest connection that has not
-//!   proved anything yet (no plain HTTP request, no authenticated
-//!   WebSocket) is closed to make room, so a flood of idle or
-//!   unauthenticated sockets cannot lock out `/healthz`, the admin API or
-//!   a client with a token. Only when every connection is protected is a
-//!   new one refused, with a fixed `503` written without reading anything;
-//!   it never reaches hyper or a task. A WebSocket keeps its slot for its
-//!   whole life ([`ConnectionSlot`] travels into the upgraded connection).
+//! - `--max-connections`: at the cap, a connection that has not proved a
+//!   valid credential (an authenticated WebSocket, a request the admin
+//!   token was accepted for) is closed to make room — an idle keep-alive
+//!   one first, then one that never sent a request, then the oldest
+//!   ([`slots`]) — so a flood of
+//!   idle sockets, unauthenticated WebSockets or keep-alive `GET /healthz`
+//!   cannot lock out the admin API or a client with a token. A WebSocket
+//!   keeps its place for its whole life ([`ConnectionSlot`] travels into
+//!   the upgraded connection).
+//! - `--ops-connections`: when every place is protected, a new connection
+//!   takes one of a few reserved places on which only `/healthz`, `/readyz`
+//!   and `/metrics` are answered, once, before it is closed ([`ops`]).
+//!   Only when the reserve, too, cannot make room is a connection refused
+//!   with a fixed `503` written without reading anything; it never reaches
+//!   hyper or a task.
 //! - `--header-timeout`: a connection that does not send a complete
 //!   request head within it is closed (hyper's header read timeout).
 //! - the open-file limit: when `accept` fails for lack of descriptors, one
@@ -22,14 +29,17 @@
 //! balancer forwarded) and the connection's [`ConnectionSlot`] as
 //! extensions.
 
-use std::collections::VecDeque;
+mod ops;
+mod slots;
+
+use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::ConnectInfo;
 use axum::Router;
+use futures_util::future::Either;
 use futures_util::FutureExt;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
@@ -41,6 +51,9 @@ use tower::ServiceExt;
 use crate::client_addr::{ClientAddr, Listeners, Via};
 use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
+pub use ops::OPS_PATHS;
+pub use slots::ConnectionSlot;
+use slots::{Pool, Room};
 
 /// The answer to a connection over the cap, written once without reading.
 const OVER_CAPACITY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\n\
@@ -61,84 +74,22 @@ const ACCEPT_WARN_EVERY: Duration = Duration::from_secs(10);
 #[derive(Debug, Clone, Copy)]
 pub struct ListenerLimits {
     pub max_connections: usize,
+    /// Places beyond `max_connections` that answer only [`OPS_PATHS`].
+    pub ops_connections: usize,
     pub header_timeout: Duration,
-}
-
-/// One open connection's place under `--max-connections`; freed when the
-/// last clone drops (the HTTP connection, its requests, its WebSocket).
-#[derive(Debug)]
-pub struct ConnectionSlot {
-    open: Arc<AtomicUsize>,
-    metrics: Arc<Metrics>,
-    /// Whether a request head arrived (a header timeout after one is an
-    /// idle keep-alive connection ending, not a refusal).
-    served: AtomicBool,
-    /// Set once the connection proved something: a plain HTTP request
-    /// arrived, or its WebSocket authenticated. Unprotected connections
-    /// are closed first when the cap is reached.
-    protected: AtomicBool,
-    /// Cancelled to close this connection to make room.
-    evict: CancellationToken,
-}
-
-impl ConnectionSlot {
-    /// Keeps this connection from being closed to make room.
-    pub fn protect(&self) {
-        self.protected.store(true, Ordering::SeqCst);
-    }
-
-    /// Completes when the connection is to be closed to make room.
-    pub async fn evicted(&self) {
-        self.evict.cancelled().await;
-    }
-}
-
-/// Connections in accept order, for finding the oldest unprotected one.
-/// Holds weak references: a closed connection simply drops out.
-#[derive(Default)]
-struct EvictionQueue {
-    order: VecDeque<Weak<ConnectionSlot>>,
-}
-
-impl EvictionQueue {
-    fn push(&mut self, slot: &Arc<ConnectionSlot>) {
-        self.order.push_back(Arc::downgrade(slot));
-    }
-
-    /// Signals the oldest live, unprotected connection to close; returns
-    /// whether there was one. Entries of closed or protected connections
-    /// met on the way are dropped (protection never ends).
-    fn evict_oldest(&mut self) -> bool {
-        while let Some(weak) = self.order.pop_front() {
-            let Some(slot) = weak.upgrade() else {
-                continue;
-            };
-            if slot.protected.load(Ordering::SeqCst) || slot.evict.is_cancelled() {
-                continue;
-            }
-            slot.evict.cancel();
-            return true;
-        }
-        false
-    }
-
-    /// Forgets closed connections once the queue has grown past `bound`.
-    fn prune(&mut self, bound: usize) {
-        if self.order.len() > bound {
-            self.order.retain(|weak| weak.strong_count() > 0);
-        }
-    }
 }
 
 /// How many evicted connections may still be closing (their descriptors
 /// not yet freed) while new ones are accepted in their place.
 const EVICTIONS_IN_FLIGHT: usize = 64;
 
-impl Drop for ConnectionSlot {
-    fn drop(&mut self) {
-        self.open.fetch_sub(1, Ordering::SeqCst);
-        self.metrics.connections.dec();
-    }
+/// What a connection may ask.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Service {
+    /// Everything.
+    Full,
+    /// One request for one of [`OPS_PATHS`], then close.
+    OpsOnly,
 }
 
 /// Accepts until the shutdown starts. Each connection is a task on the
@@ -151,8 +102,8 @@ pub async fn serve(
     metrics: Arc<Metrics>,
     shutdown: Shutdown,
 ) {
-    let open = Arc::new(AtomicUsize::new(0));
-    let mut queue = EvictionQueue::default();
+    let mut regular = Pool::new(limits.max_connections, EVICTIONS_IN_FLIGHT);
+    let mut reserve_places = Pool::new(limits.ops_connections, limits.ops_connections);
     let mut reserve = Reserve::new();
     let mut warned: Option<tokio::time::Instant> = None;
     loop {
@@ -179,29 +130,28 @@ pub async fn serve(
                 continue;
             }
         };
-        let now_open = open.load(Ordering::SeqCst);
-        if now_open >= limits.max_connections {
-            let room = now_open < limits.max_connections + EVICTIONS_IN_FLIGHT;
-            if !(room && queue.evict_oldest()) {
-                refuse(stream, &metrics);
+        let (pool, service, room) = match regular.room() {
+            Room::Full => {
+                metrics.connection_refused("max_connections");
+                let room = reserve_places.room();
+                (&mut reserve_places, Service::OpsOnly, room)
+            }
+            room => (&mut regular, Service::Full, room),
+        };
+        match room {
+            Room::Free => {}
+            Room::MadeByEviction => {
+                metrics.connection_refused("evicted");
+                // Let the evicted connection's task close it (its
+                // descriptor and place are freed there) first.
+                tokio::task::yield_now().await;
+            }
+            Room::Full => {
+                refuse(stream);
                 continue;
             }
-            metrics.connection_refused("evicted");
-            // Let the evicted connection's task close it (its descriptor
-            // and slot are freed there) before taking another.
-            tokio::task::yield_now().await;
         }
-        open.fetch_add(1, Ordering::SeqCst);
-        metrics.connections.inc();
-        let slot = Arc::new(ConnectionSlot {
-            open: open.clone(),
-            metrics: metrics.clone(),
-            served: AtomicBool::new(false),
-            protected: AtomicBool::new(false),
-            evict: CancellationToken::new(),
-        });
-        queue.push(&slot);
-        queue.prune(2 * limits.max_connections + EVICTIONS_IN_FLIGHT);
+        let slot = pool.take(&metrics);
         if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!(error = %e, "cannot set TCP_NODELAY");
         }
@@ -210,6 +160,7 @@ pub async fn serve(
             peer,
             via,
             slot,
+            service,
             router.clone(),
             limits.header_timeout,
             shutdown.token().clone(),
@@ -250,9 +201,8 @@ impl Reserve {
     }
 }
 
-/// Over the cap: one write that cannot block, then close.
-fn refuse(stream: TcpStream, metrics: &Metrics) {
-    metrics.connection_refused("max_connections");
+/// Over the cap and the reserve: one write that cannot block, then close.
+fn refuse(stream: TcpStream) {
     // A fresh socket's send buffer is empty; if even this fails, the
     // close alone says it.
     let _ = stream.try_write(OVER_CAPACITY);
@@ -263,28 +213,40 @@ async fn serve_connection(
     peer: SocketAddr,
     via: Via,
     slot: Arc<ConnectionSlot>,
+    service: Service,
     router: Router,
     header_timeout: Duration,
     shutdown: CancellationToken,
 ) {
     let request_slot = slot.clone();
-    let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
-        request_slot.served.store(true, Ordering::SeqCst);
-        // A plain request proves the peer speaks HTTP; a WebSocket upgrade
-        // is protected only once it authenticates.
-        if !request.headers().contains_key(hyper::header::UPGRADE) {
-            request_slot.protect();
+    let handler = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
+        request_slot.request_started();
+        if service == Service::OpsOnly && !ops::answered(&request) {
+            return Either::Left(std::future::ready(
+                Ok::<_, Infallible>(ops::over_capacity()),
+            ));
         }
+        // Nothing here protects the connection: a WebSocket that
+        // authenticates and a request with the admin token do, later.
         request.extensions_mut().insert(ConnectInfo(peer));
         let client = ClientAddr::of(peer, via, request.headers());
         request.extensions_mut().insert(client);
         request.extensions_mut().insert(request_slot.clone());
-        router.clone().oneshot(request)
+        let answered = request_slot.clone();
+        Either::Right(router.clone().oneshot(request).map(move |response| {
+            if let Ok(response) = &response {
+                let upgraded = response.status() == hyper::StatusCode::SWITCHING_PROTOCOLS;
+                answered.request_answered(upgraded);
+            }
+            response
+        }))
     });
     let connection = http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(header_timeout)
-        .serve_connection(TokioIo::new(stream), service)
+        // A reserved place answers one request and is closed.
+        .keep_alive(service == Service::Full)
+        .serve_connection(TokioIo::new(stream), handler)
         .with_upgrades();
     tokio::pin!(connection);
     let result = tokio::select! {
@@ -299,50 +261,11 @@ async fn serve_connection(
         }
     };
     if let Err(e) = result {
-        if e.is_timeout() && !slot.served.load(Ordering::SeqCst) {
-            slot.metrics.connection_refused("header_timeout");
+        if e.is_timeout() && !slot.was_served() {
+            slot.metrics().connection_refused("header_timeout");
             tracing::debug!(%peer, "closed a connection that sent no request in time");
         } else {
             tracing::debug!(%peer, error = %e, "connection ended with an error");
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn slot(open: &Arc<AtomicUsize>, metrics: &Arc<Metrics>) -> Arc<ConnectionSlot> {
-        open.fetch_add(1, Ordering::SeqCst);
-        Arc::new(ConnectionSlot {
-            open: open.clone(),
-            metrics: metrics.clone(),
-            served: AtomicBool::new(false),
-            protected: AtomicBool::new(false),
-            evict: CancellationToken::new(),
-        })
-    }
-
-    #[test]
-    fn the_oldest_unprotected_live_connection_is_evicted_first() {
-        let metrics = Arc::new(Metrics::new().unwrap());
-        let open = Arc::new(AtomicUsize::new(0));
-        let mut queue = EvictionQueue::default();
-        let closed = slot(&open, &metrics);
-        let authenticated = slot(&open, &metrics);
-        let idle = slot(&open, &metrics);
-        let newer = slot(&open, &metrics);
-        for s in [&closed, &authenticated, &idle, &newer] {
-            queue.push(s);
-        }
-        drop(closed);
-        authenticated.protect();
-        assert!(queue.evict_oldest());
-        assert!(idle.evict.is_cancelled());
-        assert!(!authenticated.evict.is_cancelled() && !newer.evict.is_cancelled());
-        assert!(queue.evict_oldest());
-        assert!(newer.evict.is_cancelled());
-        assert!(!queue.evict_oldest(), "only protected connections are left");
-        assert_eq!(open.load(Ordering::SeqCst), 3);
     }
 }

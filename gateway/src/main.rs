@@ -25,6 +25,7 @@ use corral::supervisor::env::child_env;
 use corral::supervisor::probe::Probe;
 use corral::supervisor::{Credentials, Limits};
 use corral::throttle::AuthThrottle;
+use corral::token_slots::TokenSlots;
 use corral_telemetry::Telemetry;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
@@ -244,6 +245,7 @@ async fn serve(config: Config, limits: Arc<Limits>) -> anyhow::Result<()> {
         max_frame_bytes: config.limits.max_frame_bytes,
         ws_buffer_bytes: config.limits.ws_buffer_bytes,
         throttle: AuthThrottle::new(config.throttle).context("cannot set up the auth throttle")?,
+        token_slots: Arc::new(TokenSlots::new(config.limits.max_connections_per_token)),
         shutdown: shutdown.clone(),
         metrics: metrics.clone(),
         started: std::time::Instant::now(),
@@ -314,6 +316,7 @@ fn listener_limits(config: &Config) -> ListenerLimits {
     );
     ListenerLimits {
         max_connections,
+        ops_connections: config.limits.ops_connections,
         header_timeout: config.limits.header_timeout,
     }
 }

@@ -73,13 +73,17 @@ pub const FRAME_SOURCES: [&str; 2] = ["client", "child"];
 /// Why a frame was invalid (`invalid_frames_total{reason}`): not a JSON
 /// object, a binary frame, or larger than the limit.
 pub const FRAME_REASONS: [&str; 3] = ["malformed", "binary", "too_large"];
-/// Why a connection was refused or closed before its first request
-/// (`connections_refused_total{reason}`).
-pub const REFUSAL_REASONS: [&str; 4] = [
+/// Why a connection was refused or closed early
+/// (`connections_refused_total{reason}`): `max_connections` found every
+/// place protected (it was served from the ops reserve, or refused),
+/// `evicted` was closed to make room, `per_token` was an authenticated
+/// WebSocket over `--max-connections-per-token`.
+pub const REFUSAL_REASONS: [&str; 5] = [
     "max_connections",
     "header_timeout",
     "evicted",
     "no_descriptors",
+    "per_token",
 ];
 /// Reasons of `requests_refused_total{reason}`: over the per-client bound
 /// of requests in flight, or the child's input queue is full.
@@ -194,7 +198,7 @@ impl Metrics {
             connections: IntGauge::with_opts(opts("connections", "Open connections of the main listener."))?,
             connections_refused: IntCounterVec::new(opts(
                 "connections_refused_total",
-                "Connections refused over --max-connections or closed for not sending a request's headers within --header-timeout.",
+                "Connections refused or closed early: over --max-connections with every connection authenticated (max_connections), closed to make room (evicted), no headers within --header-timeout (header_timeout), no descriptor left (no_descriptors), a WebSocket session over --max-connections-per-token (per_token).",
             ), &["reason"])?,
             requests_refused: IntCounterVec::new(opts(
                 "requests_refused_total",

@@ -7,6 +7,7 @@ pub mod bench;
 pub mod captured;
 pub mod cdp;
 pub mod fixture;
+pub mod flood;
 pub mod gateway;
 pub mod harness;
 pub mod http;

@@ -233,6 +233,13 @@ pub struct ServeArgs {
     /// Source addresses whose failure budget the gateway remembers at once [default: 10000].
     #[arg(long, value_name = "N")]
     pub max_auth_sources: Option<usize>,
+    /// Places beyond --max-connections for /healthz, /readyz and /metrics when every connection is authenticated: one answer each, then closed [default: 8].
+    #[arg(long, value_name = "N")]
+    pub ops_connections: Option<usize>,
+
+    /// WebSocket sessions one token may hold open at once; more are refused with close 1013 (0 = unlimited) [default: 256].
+    #[arg(long, value_name = "N")]
+    pub max_connections_per_token: Option<usize>,
 
     /// Interval between health pings [default: 30s].
     #[arg(long, value_name = "DUR", value_parser = parse_duration)]

@@ -55,6 +55,8 @@ pub struct FileConfig {
     pub auth_failure_rate: Option<f64>,
     pub auth_failure_burst: Option<u32>,
     pub max_auth_sources: Option<usize>,
+    pub ops_connections: Option<usize>,
+    pub max_connections_per_token: Option<usize>,
     pub ping_interval: Option<FileDuration>,
     pub ping_timeout: Option<FileDuration>,
     pub ready_timeout: Option<FileDuration>,
@@ -219,6 +221,8 @@ mod tests {
             max_hello_bytes = "16KiB"
             header_timeout = "3s"
             max_connections = 500
+            ops_connections = 4
+            max_connections_per_token = 16
             ping_interval = "30s"
             ping_timeout = "10s"
             ready_timeout = "15s"
@@ -254,6 +258,8 @@ mod tests {
         assert_eq!(f.max_hello_bytes, Some(FileBytes(16 << 10)));
         assert_eq!(f.header_timeout, Some(FileDuration(Duration::from_secs(3))));
         assert_eq!(f.max_connections, Some(500));
+        assert_eq!(f.ops_connections, Some(4));
+        assert_eq!(f.max_connections_per_token, Some(16));
         assert_eq!(f.crash_limit, Some(3));
         assert_eq!(f.sandbox, Some(OnOff::On));
         assert_eq!(

@@ -35,6 +35,8 @@
 //! | `--max-connections N` | `max_connections` | the open-file limit minus headroom (see [`crate::fdlimit`]) |
 //! | `--auth-failure-rate PER_SEC` / `--auth-failure-burst N` | `auth_failure_rate` / `auth_failure_burst` | 1 / 10 (wrong tokens checked per source address) |
 //! | `--max-auth-sources N` | `max_auth_sources` | 10000 (source addresses the throttle remembers) |
+//! | `--ops-connections N` | `ops_connections` | 8 (beyond the cap, for `/healthz`, `/readyz`, `/metrics` only) |
+//! | `--max-connections-per-token N` | `max_connections_per_token` | 256 WebSocket sessions (`0` = unlimited) |
 //! | `--ping-interval DUR` / `--ping-timeout DUR` | `ping_interval` / `ping_timeout` | 30s / 10s |
 //! | `--ready-timeout DUR` | `ready_timeout` | 15s |
 //! | `--stop-grace DUR` / `--shutdown-grace DUR` | `stop_grace` / `shutdown_grace` | 5s / 10s |
@@ -165,6 +167,13 @@ pub struct Limits {
     /// Most connections open at once; `None` = derived from the open-file
     /// limit at start ([`crate::fdlimit`]).
     pub max_connections: Option<usize>,
+    /// Places beyond `max_connections` on which only `/healthz`, `/readyz`
+    /// and `/metrics` are answered, for when every connection is
+    /// authenticated ([`crate::listener`]).
+    pub ops_connections: usize,
+    /// WebSocket sessions one credential may hold open; 0 = unlimited
+    /// ([`crate::token_slots`]).
+    pub max_connections_per_token: usize,
 }
 
 /// How the supervisor runs children.
@@ -240,6 +249,8 @@ pub mod defaults {
     pub const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
     pub const MAX_HELLO_BYTES: usize = 64 << 10;
     pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+    pub const OPS_CONNECTIONS: usize = 8;
+    pub const MAX_CONNECTIONS_PER_TOKEN: usize = 256;
     /// Smallest accepted `max_hello_bytes`: a hello with a token must fit.
     pub const MIN_HELLO_BYTES: usize = 256;
     pub const PING_INTERVAL: Duration = Duration::from_secs(30);
@@ -476,6 +487,17 @@ pub fn load_with_env(
             .or(file.max_connections)
             .map(|n| at_least("--max-connections / max_connections", n, 1))
             .transpose()?,
+        ops_connections: at_least(
+            "--ops-connections / ops_connections",
+            args.ops_connections
+                .or(file.ops_connections)
+                .unwrap_or(defaults::OPS_CONNECTIONS),
+            1,
+        )?,
+        max_connections_per_token: args
+            .max_connections_per_token
+            .or(file.max_connections_per_token)
+            .unwrap_or(defaults::MAX_CONNECTIONS_PER_TOKEN),
     };
     let ready_timeout = positive(
         "--ready-timeout / ready_timeout",

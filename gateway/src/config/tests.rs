@@ -95,6 +95,8 @@ fn defaults_and_generated_token_on_loopback() {
             max_hello_bytes: 64 << 10,
             header_timeout: Duration::from_secs(10),
             max_connections: None,
+            ops_connections: 8,
+            max_connections_per_token: 256,
         }
     );
     let s = &config.supervisor;
@@ -330,7 +332,7 @@ fn short_token_is_refused() {
 #[test]
 fn out_of_range_values_are_refused() {
     let f = Fixture::new();
-    let cases: [(ServeArgs, &str); 8] = [
+    let cases: [(ServeArgs, &str); 9] = [
         (
             ServeArgs {
                 outbox_frames: Some(0),
@@ -372,6 +374,13 @@ fn out_of_range_values_are_refused() {
                 ..f.args()
             },
             "--max-connections",
+        ),
+        (
+            ServeArgs {
+                ops_connections: Some(0),
+                ..f.args()
+            },
+            "--ops-connections",
         ),
         (
             ServeArgs {

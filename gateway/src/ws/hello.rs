@@ -15,6 +15,7 @@ use crate::auth::{AuthFailure, Role};
 use crate::dialect::OwnRuns;
 use crate::guard::{self, Refused};
 use crate::server::AppState;
+use crate::token_slots::Credential;
 
 /// Policy violation: authentication failed.
 pub const CLOSE_POLICY: u16 = 1008;
@@ -34,6 +35,8 @@ pub struct Hello {
     pub answer: Option<Option<Value>>,
     /// Own runs only (hello fields or query parameters).
     pub own_runs: OwnRuns,
+    /// The credential it authenticated with, for its per-token place.
+    pub credential: Credential,
 }
 
 /// A refused client: the id to answer, the metric reason, the message
@@ -108,6 +111,7 @@ pub async fn read_hello(
         resume_after: hello.resume_after,
         answer: Some(hello.id),
         own_runs: hello.own_runs,
+        credential: state.token_slots.credential(token),
     };
     Ok((hello, first.leftover))
 }

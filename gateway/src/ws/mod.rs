@@ -16,12 +16,20 @@
 //! up. Then the client is attached to the project's hub and `session`
 //! runs its reader and writer.
 //!
+//! An authenticated client takes a place under its token's
+//! `--max-connections-per-token` before it is attached (before any agent
+//! is spawned for it); with none left it gets the dialect's refusal and
+//! close 1013: the condition is transient (it clears as soon as another
+//! session of the token ends), not a fault of this connection, and 1013
+//! is the code clients already retry with a backoff.
+//!
 //! Close codes: 1008 authentication failed, 1009 more than
 //! `--max-hello-bytes` before authentication or a frame over
 //! `--max-frame-bytes`, 1002 invalid framing before authentication, 1013
-//! try again later (no agent slot, shutting down, throttled), 1011 the
-//! agent cannot start, 1001 the gateway is going away, 4000 too slow (out
-//! of the replay ring, or over `--client-buffer-bytes` /
+//! try again later (no agent slot, shutting down, throttled, evicted
+//! before the hello, the token's `--max-connections-per-token` reached),
+//! 1011 the agent cannot start, 1001 the gateway is going away, 4000 too
+//! slow (out of the replay ring, or over `--client-buffer-bytes` /
 //! `--total-client-buffer-bytes`), 4004 no such project (after a valid
 //! hello).
 
@@ -51,7 +59,7 @@ use crate::listener::ConnectionSlot;
 use crate::projects;
 use crate::server::AppState;
 use handshake::Io;
-use hello::{Hello, CLOSE_TOO_BIG};
+use hello::{Hello, CLOSE_AGAIN, CLOSE_TOO_BIG};
 use session::ReadEnd;
 
 const CLOSE_GOING_AWAY: u16 = 1001;
@@ -96,7 +104,7 @@ pub async fn upgrade(
     let header_auth = match auth::bearer(header(header::AUTHORIZATION)) {
         Some(token) => match guard::session_role(&state, peer, token) {
             Ok(role) => match projects::resolve(&state.projects_root, &project) {
-                Ok(dir) => Some((role, dir)),
+                Ok(dir) => Some((role, state.token_slots.credential(token), dir)),
                 Err(e) => {
                     let status =
                         StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::NOT_FOUND);
@@ -119,8 +127,12 @@ pub async fn upgrade(
         Ok(upgrade) => upgrade,
         Err(rejection) => return rejection.into_response(),
     };
-    // The connection's place under --max-connections, held while it lives.
+    // The connection's place under --max-connections, held while it
+    // lives, and kept from eviction as soon as its token is known good.
     let slot = request.extensions_mut().remove::<Arc<ConnectionSlot>>();
+    if let (Some(slot), Some(_)) = (&slot, &header_auth) {
+        slot.protect();
+    }
     let (response, on_upgrade) = upgrade.accept();
     let shutdown = state.shutdown.clone();
     shutdown.spawn(async move {
@@ -131,12 +143,13 @@ pub async fn upgrade(
                 return;
             }
         };
-        let header = header_auth.map(|(role, dir)| {
+        let header = header_auth.map(|(role, credential, dir)| {
             let hello = Hello {
                 role,
                 resume_after: query.resume_after,
                 answer: None,
                 own_runs,
+                credential,
             };
             (hello, dir)
         });
@@ -163,7 +176,6 @@ async fn connection(
         .max_message_size(Some(max));
     let (hello, dir, socket) = match header {
         Some((hello, dir)) => {
-            slot.inspect(|s| s.protect());
             let socket = WebSocketStream::from_raw_socket(io, WsRole::Server, Some(config)).await;
             (hello, dir, socket)
         }
@@ -173,7 +185,7 @@ async fn connection(
                 () = evicted(slot) => {
                     preauth::close(
                         &mut io,
-                        hello::CLOSE_AGAIN,
+                        CLOSE_AGAIN,
                         "the gateway is at --max-connections: unauthenticated connections are closed first",
                     )
                     .await;
@@ -258,6 +270,16 @@ async fn attached(
     hello: Hello,
 ) {
     let (mut sink, mut stream) = socket.split();
+    // Held while the client is attached.
+    let _token_slot = match state.token_slots.acquire(hello.credential) {
+        Ok(place) => place,
+        Err(full) => {
+            state.metrics.connection_refused("per_token");
+            tracing::info!(%project, "client refused: {full}");
+            refuse_attached(&mut sink, &state, &hello, CLOSE_AGAIN, &full.to_string()).await;
+            return;
+        }
+    };
     let attached = state
         .registry
         .attach(
@@ -275,11 +297,14 @@ async fn attached(
         Ok(ok) => ok,
         Err(error) => {
             tracing::warn!(%project, "cannot attach client: {error}");
-            let id = hello.answer.clone().flatten();
-            let message = error.to_string();
-            let reply = state.dialect.refusal(id.as_ref(), "unavailable", &message);
-            let _ = sink.send(session::text(reply)).await;
-            session::close(&mut sink, error.close_code(), &message).await;
+            refuse_attached(
+                &mut sink,
+                &state,
+                &hello,
+                error.close_code(),
+                &error.to_string(),
+            )
+            .await;
             return;
         }
     };
@@ -307,4 +332,19 @@ async fn attached(
             preauth::linger(socket.get_mut()).await;
         }
     }
+}
+
+/// Answers an authenticated client that cannot be attached with the
+/// dialect's refusal (to its hello, if it sent one), then closes it.
+async fn refuse_attached(
+    sink: &mut session::Sink,
+    state: &AppState,
+    hello: &Hello,
+    code: u16,
+    message: &str,
+) {
+    let id = hello.answer.clone().flatten();
+    let reply = state.dialect.refusal(id.as_ref(), "unavailable", message);
+    let _ = sink.send(session::text(reply)).await;
+    session::close(sink, code, message).await;
 }

@@ -36,6 +36,9 @@ pub async fn gateway(
         max_children.to_string(),
         "--max-connections".into(),
         "1000000".into(),
+        // Every client uses the one token.
+        "--max-connections-per-token".into(),
+        "0".into(),
         "--admin-token".into(),
         ADMIN_TOKEN.into(),
     ];

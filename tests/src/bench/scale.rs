@@ -26,6 +26,9 @@ pub async fn gateway(bins: &Bins, max_children: usize) -> anyhow::Result<BenchGa
         max_children.to_string(),
         "--max-connections".into(),
         "30000".into(),
+        // Every client uses the one token.
+        "--max-connections-per-token".into(),
+        "0".into(),
     ];
     BenchGateway::start(bins, args).await
 }
