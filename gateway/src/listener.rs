@@ -157,8 +157,7 @@ pub async fn serve(
         }
         let connection = serve_connection(
             stream,
-            peer,
-            via,
+            Peer { addr: peer, via },
             slot,
             service,
             router.clone(),
@@ -208,10 +207,16 @@ fn refuse(stream: TcpStream) {
     let _ = stream.try_write(OVER_CAPACITY);
 }
 
+/// Where a connection came from: the TCP peer and the listener it used.
+#[derive(Debug, Clone, Copy)]
+struct Peer {
+    addr: SocketAddr,
+    via: Via,
+}
+
 async fn serve_connection(
     stream: TcpStream,
-    peer: SocketAddr,
-    via: Via,
+    Peer { addr: peer, via }: Peer,
     slot: Arc<ConnectionSlot>,
     service: Service,
     router: Router,

@@ -7,7 +7,6 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
