@@ -778,10 +778,6 @@ async fn a_client_that_never_reads_is_bounded_in_bytes_and_closed_with_4000() {
         .arg("32MiB")
         .arg("--total-client-buffer-bytes")
         .arg(TOTAL.to_string())
-        // The agent answers the 64 get_messages in flight in order, before
-        // any health ping; unoptimised, that takes longer than 10 s.
-        .arg("--ping-timeout")
-        .arg("5m")
         .spawn()
         .await;
     let (mut reader, hello) = gateway.client_with("alpha", TOKEN, None).await;

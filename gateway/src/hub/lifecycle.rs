@@ -337,6 +337,21 @@ impl Hub {
         let _ = self.send_line(line);
     }
 
+    /// The child said something: with a ping outstanding, its deadline
+    /// moves to a full `--ping-timeout` from now. A child answers in order,
+    /// so its pong may queue behind replies it is still writing (sixty
+    /// requests for a large conversation take seconds to stream); a child
+    /// that is busy talking is alive. Only silence for the whole timeout
+    /// with a ping outstanding counts as hung.
+    pub(super) fn heard_from_child(&mut self) {
+        let timeout = self.settings.ping_timeout;
+        if let Some(child) = self.supervision.ready_mut() {
+            if child.ping_deadline.is_some() {
+                child.ping_deadline = Some(Instant::now() + timeout);
+            }
+        }
+    }
+
     /// A ping went unanswered: kill the child; its exit restarts it.
     fn hung(&mut self) {
         if let Some(child) = self.supervision.ready_mut() {

@@ -245,6 +245,7 @@ impl Hub {
     pub(super) fn child_line(&mut self, line: &[u8]) {
         let metrics = self.settings.metrics.clone();
         metrics.frame(Direction::ChildToGateway, line.len());
+        self.heard_from_child();
         let dialect = self.settings.dialect;
         match dialect.outbound(line) {
             None => {

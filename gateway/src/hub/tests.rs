@@ -590,6 +590,36 @@ async fn a_child_that_stops_answering_pings_is_killed_and_restarted() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_child_busy_writing_is_not_taken_for_hung() {
+    let mut h = harness(settings());
+    let start = h.next_start().await;
+    let waiting = attach_later(&h.hub);
+    let child = FakeChild::start(start, true);
+    let _attached = waiting.await.unwrap().unwrap();
+    // Its pongs stop (it reads no more), but it keeps writing replies and
+    // events for three ping timeouts: it is alive.
+    child.control.stdin.lock().unwrap().take();
+    let talking = PING_INTERVAL + 3 * PING_TIMEOUT;
+    let mut said = Duration::ZERO;
+    while said < talking {
+        child
+            .say(json!({"type": "message_update", "delta": "still here"}))
+            .await;
+        tokio::time::sleep(PING_TIMEOUT / 2).await;
+        said += PING_TIMEOUT / 2;
+    }
+    assert!(h.starts_within(Duration::ZERO).await.is_none());
+    assert_eq!(h.hub.status().state, ChildState::Ready);
+    // Silent for a whole timeout with a ping outstanding: hung.
+    let start = h
+        .starts_within(PING_TIMEOUT + Duration::from_secs(2))
+        .await
+        .expect("restarted once it fell silent");
+    assert_eq!(h.hub.status().last_exit.unwrap().reason, "hung");
+    drop(start);
+}
+
+#[tokio::test(start_paused = true)]
 async fn requests_in_flight_are_bounded_per_client() {
     let mut h = harness(settings());
     let start = h.next_start().await;
