@@ -222,8 +222,23 @@ async fn serve(config: Config, limits: Arc<Limits>) -> anyhow::Result<()> {
         ),
         None => None,
     };
-    let proxy_addr = proxy.as_ref().map(|p| p.local_addr()).transpose()?;
-    announce(&config, addr, proxy_addr);
+    let metrics_listener = match config.metrics_listen {
+        Some(at) => Some(
+            tokio::net::TcpListener::bind(at)
+                .await
+                .with_context(|| format!("cannot listen on {at} for metrics"))?,
+        ),
+        None => None,
+    };
+    let addresses = Addresses {
+        main: addr,
+        proxy: proxy.as_ref().map(|p| p.local_addr()).transpose()?,
+        metrics: metrics_listener
+            .as_ref()
+            .map(|m| m.local_addr())
+            .transpose()?,
+    };
+    announce(&config, &addresses);
     let metrics = Arc::new(Metrics::new().context("cannot set up metrics")?);
     let settings = hub_settings(&config, metrics.clone(), limits.clone())?;
     std::fs::create_dir_all(&settings.sessions_dir)
@@ -251,8 +266,8 @@ async fn serve(config: Config, limits: Arc<Limits>) -> anyhow::Result<()> {
         started: std::time::Instant::now(),
         confinement: confinement_status(&config, &limits),
     });
-    if let Some(addr) = config.metrics_listen {
-        serve_metrics(addr, state.clone()).await?;
+    if let Some(listener) = metrics_listener {
+        serve_metrics(listener, state.clone(), config.limits.header_timeout);
     }
     // Orphans of the children's tools become the gateway's, so they can
     // be killed and reaped (the children were already checked by the probe).
@@ -321,11 +336,20 @@ fn listener_limits(config: &Config) -> ListenerLimits {
     }
 }
 
+/// Where the gateway listens, once bound (a port 0 resolved).
+struct Addresses {
+    main: std::net::SocketAddr,
+    /// `--proxy-listen`.
+    proxy: Option<std::net::SocketAddr>,
+    /// `--metrics-listen`.
+    metrics: Option<std::net::SocketAddr>,
+}
+
 /// The lines a user (or a test) needs: the addresses and, when one was
 /// generated, the token. Printed once, to stdout only; `listening on`
 /// comes last.
 #[allow(clippy::print_stdout)]
-fn announce(config: &Config, addr: std::net::SocketAddr, proxy: Option<std::net::SocketAddr>) {
+fn announce(config: &Config, addresses: &Addresses) {
     if let Some(token) = &config.generated_token {
         println!(
             "client token (generated; pass it in the hello): {}",
@@ -338,10 +362,15 @@ fn announce(config: &Config, addr: std::net::SocketAddr, proxy: Option<std::net:
             token.expose()
         );
     }
-    if let Some(proxy) = proxy {
+    if let Some(proxy) = addresses.proxy {
         println!("proxy listening on http://{proxy}");
         tracing::info!(%proxy, "listening for a trusted balancer: the client address is the right-most X-Forwarded-For entry there");
     }
+    if let Some(metrics) = addresses.metrics {
+        println!("metrics listening on http://{metrics}");
+        tracing::info!(%metrics, "serving /metrics without a token");
+    }
+    let addr = addresses.main;
     println!("listening on http://{addr}");
     tracing::info!(%addr, projects_root = %config.projects_root.display(), "corral gateway started");
 }
@@ -452,13 +481,19 @@ fn with_user_env(
 
 /// `/metrics` without a token on a separate listener, for a scraper that
 /// should not hold the admin token.
-async fn serve_metrics(addr: std::net::SocketAddr, state: Arc<AppState>) -> anyhow::Result<()> {
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("cannot listen on {addr} for metrics"))?;
-    tracing::info!(%addr, "serving /metrics without a token");
+/// Connections the `--metrics-listen` listener holds at once: a few
+/// scrapers. Like the main listener's, they are bounded, time out without
+/// a request head, and the oldest goes first to make room, so a flood on
+/// this port cannot take descriptors the main listener needs.
+const METRICS_CONNECTIONS: usize = 16;
+
+fn serve_metrics(
+    listener: tokio::net::TcpListener,
+    state: Arc<AppState>,
+    header_timeout: std::time::Duration,
+) {
     let shutdown = state.shutdown.clone();
-    let stopped = shutdown.token().clone().cancelled_owned();
+    let metrics = state.metrics.clone();
     let app = axum::Router::new().route(
         "/metrics",
         axum::routing::get(
@@ -468,11 +503,20 @@ async fn serve_metrics(addr: std::net::SocketAddr, state: Arc<AppState>) -> anyh
         ),
     );
     let app = corral::layers::http(app).with_state(state);
-    shutdown.spawn(async move {
-        let server = axum::serve(listener, app).with_graceful_shutdown(stopped);
-        if let Err(e) = server.await {
-            tracing::error!(error = %e, "metrics listener failed");
-        }
-    });
-    Ok(())
+    let limits = ListenerLimits {
+        max_connections: METRICS_CONNECTIONS,
+        ops_connections: 1,
+        header_timeout,
+    };
+    let listeners = Listeners {
+        main: listener,
+        proxy: None,
+    };
+    shutdown.spawn(corral::listener::serve(
+        listeners,
+        app,
+        limits,
+        metrics,
+        shutdown.clone(),
+    ));
 }

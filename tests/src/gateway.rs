@@ -221,6 +221,7 @@ impl GatewaySpawn {
         let mut lines = BufReader::new(stdout).lines();
         let mut startup = Vec::new();
         let mut proxy_addr = None;
+        let mut metrics_addr = None;
         let addr = loop {
             let line = tokio::time::timeout(READ_TIMEOUT, lines.next_line())
                 .await
@@ -234,6 +235,10 @@ impl GatewaySpawn {
                 proxy_addr = Some(rest.trim().parse().expect("proxy listen address"));
                 continue;
             }
+            if let Some(rest) = line.strip_prefix("metrics listening on http://") {
+                metrics_addr = Some(rest.trim().parse().expect("metrics listen address"));
+                continue;
+            }
             startup.push(line);
         };
         // Keep draining stdout so the gateway never blocks on it.
@@ -242,6 +247,7 @@ impl GatewaySpawn {
             child,
             addr,
             proxy_addr,
+            metrics_addr,
             root,
             state,
             log: captured.path().to_path_buf(),
@@ -258,6 +264,8 @@ pub struct Gateway {
     pub addr: SocketAddr,
     /// The `--proxy-listen` address, if the gateway has one.
     pub proxy_addr: Option<SocketAddr>,
+    /// The `--metrics-listen` address, when one was given.
+    pub metrics_addr: Option<SocketAddr>,
     pub root: PathBuf,
     pub state: PathBuf,
     /// The file holding the gateway's stderr.

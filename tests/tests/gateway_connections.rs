@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use corral_e2e::flood::{metric, metrics_text, raise_own_nofile, try_client, HealthzFlood};
 use corral_e2e::gateway::{Gateway, GatewaySpawn, Ws, ADMIN_TOKEN, OBSERVER_TOKEN, TOKEN};
+use corral_e2e::http;
 use corral_e2e::mock_llm::{MockLlm, Turn};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -248,6 +249,51 @@ async fn with_every_place_authenticated_the_ops_paths_still_answer() {
     let answer = raw_exchange(&gateway, upgrade).await;
     assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
     assert!(answer.contains("Retry-After: 1") || answer.contains("retry-after: 1"));
+    drop(idle);
+}
+
+/// `--metrics-listen` answers `/metrics` without a token, and nothing
+/// else; sockets that hold its places (more than it keeps) neither lock
+/// out a scraper nor pile up descriptors in the gateway.
+#[tokio::test]
+async fn the_metrics_listener_is_bounded_too() {
+    let gateway = GatewaySpawn::default()
+        .echo()
+        .arg("--metrics-listen")
+        .arg("127.0.0.1:0")
+        .spawn()
+        .await;
+    let at = gateway
+        .metrics_addr
+        .expect("the metrics address is announced");
+    let scrape = http::exchange(at, "GET", "/metrics", &[]).await;
+    assert_eq!(scrape.status, 200);
+    assert!(
+        scrape.text().contains("corral_connections"),
+        "{}",
+        scrape.text()
+    );
+    let elsewhere = http::exchange(at, "GET", "/v1/stats", &[]).await;
+    assert_eq!(elsewhere.status, 404);
+
+    let fds = || {
+        std::fs::read_dir(format!("/proc/{}/fd", gateway.child.id().unwrap()))
+            .unwrap()
+            .count()
+    };
+    let before = fds();
+    let mut idle = Vec::new();
+    for _ in 0..200 {
+        idle.push(TcpStream::connect(at).await.unwrap());
+    }
+    let scrape = http::exchange(at, "GET", "/metrics", &[]).await;
+    assert_eq!(scrape.status, 200);
+    // 16 places, 1 reserved, 64 closing: far fewer than the 200 sockets.
+    let held = fds().saturating_sub(before);
+    assert!(
+        held <= 16 + 1 + 64 + 2,
+        "{held} descriptors held for 200 idle sockets"
+    );
     drop(idle);
 }
 
