@@ -389,9 +389,9 @@ impl Gateway {
 }
 
 /// Runs `corral serve` with exactly `args` (plus `--listen 127.0.0.1:0`
-/// and the agent beside it), which must make it exit before serving;
-/// returns its exit code and stderr.
-pub async fn serve_exit(args: &[&std::ffi::OsStr]) -> (i32, String) {
+/// and the agent beside it) and `env`, which must make it exit before
+/// serving; returns its exit code and stderr.
+pub async fn serve_exit(args: &[&std::ffi::OsStr], env: &[(&str, &str)]) -> (i32, String) {
     let mut command = Command::new(workspace_bin("corral"));
     command
         .args(["serve", "--listen", "127.0.0.1:0", "--child-bin"])
@@ -402,7 +402,8 @@ pub async fn serve_exit(args: &[&std::ffi::OsStr]) -> (i32, String) {
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
-        .kill_on_drop(true);
+        .kill_on_drop(true)
+        .envs(env.iter().copied());
     let output = tokio::time::timeout(READ_TIMEOUT, command.output())
         .await
         .expect("corral serve neither exited nor ran")

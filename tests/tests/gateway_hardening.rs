@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use corral_e2e::flood::{metric, metrics_text, raise_own_nofile, try_client};
 use corral_e2e::gateway::{Gateway, GatewaySpawn, Ws, WsEvent, ADMIN_TOKEN, OBSERVER_TOKEN, TOKEN};
 use corral_e2e::http;
 use corral_e2e::raw_ws::{close_for_frame, read_close, read_frame, stream_frame, timeout, Raw};
@@ -24,22 +25,6 @@ const MIB: u64 = 1 << 20;
 
 // ---------------------------------------------------------------------------
 // Metrics and process helpers
-
-async fn metrics(gateway: &Gateway) -> String {
-    let (status, body) = gateway.http_get("/metrics", Some(ADMIN_TOKEN)).await;
-    assert_eq!(status, 200, "{body}");
-    body
-}
-
-/// The value of the series `name` (exactly as rendered, labels included).
-fn metric(text: &str, name: &str) -> f64 {
-    text.lines()
-        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
-        .unwrap_or_else(|| panic!("no {name} in the metrics"))
-        .trim()
-        .parse()
-        .unwrap()
-}
 
 /// Resident memory of the gateway, in bytes.
 fn rss(gateway: &Gateway) -> u64 {
@@ -58,7 +43,7 @@ fn rss(gateway: &Gateway) -> u64 {
 async fn wait_for_metrics(gateway: &Gateway, done: impl Fn(&str) -> bool) -> String {
     timeout(async {
         loop {
-            let text = metrics(gateway).await;
+            let text = metrics_text(gateway).await;
             if done(&text) {
                 return text;
             }
@@ -122,7 +107,7 @@ async fn more_than_max_hello_bytes_before_auth_closes_with_1009() {
     let (code, reason) = close_for_frame(raw, MIB).await;
     assert_eq!(code, 1009, "{reason}");
     assert!(reason.contains("4096 bytes"), "{reason}");
-    let text = metrics(&gateway).await;
+    let text = metrics_text(&gateway).await;
     assert_eq!(
         metric(
             &text,
@@ -160,7 +145,7 @@ async fn a_frame_over_max_frame_bytes_after_auth_closes_with_1009() {
     let (code, reason) = close_for_frame(raw, 17 * MIB).await;
     assert_eq!(code, 1009, "{reason}");
     assert!(reason.contains("16777216 bytes"), "{reason}");
-    let text = metrics(&gateway).await;
+    let text = metrics_text(&gateway).await;
     assert_eq!(
         metric(
             &text,
@@ -175,34 +160,6 @@ async fn a_frame_over_max_frame_bytes_after_auth_closes_with_1009() {
 
 // ---------------------------------------------------------------------------
 // Connections
-
-/// Raises this process's open-file limit to `want` (the test itself holds
-/// many sockets); false if the hard limit does not allow it.
-fn raise_own_nofile(want: u64) -> bool {
-    use nix::sys::resource::{getrlimit, setrlimit, Resource};
-    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
-    if soft >= want {
-        return true;
-    }
-    hard >= want && setrlimit(Resource::RLIMIT_NOFILE, want, hard).is_ok()
-}
-
-/// Connects, says hello and pings; `None` if any step is refused.
-async fn try_client(gateway: &Gateway) -> Option<Value> {
-    let connect = tokio_tungstenite::connect_async(gateway.url("alpha"));
-    let (stream, _) = tokio::time::timeout(Duration::from_secs(5), connect)
-        .await
-        .ok()?
-        .ok()?;
-    let mut ws = Ws { stream };
-    ws.send(serde_json::from_str(&hello(TOKEN)).unwrap()).await;
-    let reply = ws.next_event_within(Duration::from_secs(10)).await?;
-    let corral_e2e::gateway::WsEvent::Frame(reply) = reply else {
-        return None;
-    };
-    assert_eq!(reply["success"], true, "{reply}");
-    Some(ws.request(json!({"id":"p","type":"ping"})).await)
-}
 
 /// With the open-file limit at 1024 (soft and hard) and 1100 idle TCP
 /// connections, the oldest unauthenticated ones are closed to make room
@@ -245,7 +202,7 @@ async fn idle_connections_under_a_low_fd_limit_do_not_lock_clients_out() {
     assert_eq!((status, body.as_str()), (200, "ok\n"), "under attack");
     let pong = timeout(async {
         loop {
-            if let Some(pong) = try_client(&gateway).await {
+            if let Ok(pong) = try_client(&gateway, "alpha", TOKEN).await {
                 return pong;
             }
             tokio::time::sleep(Duration::from_millis(250)).await;
@@ -255,7 +212,7 @@ async fn idle_connections_under_a_low_fd_limit_do_not_lock_clients_out() {
     assert_eq!(pong["success"], true, "{pong}");
     let (status, body) = gateway.http_get("/healthz", None).await;
     assert_eq!((status, body.as_str()), (200, "ok\n"));
-    let text = metrics(&gateway).await;
+    let text = metrics_text(&gateway).await;
     // 1100 idle sockets against a cap of 640 (1024 less the headroom).
     assert!(
         metric(
@@ -346,7 +303,7 @@ async fn a_flood_of_wrong_tokens_never_locks_out_the_right_one() {
     assert_eq!(pong["success"], true);
     drop(first);
     let checked = |text: &str| metric(text, "corral_auth_failures_total{reason=\"invalid_token\"}");
-    let before = checked(&metrics(&gateway).await);
+    let before = checked(&metrics_text(&gateway).await);
     assert_eq!(before, 0.0);
 
     let started = Instant::now();
@@ -383,7 +340,7 @@ async fn a_flood_of_wrong_tokens_never_locks_out_the_right_one() {
         let (status, body) = gateway.http_get("/v1/stats", Some(ADMIN_TOKEN)).await;
         assert_eq!(status, 200, "attempt {attempt}: {body}");
     }
-    let during = metrics(&gateway).await;
+    let during = metrics_text(&gateway).await;
     stop.store(true, Ordering::Relaxed);
     let mut answers = Vec::new();
     for socket in sockets {
@@ -393,7 +350,7 @@ async fn a_flood_of_wrong_tokens_never_locks_out_the_right_one() {
     for task in hellos {
         closes.extend(task.await.unwrap());
     }
-    let text = metrics(&gateway).await;
+    let text = metrics_text(&gateway).await;
     let elapsed = started.elapsed().as_secs_f64();
 
     // Checked failures: at most the burst plus the rate over the flood
@@ -815,7 +772,7 @@ async fn a_client_that_never_reads_is_bounded_in_bytes_and_closed_with_4000() {
     assert!(whole(&reply), "the reader's reply is whole");
     let text = tokio::time::timeout(Duration::from_secs(300), async {
         loop {
-            let text = metrics(&gateway).await;
+            let text = metrics_text(&gateway).await;
             if metric(
                 &text,
                 "corral_client_buffer_closes_total{reason=\"client_buffer\"}",

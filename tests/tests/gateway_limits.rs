@@ -8,13 +8,11 @@
 #![allow(clippy::unwrap_used)]
 
 use std::path::Path;
-use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use corral_e2e::gateway::{Gateway, GatewaySpawn, Ws, WsEvent, ADMIN_TOKEN, TOKEN};
-use corral_e2e::harness::{workspace_bin, READ_TIMEOUT};
+use corral_e2e::gateway::{serve_exit, Gateway, GatewaySpawn, Ws, WsEvent, ADMIN_TOKEN, TOKEN};
 use corral_e2e::mock_llm::{MockLlm, Turn};
 use serde_json::{json, Value};
 
@@ -146,33 +144,16 @@ async fn a_fork_bomb_and_a_memory_hog_kill_only_their_own_child() {
 /// make it exit; returns its exit code and stderr.
 async fn serve_refused(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir(dir.path().join("projects")).unwrap();
-    let mut command = tokio::process::Command::new(workspace_bin("corral"));
-    command
-        .args(["serve", "--listen", "127.0.0.1:0", "--projects-root"])
-        .arg(dir.path().join("projects"))
-        .arg("--state-dir")
-        .arg(dir.path().join("state"))
-        .arg("--child-bin")
-        .arg(workspace_bin("corral-agent"))
-        .args(args)
-        .env_remove("CORRAL_TOKENS")
-        .env_remove("CORRAL_ADMIN_TOKEN")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    for (key, value) in env {
-        command.env(key, value);
-    }
-    let output = tokio::time::timeout(READ_TIMEOUT, command.output())
-        .await
-        .expect("corral serve neither exited nor ran")
-        .unwrap();
-    (
-        output.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
+    let (root, state) = (dir.path().join("projects"), dir.path().join("state"));
+    std::fs::create_dir(&root).unwrap();
+    let mut all: Vec<&std::ffi::OsStr> = vec![
+        "--projects-root".as_ref(),
+        root.as_os_str(),
+        "--state-dir".as_ref(),
+        state.as_os_str(),
+    ];
+    all.extend(args.iter().map(std::ffi::OsStr::new));
+    serve_exit(&all, env).await
 }
 
 #[tokio::test]

@@ -545,12 +545,15 @@ async fn a_state_directory_overlapping_the_projects_root_refuses_to_start() {
     std::fs::create_dir_all(root.join("alpha")).unwrap();
     let root = root.canonicalize().unwrap();
     let inside = root.join("corral-state");
-    let (code, stderr) = serve_exit(&[
-        "--projects-root".as_ref(),
-        root.as_os_str(),
-        "--state-dir".as_ref(),
-        inside.as_os_str(),
-    ])
+    let (code, stderr) = serve_exit(
+        &[
+            "--projects-root".as_ref(),
+            root.as_os_str(),
+            "--state-dir".as_ref(),
+            inside.as_os_str(),
+        ],
+        &[],
+    )
     .await;
     assert_eq!(code, 2, "{stderr}");
     assert!(
@@ -563,12 +566,15 @@ async fn a_state_directory_overlapping_the_projects_root_refuses_to_start() {
     );
     assert!(!inside.exists(), "nothing was created");
 
-    let (code, stderr) = serve_exit(&[
-        "--projects-root".as_ref(),
-        root.as_os_str(),
-        "--state-dir".as_ref(),
-        dir.path().as_os_str(),
-    ])
+    let (code, stderr) = serve_exit(
+        &[
+            "--projects-root".as_ref(),
+            root.as_os_str(),
+            "--state-dir".as_ref(),
+            dir.path().as_os_str(),
+        ],
+        &[],
+    )
     .await;
     assert_eq!(code, 2, "{stderr}");
     assert!(
