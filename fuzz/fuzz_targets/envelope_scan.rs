@@ -1,4 +1,4 @@
 #![no_main]
-//! See `corral_fuzz::envelope`.
+//! See `corral_fuzz_checks::envelope`.
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| corral_fuzz::envelope::check(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| corral_fuzz_checks::envelope::check(data));

@@ -1,4 +1,4 @@
 #![no_main]
-//! See `corral_fuzz::hello`.
+//! See `corral_fuzz_checks::hello`.
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| corral_fuzz::hello::check(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| corral_fuzz_checks::hello::check(data));

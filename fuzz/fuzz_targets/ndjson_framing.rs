@@ -1,4 +1,4 @@
 #![no_main]
-//! See `corral_fuzz::framing`.
+//! See `corral_fuzz_checks::framing`.
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| corral_fuzz::framing::check(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| corral_fuzz_checks::framing::check(data));

@@ -1,4 +1,4 @@
 #![no_main]
-//! See `corral_fuzz::dialects`.
+//! See `corral_fuzz_checks::dialects`.
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| corral_fuzz::dialects::zut(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| corral_fuzz_checks::dialects::zut(data));

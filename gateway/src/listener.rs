@@ -6,14 +6,14 @@
 //!   valid credential (an authenticated WebSocket, a request the admin
 //!   token was accepted for) is closed to make room — an idle keep-alive
 //!   one first, then one that never sent a request, then the oldest
-//!   ([`slots`]) — so a flood of
+//!   (`slots`) — so a flood of
 //!   idle sockets, unauthenticated WebSockets or keep-alive `GET /healthz`
 //!   cannot lock out the admin API or a client with a token. A WebSocket
 //!   keeps its place for its whole life ([`ConnectionSlot`] travels into
 //!   the upgraded connection).
 //! - `--ops-connections`: when every place is protected, a new connection
 //!   takes one of a few reserved places on which only `/healthz`, `/readyz`
-//!   and `/metrics` are answered, once, before it is closed ([`ops`]).
+//!   and `/metrics` are answered, once, before it is closed (`ops`).
 //!   Only when the reserve, too, cannot make room is a connection refused
 //!   with a fixed `503` written without reading anything; it never reaches
 //!   hyper or a task.

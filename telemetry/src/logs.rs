@@ -13,7 +13,7 @@ use tracing_subscriber::registry::LookupSpan;
 const PAYLOAD_DUMPERS: &[&str] = &["tungstenite", "tokio_tungstenite"];
 
 /// `directives` (an [`EnvFilter`] string such as `debug` or
-/// `corral=trace`) without the payload dumps of [`PAYLOAD_DUMPERS`].
+/// `corral=trace`) without the payload dumps of the WebSocket libraries.
 pub fn log_filter<S>(directives: &str) -> Box<dyn Filter<S> + Send + Sync + 'static>
 where
     S: Subscriber + for<'a> LookupSpan<'a>,

@@ -80,7 +80,7 @@ pub struct Confinement {
     /// Paths hidden from every child: the state directory, the projects
     /// root, the directory of each secret file (config, token files), then
     /// `--sandbox-hide` (a file replaced by its directory).
-    /// See [`super::hiding`].
+    /// See `config::hiding`.
     pub hide: Vec<PathBuf>,
     /// Tool commands keep the network (`--tool-network on`).
     pub tool_network: bool,

@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
 
-/// One open connection's place in a [`Pool`]; freed when the last clone
+/// One open connection's place in a `Pool`; freed when the last clone
 /// drops (the HTTP connection, its requests, its WebSocket).
 #[derive(Debug)]
 pub struct ConnectionSlot {

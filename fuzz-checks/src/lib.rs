@@ -1,6 +1,7 @@
-//! The checks behind the fuzz targets, one function per target, shared with
-//! the corpus replay test (`cargo test` in this crate) so that every input
-//! libFuzzer ever saved is also checked without libFuzzer.
+//! The checks behind the fuzz targets, one function per target
+//! ([`TARGETS`]), shared with the corpus replay test (`cargo test -p
+//! corral-fuzz-checks`, part of the workspace's tests) so that every input
+//! in the committed corpus is checked on every test run, without libFuzzer.
 //!
 //! Each check feeds bytes from outside to the parser the real code runs and
 //! asserts what must hold for *any* input: no panic, and properties that
@@ -13,6 +14,20 @@ pub mod framing;
 pub mod hello;
 
 use serde_json::{Map, Value};
+
+/// What a fuzz target runs on each input.
+pub type Check = fn(&[u8]);
+
+/// Every fuzz target (its name under `fuzz_targets/` and `corpus/`) and the
+/// check it runs.
+pub const TARGETS: [(&str, Check); 6] = [
+    ("ndjson_framing", framing::check),
+    ("zut_request", dialects::zut),
+    ("letscode_request", dialects::letscode),
+    ("zi_request", dialects::zi),
+    ("gateway_hello", hello::check),
+    ("envelope_scan", envelope::check),
+];
 
 /// The input as one JSON object, the way both sides read a line (the
 /// framing's own parser), when it is one.
