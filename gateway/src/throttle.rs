@@ -154,9 +154,14 @@ impl std::fmt::Debug for AuthThrottle {
 }
 
 /// The key of a source: an IPv4 address, or the /64 of an IPv6 one (a
-/// single host usually holds a whole /64).
+/// single host usually holds a whole /64). Every loopback address
+/// (`127.0.0.0/8`, `::1`, and their mapped forms) is one source: any
+/// program on the host may connect from any of the 16 million addresses
+/// of `127.0.0.0/8`, so keying them apart would give a tool on the
+/// gateway's host a fresh budget per address.
 pub fn source_key(ip: IpAddr) -> IpAddr {
     match ip.to_canonical() {
+        loopback if loopback.is_loopback() => IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
         IpAddr::V6(v6) => {
             let bits = u128::from(v6) & !((1u128 << 64) - 1);
             IpAddr::V6(bits.into())
@@ -519,5 +524,36 @@ mod tests {
         assert_ne!(source_key(a), source_key(c));
         let mapped: IpAddr = "::ffff:10.0.0.1".parse().unwrap();
         assert_eq!(source_key(mapped), ip(1));
+    }
+
+    #[test]
+    fn every_loopback_address_is_one_source() {
+        let one = source_key(IpAddr::from([127, 0, 0, 1]));
+        for addr in [
+            "127.0.0.2",
+            "127.1.2.3",
+            "127.255.255.254",
+            "::1",
+            "::ffff:127.0.0.9",
+        ] {
+            let addr: IpAddr = addr.parse().unwrap();
+            assert_eq!(source_key(addr), one, "{addr}");
+        }
+        assert_ne!(source_key(ip(1)), one);
+        // And so it shares one budget.
+        let t = throttle(0.001, 2);
+        let now = Instant::now();
+        for last in 1..=2 {
+            let addr = IpAddr::from([127, 0, 0, last]);
+            assert_eq!(attempt(&t, addr, "wrong", now), Checked::Rejected);
+        }
+        assert!(matches!(
+            attempt(&t, IpAddr::from([127, 0, 0, 3]), "wrong", now),
+            Checked::Throttled { .. }
+        ));
+        assert!(matches!(
+            attempt(&t, "::1".parse().unwrap(), "wrong", now),
+            Checked::Throttled { .. }
+        ));
     }
 }

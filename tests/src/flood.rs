@@ -91,6 +91,47 @@ impl HealthzFlood {
     }
 }
 
+/// `sockets` connections each upgrading to a WebSocket on `project` and
+/// never saying hello (each has sent its request, so none is silent),
+/// connecting again at once when the gateway closes one. Counts the
+/// upgrades in `upgraded`. Stops when dropped.
+pub fn upgrade_flood(
+    gateway: &Gateway,
+    project: &str,
+    sockets: usize,
+    upgraded: Arc<AtomicU64>,
+) -> JoinSet<()> {
+    let mut tasks = JoinSet::new();
+    for _ in 0..sockets {
+        let (addr, upgraded) = (gateway.addr, upgraded.clone());
+        let mut request = format!("GET /v1/projects/{project}/rpc HTTP/1.1\r\nHost: {addr}\r\n");
+        for (name, value) in crate::http::UPGRADE {
+            request.push_str(&format!("{name}: {value}\r\n"));
+        }
+        request.push_str("\r\n");
+        tasks.spawn(async move {
+            loop {
+                if let Ok(mut stream) = TcpStream::connect(addr).await {
+                    if stream.write_all(request.as_bytes()).await.is_ok() {
+                        // Whatever comes (the 101, a close frame), until
+                        // the gateway closes the connection.
+                        let mut buf = [0u8; 1024];
+                        let mut first = true;
+                        while let Ok(n @ 1..) = stream.read(&mut buf).await {
+                            if first && buf[..n].starts_with(b"HTTP/1.1 101") {
+                                upgraded.fetch_add(1, Ordering::Relaxed);
+                            }
+                            first = false;
+                        }
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        });
+    }
+    tasks
+}
+
 /// Sends `GET /healthz` on `stream` every `every` until it closes.
 async fn repeat_healthz(stream: TcpStream, every: Duration, answered: &AtomicU64) {
     let (read, mut write) = stream.into_split();

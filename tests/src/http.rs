@@ -2,10 +2,10 @@
 //! that set every header themselves (`Authorization`, `X-Forwarded-For`,
 //! WebSocket upgrades) and compare whole responses, headers included.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::TcpStream;
+use tokio::net::{TcpSocket, TcpStream};
 
 use crate::raw_ws::timeout;
 
@@ -49,6 +49,23 @@ pub struct Conn {
 impl Conn {
     pub async fn connect(addr: SocketAddr) -> Conn {
         let stream = timeout(TcpStream::connect(addr)).await.expect("connect");
+        Conn {
+            stream: BufReader::new(stream),
+            host: addr.to_string(),
+        }
+    }
+
+    /// Connects from the local address `from` (e.g. `127.0.0.2`, which
+    /// any program on the host may use), as a tool on the gateway's host
+    /// can.
+    pub async fn connect_from(from: IpAddr, addr: SocketAddr) -> Conn {
+        let socket = match from {
+            IpAddr::V4(_) => TcpSocket::new_v4(),
+            IpAddr::V6(_) => TcpSocket::new_v6(),
+        }
+        .expect("socket");
+        socket.bind(SocketAddr::new(from, 0)).expect("bind");
+        let stream = timeout(socket.connect(addr)).await.expect("connect");
         Conn {
             stream: BufReader::new(stream),
             host: addr.to_string(),

@@ -163,6 +163,43 @@ async fn a_healthz_flood_from_a_tool_does_not_lock_clients_out() {
     assert_eq!(pong["success"], true, "{pong}");
 }
 
+/// 150 sockets that each upgrade to a WebSocket and never say hello,
+/// reconnecting as soon as they are closed, against a cap of 50: a client
+/// with the token connects, says hello and pings 30 times out of 30. (Its
+/// new connection, not yet read when the next flood connection arrives,
+/// must not be taken for a silent one and closed first.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_upgrades_without_hello_does_not_lock_clients_out() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let gateway = GatewaySpawn::default()
+        .echo()
+        .arg("--max-connections")
+        .arg("50")
+        .spawn()
+        .await;
+    let upgraded = std::sync::Arc::new(AtomicU64::new(0));
+    let flood = corral_e2e::flood::upgrade_flood(&gateway, "alpha", 150, upgraded.clone());
+    tokio::time::timeout(Duration::from_secs(120), async {
+        while upgraded.load(Ordering::Relaxed) < 500 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the flood never got going");
+    let mut failures = Vec::new();
+    for attempt in 0..30 {
+        if let Err(e) = try_client(&gateway, "alpha", TOKEN).await {
+            failures.push(format!("attempt {attempt}: {e}"));
+        }
+    }
+    let during = upgraded.load(Ordering::Relaxed);
+    drop(flood);
+    assert!(failures.is_empty(), "{failures:#?}");
+    let text = metrics_text(&gateway).await;
+    assert!(metric(&text, EVICTED) > 0.0, "the flood filled the cap");
+    eprintln!("{during} upgrades by the flood");
+}
+
 /// The same from outside under a soft and hard open-file limit of 1024
 /// (a cap of 640): 1100 keep-alive `/healthz` repeaters.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

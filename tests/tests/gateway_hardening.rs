@@ -397,6 +397,56 @@ async fn a_flood_of_wrong_tokens_never_locks_out_the_right_one() {
     assert!(closes.contains(&1013), "{closes:?}");
 }
 
+/// A tool on the gateway's host may connect from any address of
+/// `127.0.0.0/8` (and from `::1`): all of them are one source with one
+/// failure budget, so twenty addresses get no more wrong tokens checked
+/// than one, and the admin token still works from a fresh one.
+#[tokio::test]
+async fn every_loopback_address_shares_one_budget() {
+    let gateway = GatewaySpawn::default()
+        .echo()
+        .arg("--auth-failure-rate")
+        .arg("0.01")
+        .arg("--auth-failure-burst")
+        .arg("3")
+        .spawn()
+        .await;
+    // The operator's scrape, before: its admin token is now known here.
+    metrics_text(&gateway).await;
+    let bearer = format!("Bearer {WRONG_TOKEN}");
+    let mut statuses = Vec::new();
+    for last in 2..=21u8 {
+        let from = std::net::IpAddr::from([127, 0, 0, last]);
+        let mut conn = http::Conn::connect_from(from, gateway.addr).await;
+        let answer = conn
+            .request("GET", "/v1/stats", &[("Authorization", &bearer)])
+            .await
+            .expect("an answer");
+        statuses.push(answer.status);
+    }
+    let checked = statuses.iter().filter(|s| **s == 401).count();
+    assert_eq!(checked, 3, "{statuses:?}");
+    assert!(statuses[3..].iter().all(|s| *s == 429), "{statuses:?}");
+    let text = metrics_text(&gateway).await;
+    assert_eq!(
+        metric(
+            &text,
+            "corral_auth_failures_total{reason=\"invalid_token\"}"
+        ),
+        3.0
+    );
+    // The admin token (remembered from the scrape before) works from any
+    // loopback address.
+    let from = std::net::IpAddr::from([127, 0, 0, 99]);
+    let admin = format!("Bearer {ADMIN_TOKEN}");
+    let answer = http::Conn::connect_from(from, gateway.addr)
+        .await
+        .request("GET", "/v1/stats", &[("Authorization", &admin)])
+        .await
+        .expect("an answer");
+    assert_eq!(answer.status, 200);
+}
+
 /// `--proxy-listen`: only connections on it take the client address from
 /// `X-Forwarded-For` (its right-most entry); on the main listener the
 /// header changes nothing. Both serve the same routes.

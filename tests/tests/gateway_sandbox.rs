@@ -538,6 +538,48 @@ async fn secret_files_replaced_while_agents_run_stay_hidden() {
     assert_secrets_unseen(&mut alpha, &mock, &secrets, &files).await;
 }
 
+/// Writes `token` into a new version directory `name` of a secret volume.
+fn secret_version(secrets: &Path, name: &str, token: &str) {
+    std::fs::create_dir(secrets.join(name)).unwrap();
+    std::fs::write(secrets.join(name).join("tokens"), format!("{token}\n")).unwrap();
+}
+
+/// A token file in a Kubernetes secret volume (`tokens -> ..data/tokens`,
+/// `..data -> ..VERSION`), updated the way the kubelet does while A's agent
+/// runs: a new version directory, `..data` swapped to it by rename, the old
+/// one deleted. A's tools see neither version.
+#[tokio::test]
+async fn a_secret_volume_updated_by_a_link_swap_stays_hidden() {
+    let mock = MockLlm::start().await;
+    let dir = work_dir();
+    let secrets = dir.path().join("secrets");
+    std::fs::create_dir(&secrets).unwrap();
+    secret_version(&secrets, "..2024_a", FILE_TOKEN);
+    std::os::unix::fs::symlink("..2024_a", secrets.join("..data")).unwrap();
+    std::os::unix::fs::symlink("..data/tokens", secrets.join("tokens")).unwrap();
+    let token_file = secrets.join("tokens");
+    let gateway = GatewaySpawn::default()
+        .mock(&mock.anthropic_base_url())
+        .projects_root(dir.path().join("projects"))
+        .state_dir(dir.path().join("state"))
+        .token_args(&["--token-file", token_file.to_str().unwrap()])
+        .spawn()
+        .await;
+    let (mut alpha, hello) = gateway.client_with("alpha", FILE_TOKEN, None).await;
+    assert_eq!(hello["success"], true, "{hello}");
+    let files = [token_file.as_path()];
+    assert_secrets_unseen(&mut alpha, &mock, &secrets, &files).await;
+
+    secret_version(&secrets, "..2024_b", NEW_FILE_TOKEN);
+    std::os::unix::fs::symlink("..2024_b", secrets.join("..data_tmp")).unwrap();
+    std::fs::rename(secrets.join("..data_tmp"), secrets.join("..data")).unwrap();
+    std::fs::remove_dir_all(secrets.join("..2024_a")).unwrap();
+    assert!(std::fs::read_to_string(&token_file)
+        .unwrap()
+        .contains(NEW_FILE_TOKEN));
+    assert_secrets_unseen(&mut alpha, &mock, &secrets, &files).await;
+}
+
 #[tokio::test]
 async fn a_state_directory_overlapping_the_projects_root_refuses_to_start() {
     let dir = work_dir();

@@ -188,6 +188,20 @@ pub fn apart(state: &Path, root: &Path) -> Result<(), Overlap> {
     Ok(())
 }
 
+/// `path` made absolute with its directory resolved but its last
+/// component not followed: where the file is *named*. For a link (a
+/// Kubernetes secret volume's `tokens -> ..data/tokens`, a release
+/// symlink) this differs from [`resolved`], and the directory holding the
+/// link must be covered too: the operator may point the link at a new
+/// target, which no cover on the old one's directory hides.
+pub fn named(path: &Path) -> std::io::Result<PathBuf> {
+    let path = std::path::absolute(path)?;
+    match (path.parent(), path.file_name()) {
+        (Some(parent), Some(name)) => Ok(resolved(parent)?.join(name)),
+        _ => resolved(&path),
+    }
+}
+
 /// `path` made absolute with its longest existing ancestor resolved (links
 /// followed), for a directory that may not exist yet.
 pub fn resolved(path: &Path) -> std::io::Result<PathBuf> {
@@ -310,6 +324,24 @@ mod tests {
         std::os::unix::fs::symlink(&real, dir.path().join("link")).unwrap();
         let got = resolved(&dir.path().join("link/new/state")).unwrap();
         assert_eq!(got, real.canonicalize().unwrap().join("new/state"));
+    }
+
+    #[test]
+    fn a_link_is_named_where_it_lies_and_resolved_where_it_points() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().canonicalize().unwrap();
+        // A Kubernetes secret volume: tokens -> ..data/tokens, ..data -> ..2024_a.
+        std::fs::create_dir(base.join("..2024_a")).unwrap();
+        std::fs::write(base.join("..2024_a/tokens"), "t").unwrap();
+        std::os::unix::fs::symlink("..2024_a", base.join("..data")).unwrap();
+        std::os::unix::fs::symlink("..data/tokens", base.join("tokens")).unwrap();
+        let file = base.join("tokens");
+        assert_eq!(named(&file).unwrap(), file);
+        assert_eq!(resolved(&file).unwrap(), base.join("..2024_a/tokens"));
+        // A link among the directories is resolved either way.
+        std::os::unix::fs::symlink(&base, base.join("..2024_a/up")).unwrap();
+        let through = base.join("..data/up/tokens");
+        assert_eq!(named(&through).unwrap(), file);
     }
 
     #[test]

@@ -674,11 +674,18 @@ fn covering_secrets(
     };
     let mut covers = Vec::new();
     for (setting, path) in secret_files {
-        let path = hiding::resolved(&path).map_err(|e| ConfigError::Invalid {
+        let invalid = |e: std::io::Error| ConfigError::Invalid {
             setting: setting.clone(),
             reason: format!("{}: {e}", path.display()),
-        })?;
-        covers.push(hiding::cover_for(&setting, &path, &needed)?);
+        };
+        // Where it is named and, for a link, where it points now: a link
+        // swapped on the host lands in the first, still covered.
+        let named = hiding::named(&path).map_err(invalid)?;
+        let target = hiding::resolved(&path).map_err(invalid)?;
+        covers.push(hiding::cover_for(&setting, &named, &needed)?);
+        if target != named {
+            covers.push(hiding::cover_for(&setting, &target, &needed)?);
+        }
     }
     let mut operator = Vec::new();
     for path in std::mem::take(&mut confinement.hide) {

@@ -164,9 +164,21 @@ pub(super) fn resolve(raw: Raw) -> Result<Confinement, ConfigError> {
     }
     let mut hide: Vec<PathBuf> = Vec::new();
     for path in &raw.extra_hide {
-        let path = absolute(path)?;
-        if !hide.contains(&path) {
-            hide.push(path);
+        // A link to a file is hidden where it points and where it lies
+        // (its directory, later): a link swapped on the host stays hidden.
+        let link = match std::fs::symlink_metadata(path) {
+            Ok(meta) if meta.file_type().is_symlink() && !path.is_dir() => Some(
+                super::hiding::named(path).map_err(|e| ConfigError::Invalid {
+                    setting: "--sandbox-hide / sandbox_hide".into(),
+                    reason: format!("{}: {e}", path.display()),
+                })?,
+            ),
+            _ => None,
+        };
+        for path in std::iter::once(absolute(path)?).chain(link) {
+            if !hide.contains(&path) {
+                hide.push(path);
+            }
         }
     }
     let child_user = raw.child_user.as_deref().map(lookup_user).transpose()?;

@@ -580,6 +580,31 @@ fn a_file_hide_covers_its_directory_and_a_needed_one_is_refused() {
 }
 
 #[test]
+fn a_linked_secret_file_is_hidden_where_the_link_lies_too() {
+    // Kubernetes secret volumes: name -> ..data/name, ..data -> ..TIMESTAMP;
+    // an update makes a new ..TIMESTAMP and swaps ..data.
+    let f = Fixture::new();
+    for dir in ["secrets", "keys"] {
+        fs::create_dir_all(f.path(&format!("{dir}/..2024_a"))).unwrap();
+        std::os::unix::fs::symlink("..2024_a", f.path(&format!("{dir}/..data"))).unwrap();
+    }
+    fs::write(f.path("secrets/..2024_a/tokens"), format!("{TOKEN}\n")).unwrap();
+    std::os::unix::fs::symlink("..data/tokens", f.path("secrets/tokens")).unwrap();
+    fs::write(f.path("keys/..2024_a/provider.key"), "k").unwrap();
+    std::os::unix::fs::symlink("..data/provider.key", f.path("keys/provider.key")).unwrap();
+    let args = ServeArgs {
+        token_file: Some(f.path("secrets/tokens")),
+        sandbox_hide: vec![f.path("keys/provider.key")],
+        ..f.args()
+    };
+    let c = load_with_env(args, &no_env).unwrap().confinement;
+    let canonical = |rel: &str| f.path(rel).canonicalize().unwrap();
+    for dir in ["secrets", "secrets/..2024_a", "keys", "keys/..2024_a"] {
+        assert!(c.hide.contains(&canonical(dir)), "{dir}: {:?}", c.hide);
+    }
+}
+
+#[test]
 fn the_state_directory_may_not_overlap_the_projects_root() {
     let f = Fixture::new();
     let args = ServeArgs {

@@ -3,9 +3,13 @@
 //! protected is closed to make room for the new one. An idle keep-alive
 //! connection goes first (its peer has its answers and an HTTP client
 //! reconnects on its own, as nginx also drains them first), then one that
-//! never sent a complete request, then the oldest: a newcomer that sent
-//! its request and waits for the answer or is saying hello is not closed
-//! while a flood of kept-alive or silent sockets is open.
+//! sent no complete request within [`SILENT_GRACE`] of being accepted,
+//! then the oldest: a newcomer that sent its request and waits for the
+//! answer or is saying hello is not closed while a flood of kept-alive or
+//! silent sockets is open. A newcomer still in its first round trip is
+//! not silent yet: were it, a flood of sockets that each sent a request
+//! (WebSocket upgrades that never say hello) would close every newcomer
+//! before its request arrived, as the only silent connection.
 //!
 //! A connection is protected only once it has proved it holds a valid
 //! credential: a WebSocket that authenticated, or a plain request the
@@ -18,9 +22,17 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
+use std::time::Duration;
+
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
+
+/// How long after its accept a connection without a complete request head
+/// counts as silent (evicted before older ones that sent theirs). Far more
+/// than a client needs to send its request once connected.
+pub const SILENT_GRACE: Duration = Duration::from_secs(1);
 
 /// One open connection's place in a `Pool`; freed when the last clone
 /// drops (the HTTP connection, its requests, its WebSocket).
@@ -40,6 +52,8 @@ pub struct ConnectionSlot {
     idle: AtomicBool,
     /// Cancelled to close this connection to make room.
     evict: CancellationToken,
+    /// When it was accepted.
+    accepted: Instant,
 }
 
 impl ConnectionSlot {
@@ -74,6 +88,11 @@ impl ConnectionSlot {
     /// Whether a request head ever arrived.
     pub(super) fn was_served(&self) -> bool {
         self.served.load(Ordering::SeqCst)
+    }
+
+    /// No request head within [`SILENT_GRACE`] of the accept, as of `now`.
+    fn is_silent(&self, now: Instant) -> bool {
+        !self.was_served() && now.saturating_duration_since(self.accepted) >= SILENT_GRACE
     }
 
     pub(super) fn metrics(&self) -> &Metrics {
@@ -111,12 +130,13 @@ impl EvictionQueue {
     }
 
     /// Signals a live, unprotected connection to close, the first of:
-    /// the oldest idle keep-alive one, the oldest that never sent a
-    /// complete request head (both among the first [`IDLE_SEARCH`]
-    /// evictable ones), the oldest. Returns whether there was one.
+    /// the oldest idle keep-alive one, the oldest silent one (no complete
+    /// request head within [`SILENT_GRACE`]; both among the first
+    /// [`IDLE_SEARCH`] evictable ones), the oldest. Returns whether there was one.
     /// Entries of closed, protected or already evicted connections met
     /// on the way are dropped (protection never ends).
     fn evict(&mut self) -> bool {
+        let now = Instant::now();
         let mut index = 0;
         let mut searched = 0;
         let mut silent = None;
@@ -134,7 +154,7 @@ impl EvictionQueue {
                 slot.evict.cancel();
                 return true;
             }
-            if silent.is_none() && !slot.was_served() {
+            if silent.is_none() && slot.is_silent(now) {
                 silent = Some(index);
             }
             index += 1;
@@ -214,6 +234,7 @@ impl Pool {
             protected: AtomicBool::new(false),
             idle: AtomicBool::new(false),
             evict: CancellationToken::new(),
+            accepted: Instant::now(),
         });
         self.queue.push(&slot);
         self.queue
@@ -292,19 +313,47 @@ mod tests {
         assert!(!pool.queue.evict());
     }
 
-    #[test]
-    fn silent_connections_go_before_older_ones_that_sent_a_request() {
+    #[tokio::test(start_paused = true)]
+    async fn silent_connections_go_before_older_ones_that_sent_a_request() {
         let metrics = metrics();
         let mut pool = Pool::new(8, 8);
         let awaiting_hello = pool.take(&metrics);
         awaiting_hello.request_started();
         awaiting_hello.request_answered(true);
         let silent = pool.take(&metrics);
+        tokio::time::advance(SILENT_GRACE).await;
         assert!(pool.queue.evict());
         assert!(silent.evict.is_cancelled());
         assert!(!awaiting_hello.evict.is_cancelled());
         assert!(pool.queue.evict());
         assert!(awaiting_hello.evict.is_cancelled());
+    }
+
+    /// A flood of upgraded sockets that never say hello: the newcomer,
+    /// its request not read yet, is not taken for a silent one (it would
+    /// be the only one, and closed for every flood connection).
+    #[tokio::test(start_paused = true)]
+    async fn a_newcomer_is_not_silent_during_its_first_round_trip() {
+        let metrics = metrics();
+        let mut pool = Pool::new(8, 8);
+        let flood: Vec<_> = (0..3)
+            .map(|_| {
+                let slot = pool.take(&metrics);
+                slot.request_started();
+                slot.request_answered(true);
+                slot
+            })
+            .collect();
+        tokio::time::advance(Duration::from_secs(5)).await;
+        let newcomer = pool.take(&metrics);
+        tokio::time::advance(SILENT_GRACE / 2).await;
+        for slot in &flood {
+            assert!(pool.queue.evict());
+            assert!(slot.evict.is_cancelled());
+            assert!(!newcomer.evict.is_cancelled());
+        }
+        assert!(pool.queue.evict());
+        assert!(newcomer.evict.is_cancelled());
     }
 
     #[test]
