@@ -4,7 +4,9 @@
 //! entry, the address the balancer itself saw (entries to its left were
 //! written by the client and prove nothing). The header is never read on
 //! the main listener: a tool on the same host reaches loopback and could
-//! write anything there. On the proxy listener a request without a
+//! write anything there. On the proxy listener it is read only from a
+//! peer in `--trusted-proxy` (a connection from anywhere else counts as
+//! its TCP peer, like one on the main listener), and a request without a
 //! usable entry counts as coming from the balancer.
 //!
 //! Also the sockets the accept loop takes connections from
@@ -38,6 +40,9 @@ pub struct Listeners {
     pub main: TcpListener,
     /// For a trusted balancer (`--proxy-listen`), if configured.
     pub proxy: Option<TcpListener>,
+    /// The peers whose `X-Forwarded-For` counts on `proxy`
+    /// (`--trusted-proxy`).
+    pub trusted: Vec<ipnet::IpNet>,
 }
 
 impl Listeners {
@@ -47,9 +52,20 @@ impl Listeners {
             None => (self.main.accept().await, Via::Main),
             Some(proxy) => tokio::select! {
                 accepted = self.main.accept() => (accepted, Via::Main),
-                accepted = proxy.accept() => (accepted, Via::Proxy),
+                accepted = proxy.accept() => {
+                    // A peer outside --trusted-proxy is a client like any
+                    // other (a failed accept keeps Proxy: its reserve).
+                    let untrusted = accepted.as_ref().is_ok_and(|(_, peer)| !self.trusts(peer.ip()));
+                    (accepted, if untrusted { Via::Main } else { Via::Proxy })
+                }
             },
         }
+    }
+
+    /// Whether `peer` is a trusted balancer.
+    fn trusts(&self, peer: IpAddr) -> bool {
+        let peer = peer.to_canonical();
+        self.trusted.iter().any(|net| net.contains(&peer))
     }
 
     /// The listener behind `via`.

@@ -296,6 +296,7 @@ async fn serve(config: Config, limits: Arc<Limits>) -> anyhow::Result<()> {
     let listeners = Listeners {
         main: listener,
         proxy,
+        trusted: config.trusted_proxies.clone(),
     };
     server::run(listeners, state, listener_limits, config.shutdown_grace).await;
     limits.cleanup();
@@ -511,6 +512,7 @@ fn serve_metrics(
     let listeners = Listeners {
         main: listener,
         proxy: None,
+        trusted: Vec::new(),
     };
     shutdown.spawn(corral::listener::serve(
         listeners,

@@ -187,6 +187,11 @@ impl Fleet {
             .state_dir(self.dir.path().join("state"))
             .arg("--proxy-listen")
             .arg("127.0.0.1:0")
+            // nginx runs on this host, so tools must not share its network.
+            .arg("--trusted-proxy")
+            .arg("127.0.0.1")
+            .arg("--tool-network")
+            .arg("off")
             .capture_log()
             .spawn()
             .await
@@ -453,6 +458,10 @@ async fn clients_behind_nginx_cannot_choose_their_address() {
         .state_dir(fleet.dir.path().join("state"))
         .arg("--proxy-listen")
         .arg("127.0.0.1:0")
+        .arg("--trusted-proxy")
+        .arg("127.0.0.1")
+        .arg("--tool-network")
+        .arg("off")
         .arg("--auth-failure-rate")
         .arg("0.01")
         .arg("--auth-failure-burst")

@@ -12,7 +12,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use corral_e2e::flood::{metric, metrics_text, raise_own_nofile, try_client};
-use corral_e2e::gateway::{Gateway, GatewaySpawn, Ws, WsEvent, ADMIN_TOKEN, OBSERVER_TOKEN, TOKEN};
+use corral_e2e::gateway::{
+    serve_exit, Gateway, GatewaySpawn, Ws, WsEvent, ADMIN_TOKEN, OBSERVER_TOKEN, TOKEN,
+};
 use corral_e2e::http;
 use corral_e2e::raw_ws::{close_for_frame, read_close, read_frame, stream_frame, timeout, Raw};
 use futures_util::future::join_all;
@@ -447,15 +449,20 @@ async fn every_loopback_address_shares_one_budget() {
     assert_eq!(answer.status, 200);
 }
 
-/// `--proxy-listen`: only connections on it take the client address from
-/// `X-Forwarded-For` (its right-most entry); on the main listener the
-/// header changes nothing. Both serve the same routes.
+/// `--proxy-listen`: only connections on it from a `--trusted-proxy` take
+/// the client address from `X-Forwarded-For` (its right-most entry); on
+/// the main listener the header changes nothing. Both serve the same
+/// routes.
 #[tokio::test]
 async fn forwarded_addresses_count_only_on_the_proxy_listener() {
     let gateway = GatewaySpawn::default()
         .echo()
         .arg("--proxy-listen")
         .arg("127.0.0.1:0")
+        .arg("--trusted-proxy")
+        .arg("127.0.0.1")
+        .arg("--tool-network")
+        .arg("off")
         .arg("--auth-failure-rate")
         .arg("0.01")
         .arg("--auth-failure-burst")
@@ -518,6 +525,67 @@ async fn forwarded_addresses_count_only_on_the_proxy_listener() {
         ws.request(json!({"id":"p","type":"ping"})).await["success"],
         true
     );
+}
+
+/// A peer outside `--trusted-proxy` that reaches the proxy listener (a
+/// tool on the balancer's network, say) is a client like any other: its
+/// `X-Forwarded-For` changes nothing. And a trusted range covering this
+/// host is refused while agents' tools share its network.
+#[tokio::test]
+async fn only_a_trusted_proxy_names_the_client() {
+    let gateway = GatewaySpawn::default()
+        .echo()
+        .arg("--proxy-listen")
+        .arg("127.0.0.1:0")
+        .arg("--trusted-proxy")
+        .arg("198.18.0.1")
+        .arg("--tool-network")
+        .arg("off")
+        .arg("--auth-failure-rate")
+        .arg("0.01")
+        .arg("--auth-failure-burst")
+        .arg("2")
+        .spawn()
+        .await;
+    let proxy = gateway.proxy_addr.expect("the proxy listener's address");
+    let mut statuses = Vec::new();
+    for forwarded in [
+        "198.51.100.1",
+        "198.51.100.2",
+        "198.51.100.3",
+        "198.51.100.4",
+    ] {
+        let bearer = format!("Bearer {WRONG_TOKEN}");
+        let headers = [
+            ("Authorization", bearer.as_str()),
+            ("X-Forwarded-For", forwarded),
+        ];
+        statuses.push(
+            http::exchange(proxy, "GET", "/v1/stats", &headers)
+                .await
+                .status,
+        );
+    }
+    assert_eq!(
+        statuses,
+        [401, 401, 429, 429],
+        "one budget for the untrusted peer"
+    );
+
+    let (code, stderr) = serve_exit(
+        &[
+            "--projects-root".as_ref(),
+            gateway.root.as_os_str(),
+            "--proxy-listen".as_ref(),
+            "127.0.0.1:0".as_ref(),
+            "--trusted-proxy".as_ref(),
+            "127.0.0.0/8".as_ref(),
+        ],
+        &[],
+    )
+    .await;
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("--tool-network off"), "{stderr}");
 }
 
 // ---------------------------------------------------------------------------

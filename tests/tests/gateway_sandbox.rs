@@ -639,9 +639,14 @@ async fn a_planted_home_link_is_not_followed() {
     std::fs::set_permissions(&elsewhere, std::fs::Permissions::from_mode(0o755)).unwrap();
     std::os::unix::fs::symlink(&elsewhere, state.join("homes/alpha")).unwrap();
     let agent = corral_e2e::harness::workspace_bin("corral-agent");
+    // The home is the gateway's work, with or without the sandbox; without
+    // it, the agent runs from a checkout under /tmp as well (the sandbox
+    // would give it a private /tmp without the binary).
     let gateway = GatewaySpawn::default()
         .projects_root(dir.path().join("projects"))
         .state_dir(state.clone())
+        .arg("--sandbox")
+        .arg("off")
         .arg("--dialect")
         .arg("acp")
         .arg("--child-command")

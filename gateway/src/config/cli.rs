@@ -107,6 +107,10 @@ pub struct ServeArgs {
     #[arg(long, value_name = "ADDR")]
     pub proxy_listen: Option<SocketAddr>,
 
+    /// The balancer's address or range (e.g. 10.0.0.5 or 10.0.0.0/24), repeatable; required with --proxy-listen: only connections from there may name the client in X-Forwarded-For. Refused when it covers an address of this host while agents' tools have the network [default: none].
+    #[arg(long = "trusted-proxy", value_name = "CIDR", value_parser = parse_net)]
+    pub trusted_proxy: Vec<ipnet::IpNet>,
+
     /// Export OpenTelemetry traces (one per prompt, the gateway's span
     /// linked to the agent's) over OTLP/HTTP to this base URL, e.g.
     /// http://127.0.0.1:4318; children export there too [default: off].
@@ -330,6 +334,14 @@ pub struct AttachArgs {
     /// outside runs), not those of other clients of the project.
     #[arg(long)]
     pub own_runs: bool,
+}
+
+/// An address range: `10.0.0.0/24`, `fd00::/8`, or one address (`10.0.0.5`).
+pub fn parse_net(text: &str) -> Result<ipnet::IpNet, String> {
+    let text = text.trim();
+    text.parse::<ipnet::IpNet>()
+        .or_else(|_| text.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+        .map_err(|_| format!("{text:?} is not an address or an address range such as 10.0.0.0/24"))
 }
 
 #[cfg(test)]

@@ -24,6 +24,7 @@ pub struct FileConfig {
     pub listen: Option<String>,
     pub metrics_listen: Option<String>,
     pub proxy_listen: Option<String>,
+    pub trusted_proxies: Option<Vec<String>>,
     pub projects_root: Option<PathBuf>,
     pub state_dir: Option<PathBuf>,
     pub tokens: Option<TokenList>,

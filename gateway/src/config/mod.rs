@@ -8,6 +8,7 @@
 //! | `--listen ADDR` | `listen` | required |
 //! | `--metrics-listen ADDR` | `metrics_listen` | none: `/metrics` needs the admin token |
 //! | `--proxy-listen ADDR` | `proxy_listen` | none (for a trusted balancer: client address from `X-Forwarded-For`) |
+//! | `--trusted-proxy CIDR`… | `trusted_proxies` | none; required with `--proxy-listen`; not an address of this host unless `--tool-network off` |
 //! | `--otlp-endpoint URL` | – | none: no traces exported |
 //! | `--projects-root DIR` | `projects_root` | required; must be a directory |
 //! | `--state-dir DIR` | `state_dir` | `./corral-state` (created) |
@@ -102,6 +103,8 @@ pub struct Config {
     /// A listener for a trusted balancer: the same routes, the client
     /// address taken from `X-Forwarded-For`.
     pub proxy_listen: Option<SocketAddr>,
+    /// The balancers whose `X-Forwarded-For` counts on `proxy_listen`.
+    pub trusted_proxies: Vec<ipnet::IpNet>,
     /// The per-source failure budget for tokens.
     pub throttle: crate::throttle::ThrottlePolicy,
     /// Where the gateway and its children export traces (OTLP/HTTP).
@@ -350,6 +353,7 @@ pub fn load_with_env(
     };
 
     let proxy_listen = throttle::proxy_listen(&args, &file, listen)?;
+    let trusted_proxies = throttle::trusted_proxies(&args, &file, proxy_listen)?;
     let throttle = throttle::policy(&args, &file)?;
 
     let tokens = tokens::resolve(&args, &file, env)?;
@@ -539,6 +543,14 @@ pub fn load_with_env(
         memory_max: args.child_memory_max.or(file.child_memory_max.map(|b| b.0)),
         pids_max: args.child_pids_max.or(file.child_pids_max),
     })?;
+    if !trusted_proxies.is_empty() {
+        let tools_on_host_network = !confinement.sandbox || confinement.tool_network;
+        throttle::check_trusted_reach(
+            &trusted_proxies,
+            &throttle::own_addresses(),
+            tools_on_host_network,
+        )?;
+    }
     let dialect = args.dialect.or(file.dialect).unwrap_or_default();
     let child_args = pick_list(args.child_args, file.child_args);
     let child_command = child_command::resolve(
@@ -605,6 +617,7 @@ pub fn load_with_env(
         listen,
         metrics_listen,
         proxy_listen,
+        trusted_proxies,
         throttle,
         otlp_endpoint: args.otlp_endpoint,
         projects_root,

@@ -761,7 +761,7 @@ fn throttle_and_proxy_listener_settings() {
     assert_eq!(config.proxy_listen, None);
 
     let file = f.config_file(
-        "proxy_listen = \"127.0.0.1:7001\"\nauth_failure_rate = 2\nauth_failure_burst = 4\nmax_auth_sources = 50\n",
+        "proxy_listen = \"127.0.0.1:7001\"\ntrusted_proxies = [\"203.0.113.0/24\", \"198.51.100.7\"]\nauth_failure_rate = 2\nauth_failure_burst = 4\nmax_auth_sources = 50\n",
     );
     let args = ServeArgs {
         config: Some(file.clone()),
@@ -769,6 +769,13 @@ fn throttle_and_proxy_listener_settings() {
     };
     let config = load_with_env(args, &no_env).unwrap();
     assert_eq!(config.proxy_listen, Some("127.0.0.1:7001".parse().unwrap()));
+    assert_eq!(
+        config.trusted_proxies,
+        [
+            "203.0.113.0/24".parse::<ipnet::IpNet>().unwrap(),
+            "198.51.100.7/32".parse().unwrap()
+        ]
+    );
     assert_eq!(config.throttle.rate, 2.0);
     assert_eq!(config.throttle.burst, 4);
     assert_eq!(config.throttle.max_sources, 50);
@@ -811,13 +818,49 @@ fn throttle_and_proxy_listener_settings() {
         (
             ServeArgs {
                 proxy_listen: Some("127.0.0.1:7000".parse().unwrap()),
+                trusted_proxy: vec!["192.0.2.1/32".parse().unwrap()],
                 ..f.args()
             },
             "--proxy-listen",
+        ),
+        (
+            ServeArgs {
+                proxy_listen: Some("127.0.0.1:7001".parse().unwrap()),
+                ..f.args()
+            },
+            "--trusted-proxy",
+        ),
+        (
+            ServeArgs {
+                trusted_proxy: vec!["192.0.2.1/32".parse().unwrap()],
+                ..f.args()
+            },
+            "--proxy-listen",
+        ),
+        (
+            ServeArgs {
+                proxy_listen: Some("127.0.0.1:7001".parse().unwrap()),
+                trusted_proxy: vec!["127.0.0.0/8".parse().unwrap()],
+                ..f.args()
+            },
+            "--tool-network off",
         ),
     ] {
         let err = load_with_env(args, &no_env).unwrap_err();
         assert!(matches!(err, ConfigError::Invalid { .. }), "{err}");
         assert!(err.to_string().contains(flag), "{err}");
     }
+}
+
+#[test]
+fn a_trusted_proxy_on_this_host_needs_tools_off_the_network() {
+    let f = Fixture::new();
+    let args = ServeArgs {
+        proxy_listen: Some("127.0.0.1:7001".parse().unwrap()),
+        trusted_proxy: vec!["127.0.0.1/32".parse().unwrap()],
+        tool_network: Some(super::sandbox::OnOff::Off),
+        ..f.args()
+    };
+    let config = load_with_env(args, &no_env).unwrap();
+    assert_eq!(config.trusted_proxies.len(), 1);
 }
