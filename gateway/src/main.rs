@@ -212,13 +212,13 @@ fn init_logging(format: LogFormat, otlp_endpoint: Option<&str>) -> Option<Teleme
 async fn serve(config: Config, limits: Arc<Limits>) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
-        .with_context(|| format!("cannot listen on {}", config.listen))?;
+        .map_err(|e| listen_error(e, config.listen, "--listen"))?;
     let addr = listener.local_addr()?;
     let proxy = match config.proxy_listen {
         Some(proxy) => Some(
             tokio::net::TcpListener::bind(proxy)
                 .await
-                .with_context(|| format!("cannot listen on {proxy} for the balancer"))?,
+                .map_err(|e| listen_error(e, proxy, "--proxy-listen"))?,
         ),
         None => None,
     };
@@ -226,7 +226,7 @@ async fn serve(config: Config, limits: Arc<Limits>) -> anyhow::Result<()> {
         Some(at) => Some(
             tokio::net::TcpListener::bind(at)
                 .await
-                .with_context(|| format!("cannot listen on {at} for metrics"))?,
+                .map_err(|e| listen_error(e, at, "--metrics-listen"))?,
         ),
         None => None,
     };
@@ -335,6 +335,24 @@ fn listener_limits(config: &Config) -> ListenerLimits {
         ops_connections: config.limits.ops_connections,
         header_timeout: config.limits.header_timeout,
     }
+}
+
+/// Why an address cannot be bound, and what to do about it.
+fn listen_error(e: std::io::Error, addr: std::net::SocketAddr, flag: &str) -> anyhow::Error {
+    let hint = match e.kind() {
+        std::io::ErrorKind::AddrInUse => format!(
+            "; another process listens there (another corral serve?): stop it, or pass {flag} with another port (port 0 picks a free one)"
+        ),
+        std::io::ErrorKind::PermissionDenied if addr.port() < 1024 => format!(
+            "; ports below 1024 need privileges: pass {flag} with a port of 1024 or more"
+        ),
+        std::io::ErrorKind::AddrNotAvailable => format!(
+            "; {} is not an address of this host: pass {flag} with one of its addresses (or 0.0.0.0)",
+            addr.ip()
+        ),
+        _ => String::new(),
+    };
+    anyhow::anyhow!("cannot listen on {addr}: {e}{hint}")
 }
 
 /// Where the gateway listens, once bound (a port 0 resolved).

@@ -389,12 +389,18 @@ impl Gateway {
 }
 
 /// Runs `corral serve` with exactly `args` (plus `--listen 127.0.0.1:0`
-/// and the agent beside it) and `env`, which must make it exit before
-/// serving; returns its exit code and stderr.
+/// unless they name one, and the agent beside it) and `env`, which must
+/// make it exit before serving; returns its exit code and stderr.
 pub async fn serve_exit(args: &[&std::ffi::OsStr], env: &[(&str, &str)]) -> (i32, String) {
     let mut command = Command::new(workspace_bin("corral"));
     command
-        .args(["serve", "--listen", "127.0.0.1:0", "--child-bin"])
+        .arg("serve")
+        .args(if args.iter().any(|a| *a == "--listen") {
+            &[][..]
+        } else {
+            &["--listen", "127.0.0.1:0"][..]
+        })
+        .arg("--child-bin")
         .arg(workspace_bin("corral-agent"))
         .args(args)
         .env_remove("CORRAL_TOKENS")

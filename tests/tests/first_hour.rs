@@ -1,6 +1,7 @@
 //! What a newcomer meets in a fresh clone: the README's quick start leaves
-//! `git status` clean (what it writes is ignored), and the documents it
-//! points to ship with the repository.
+//! `git status` clean (what it writes is ignored), the documents it points
+//! to ship with the repository, and the first mistakes (a busy port, a
+//! projects root that does not exist) are answered with what to do.
 
 #![allow(clippy::unwrap_used)]
 
@@ -65,4 +66,43 @@ fn the_readme_points_to_documents_that_ship() {
             "docs/protocol.md lacks {section:?}"
         );
     }
+}
+
+#[tokio::test]
+async fn a_busy_port_and_a_missing_projects_root_say_what_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = busy.local_addr().unwrap().to_string();
+    let root = dir.path().join("projects");
+    std::fs::create_dir(&root).unwrap();
+    let (code, stderr) = corral_e2e::gateway::serve_exit(
+        &[
+            "--listen".as_ref(),
+            addr.as_ref(),
+            "--projects-root".as_ref(),
+            root.as_os_str(),
+            "--state-dir".as_ref(),
+            dir.path().join("state").as_os_str(),
+            "--sandbox".as_ref(),
+            "off".as_ref(),
+        ],
+        &[],
+    )
+    .await;
+    assert_ne!(code, 0);
+    assert!(
+        stderr.contains("Address already in use")
+            && stderr.contains("pass --listen with another port"),
+        "{stderr}"
+    );
+
+    let missing = dir.path().join("no-such-dir");
+    let (code, stderr) =
+        corral_e2e::gateway::serve_exit(&["--projects-root".as_ref(), missing.as_os_str()], &[])
+            .await;
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains(&format!("create it (mkdir -p {})", missing.display())),
+        "{stderr}"
+    );
 }

@@ -61,9 +61,20 @@ pub(super) fn canonical_dir(path: &Path) -> Result<PathBuf, ConfigError> {
         path: path.to_path_buf(),
         reason,
     };
-    let dir = path.canonicalize().map_err(|err| error(err.to_string()))?;
+    let dir = path.canonicalize().map_err(|err| {
+        let hint = match err.kind() {
+            std::io::ErrorKind::NotFound => format!(
+                "; it holds one directory per project: create it (mkdir -p {}) or pass another --projects-root",
+                path.display()
+            ),
+            _ => String::new(),
+        };
+        error(format!("{err}{hint}"))
+    })?;
     if !dir.is_dir() {
-        return Err(error("not a directory".into()));
+        return Err(error(
+            "not a directory; --projects-root names the directory that holds one directory per project".into(),
+        ));
     }
     Ok(dir)
 }
