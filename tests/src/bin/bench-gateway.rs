@@ -33,6 +33,8 @@ struct Args {
     bin_dir: Option<PathBuf>,
 }
 
+// `--help` prints the usage on stdout.
+#[allow(clippy::print_stdout)]
 fn parse_args() -> anyhow::Result<Args> {
     let mut args = Args {
         pings: 2000,
@@ -55,6 +57,10 @@ fn parse_args() -> anyhow::Result<Args> {
                     .collect::<anyhow::Result<_>>()?;
             }
             "--bin-dir" => args.bin_dir = Some(value()?.into()),
+            "--help" | "-h" => {
+                println!("{USAGE}");
+                std::process::exit(0);
+            }
             other => bail!("unknown argument {other:?}; {USAGE}"),
         }
     }

@@ -21,6 +21,10 @@ use corral_e2e::bench::procs::Bins;
 use corral_e2e::bench::stats::{micros, Latency};
 use corral_e2e::bench::{nofile, scale};
 
+const USAGE: &str = "usage: bench-scale [--projects N] [--burst N] [--idle-clients N] \
+                     [--fanout N,N] [--fd-cap N] [--nofile N] [--only burst,pings,clients,fds] \
+                     [--bin-dir DIR] (build in release first: cargo build --release --workspace)";
+
 struct Args {
     projects: usize,
     burst: usize,
@@ -67,7 +71,11 @@ fn parse_args() -> anyhow::Result<Args> {
                 }
             }
             "--bin-dir" => args.bin_dir = Some(value()?.into()),
-            other => bail!("unknown argument {other:?}"),
+            "--help" | "-h" => {
+                println!("{USAGE}");
+                std::process::exit(0);
+            }
+            other => bail!("unknown argument {other:?}; {USAGE}"),
         }
     }
     Ok(args)

@@ -20,6 +20,10 @@ struct Args {
     agent: Option<PathBuf>,
 }
 
+const USAGE: &str = "usage: bench-startup [--runs N] [--agent PATH]";
+
+// `--help` prints the usage on stdout.
+#[allow(clippy::print_stdout)]
 fn parse_args() -> anyhow::Result<Args> {
     let mut args = Args {
         runs: 50,
@@ -30,9 +34,11 @@ fn parse_args() -> anyhow::Result<Args> {
         match arg.as_str() {
             "--runs" => args.runs = it.next().context("--runs needs a value")?.parse()?,
             "--agent" => args.agent = Some(it.next().context("--agent needs a path")?.into()),
-            other => {
-                bail!("unknown argument {other:?}; usage: bench-startup [--runs N] [--agent PATH]")
+            "--help" | "-h" => {
+                println!("{USAGE}");
+                std::process::exit(0);
             }
+            other => bail!("unknown argument {other:?}; {USAGE}"),
         }
     }
     if args.runs == 0 {
