@@ -504,6 +504,22 @@ async fn set_viewport(page: &Page<'_>, width: u32, height: u32) {
     .unwrap();
 }
 
+/// The header's chips (projects, clients, tokens, cost, sandbox…): each
+/// must lie whole within the window and within the summary's box (none
+/// clipped or pushed out of sight). Returns how many and the cut ones.
+const CHIPS_CHECK: &str = r#"(() => {
+  const summary = document.getElementById('summary');
+  const box = summary.getBoundingClientRect();
+  const chips = [...summary.querySelectorAll('.chip')];
+  const cut = chips.filter(chip => {
+    const r = chip.getBoundingClientRect();
+    return r.width === 0 || r.left < 0 || r.right > window.innerWidth + 0.5
+      || r.right > box.right + 0.5 || r.bottom > box.bottom + 0.5
+      || chip.scrollWidth > chip.clientWidth + 1;
+  }).map(chip => chip.textContent);
+  return { count: chips.length, cut };
+})()"#;
+
 /// What is cut off in the projects table: each header scrolled into view
 /// must lie within the table's scroll container and the viewport, its
 /// label and every value cell (but names, which show a tooltip) must not be
@@ -658,6 +674,16 @@ async fn every_project_is_listed_started_and_stopped_and_the_table_fits() {
                 "at 800 px the table scrolls in its card"
             );
         }
+        let chips = page.eval(CHIPS_CHECK).await.unwrap();
+        assert!(
+            chips["count"].as_u64().unwrap() >= 4,
+            "at {width} px: {chips}"
+        );
+        assert_eq!(
+            chips["cut"],
+            json!([]),
+            "at {width} px every chip is whole: {chips}"
+        );
         let png = page.screenshot_png().await.unwrap();
         assert_eq!(png_size(&png), (width, height));
         save_screenshot(&format!("dashboard-{width}.png"), &png);
