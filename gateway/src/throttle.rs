@@ -28,6 +28,12 @@
 //! budget like the flood does; `--proxy-listen` gives every client behind
 //! a balancer its own address, and other addresses are never affected.
 //!
+//! An IPv6 client usually holds a whole /48 (65,536 /64s), so each /48
+//! also has a budget of its own, [`PREFIX_FACTOR`] times the burst and the
+//! rate of one source, that every attempt from inside it spends too: a
+//! network cannot multiply its checks by the /64s it owns, nor churn the
+//! table with them (a /48 with an empty budget makes no new entries).
+//!
 //! The table holds at most `max_sources` sources (about 400 bytes each
 //! with a full set of fingerprints). To make room it first drops sources
 //! whose budget has refilled and that remember nothing (they are as good
@@ -87,6 +93,33 @@ pub enum Checked<R> {
     Throttled { retry_after: Duration },
 }
 
+/// An IPv6 /48's budget, in sources' budgets: burst and rate of one /48
+/// are this many times those of one source.
+pub const PREFIX_FACTOR: u32 = 16;
+
+/// What the table keeps a budget for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Key {
+    /// One source ([`source_key`]).
+    Source(IpAddr),
+    /// The /48 around an IPv6 source.
+    Prefix(IpAddr),
+}
+
+/// The keys an attempt from `ip` spends: its source, and for a (not
+/// loopback) IPv6 address its /48.
+fn keys(ip: IpAddr) -> (Key, Option<Key>) {
+    let source = source_key(ip);
+    let prefix = match source {
+        IpAddr::V6(v6) if !v6.is_loopback() => {
+            let bits = u128::from(v6) & !((1u128 << 80) - 1);
+            Some(Key::Prefix(IpAddr::V6(bits.into())))
+        }
+        _ => None,
+    };
+    (Key::Source(source), prefix)
+}
+
 /// A keyed fingerprint of a presented token.
 type Fingerprint = [u8; 32];
 
@@ -142,7 +175,7 @@ impl Source {
 pub struct AuthThrottle {
     policy: ThrottlePolicy,
     key: hmac::Key,
-    sources: Mutex<HashMap<IpAddr, Source>>,
+    sources: Mutex<HashMap<Key, Source>>,
 }
 
 impl std::fmt::Debug for AuthThrottle {
@@ -187,7 +220,7 @@ impl AuthThrottle {
         &self.policy
     }
 
-    fn sources(&self) -> MutexGuard<'_, HashMap<IpAddr, Source>> {
+    fn sources(&self) -> MutexGuard<'_, HashMap<Key, Source>> {
         self.sources.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -207,37 +240,47 @@ impl AuthThrottle {
         now: Instant,
         check: impl FnOnce(&str) -> Option<R>,
     ) -> Checked<R> {
-        let key = source_key(ip);
+        let (source, prefix) = keys(ip);
         let fingerprint = self.fingerprint(token);
-        // Take a unit (or see that the credential is known) first, so
-        // parallel attempts cannot all see the same unit.
+        // Take the units (or see that the credential is known) first, so
+        // parallel attempts cannot all see the same unit. Nothing is added
+        // to the table for an attempt that is refused.
         let (known, over_budget) = {
             let mut sources = self.sources();
-            let source = self.entry(&mut sources, key, now);
-            source.refill(&self.policy, now);
-            source.last_seen = now;
-            let known = source.knows(&fingerprint);
-            let over_budget = source.level < 1.0;
+            let known = sources
+                .get(&source)
+                .is_some_and(|entry| entry.knows(&fingerprint));
+            let source_level = self.level(&mut sources, source, now);
+            let prefix_level =
+                prefix.map_or(f64::INFINITY, |key| self.level(&mut sources, key, now));
+            let over_budget = source_level < 1.0 || prefix_level < 1.0;
             if !known {
                 if over_budget {
-                    return Checked::Throttled {
-                        retry_after: self.until_next_unit(source.level),
-                    };
+                    let retry_after = self
+                        .until_next_unit(source_level, source)
+                        .max(self.until_next_unit(prefix_level, prefix.unwrap_or(source)));
+                    return Checked::Throttled { retry_after };
                 }
-                source.level -= 1.0;
+                for key in std::iter::once(source).chain(prefix) {
+                    self.entry(&mut sources, key, now).level -= 1.0;
+                }
             }
             (known, over_budget)
         };
         let value = check(token);
         let mut sources = self.sources();
-        let source = self.entry(&mut sources, key, now);
         match value {
             Some(value) => {
                 if !known {
                     // Only what this attempt borrowed.
-                    source.level = (source.level + 1.0).min(f64::from(self.policy.burst));
+                    for key in std::iter::once(source).chain(prefix) {
+                        let burst = f64::from(self.policy_of(key).burst);
+                        let entry = self.entry(&mut sources, key, now);
+                        entry.level = (entry.level + 1.0).min(burst);
+                    }
                 }
-                source.remember(fingerprint, self.policy.remembered);
+                self.entry(&mut sources, source, now)
+                    .remember(fingerprint, self.policy.remembered);
                 Checked::Accepted {
                     value,
                     remembered: known && over_budget,
@@ -247,10 +290,40 @@ impl AuthThrottle {
                 if known {
                     // A credential that worked here no longer does: it
                     // counts, but was checked already.
-                    source.level = (source.level - 1.0).max(0.0);
+                    for key in std::iter::once(source).chain(prefix) {
+                        let entry = self.entry(&mut sources, key, now);
+                        entry.level = (entry.level - 1.0).max(0.0);
+                    }
                 }
                 Checked::Rejected
             }
+        }
+    }
+
+    /// The budget of `key` at `now` (a full one if it has no entry),
+    /// refilled and marked seen.
+    fn level(&self, sources: &mut HashMap<Key, Source>, key: Key, now: Instant) -> f64 {
+        let policy = self.policy_of(key);
+        match sources.get_mut(&key) {
+            Some(entry) => {
+                entry.refill(&policy, now);
+                entry.last_seen = now;
+                entry.level
+            }
+            None => f64::from(policy.burst),
+        }
+    }
+
+    /// The numbers of `key`'s budget: a source's, or [`PREFIX_FACTOR`]
+    /// times them for a /48.
+    fn policy_of(&self, key: Key) -> ThrottlePolicy {
+        match key {
+            Key::Source(_) => self.policy,
+            Key::Prefix(_) => ThrottlePolicy {
+                rate: self.policy.rate * f64::from(PREFIX_FACTOR),
+                burst: self.policy.burst.saturating_mul(PREFIX_FACTOR),
+                ..self.policy
+            },
         }
     }
 
@@ -259,9 +332,11 @@ impl AuthThrottle {
         let policy = self.policy;
         let mut sources = self.sources();
         let mut throttled = 0;
-        for source in sources.values_mut() {
-            source.refill(&policy, now);
-            throttled += usize::from(source.level < 1.0);
+        for (key, source) in sources.iter_mut() {
+            if let Key::Source(_) = key {
+                source.refill(&policy, now);
+                throttled += usize::from(source.level < 1.0);
+            }
         }
         throttled
     }
@@ -271,16 +346,17 @@ impl AuthThrottle {
         self.sources().len()
     }
 
-    fn until_next_unit(&self, level: f64) -> Duration {
-        let seconds = ((1.0 - level) / self.policy.rate).max(0.0);
+    /// Time until `key`'s budget, now at `level`, has a whole unit.
+    fn until_next_unit(&self, level: f64, key: Key) -> Duration {
+        let seconds = ((1.0 - level) / self.policy_of(key).rate).max(0.0);
         Duration::try_from_secs_f64(seconds).unwrap_or(Duration::MAX)
     }
 
     /// The source at `key`, made (room first) if new.
     fn entry<'a>(
         &self,
-        sources: &'a mut HashMap<IpAddr, Source>,
-        key: IpAddr,
+        sources: &'a mut HashMap<Key, Source>,
+        key: Key,
         now: Instant,
     ) -> &'a mut Source {
         if !sources.contains_key(&key) && sources.len() >= self.policy.max_sources {
@@ -288,18 +364,18 @@ impl AuthThrottle {
         }
         sources
             .entry(key)
-            .or_insert_with(|| Source::new(&self.policy, now))
+            .or_insert_with(|| Source::new(&self.policy_of(key), now))
     }
 
     /// Drops sources that are as good as new, then if need be the eighth
     /// seen longest ago.
-    fn make_room(&self, sources: &mut HashMap<IpAddr, Source>, now: Instant) {
-        let policy = self.policy;
-        sources.retain(|_, source| {
+    fn make_room(&self, sources: &mut HashMap<Key, Source>, now: Instant) {
+        sources.retain(|key, source| {
+            let policy = self.policy_of(*key);
             source.refill(&policy, now);
             !source.as_good_as_new(&policy)
         });
-        if sources.len() < policy.max_sources {
+        if sources.len() < self.policy.max_sources {
             return;
         }
         let mut seen: Vec<Instant> = sources.values().map(|s| s.last_seen).collect();
@@ -389,6 +465,53 @@ mod tests {
         // Other sources are not affected.
         assert_eq!(attempt(&t, ip(2), "wrong", now), Checked::Rejected);
         assert_eq!(t.throttled_sources(now + ms(1000)), 1);
+    }
+
+    fn v6(prefix48: u16, subnet: u16, host: u16) -> IpAddr {
+        IpAddr::from([0x2001, 0xdb8, prefix48, subnet, 0, 0, 0, host])
+    }
+
+    #[test]
+    fn the_64s_of_one_48_share_its_budget_and_make_no_entries_once_it_is_spent() {
+        let t = throttle(1.0, 2);
+        let now = Instant::now();
+        let prefix_burst = 2 * PREFIX_FACTOR;
+        // Each /64 checks its own burst, until the /48's is spent.
+        let mut checked = 0;
+        for subnet in 0..100 {
+            for _ in 0..2 {
+                if attempt(&t, v6(1, subnet, 1), "wrong", now) == Checked::Rejected {
+                    checked += 1;
+                }
+            }
+        }
+        assert_eq!(checked, prefix_burst);
+        let entries = t.sources_len();
+        for subnet in 100..1000 {
+            assert!(matches!(
+                attempt(&t, v6(1, subnet, 1), "wrong", now),
+                Checked::Throttled { .. }
+            ));
+        }
+        assert_eq!(t.sources_len(), entries, "refused attempts add nothing");
+        // Another /48 has its own; a credential that worked inside the
+        // spent one still passes.
+        assert_eq!(attempt(&t, v6(2, 0, 1), "wrong", now), Checked::Rejected);
+        let t = throttle(1.0, 2);
+        assert_eq!(attempt(&t, v6(3, 7, 1), RIGHT, now), accepted(false));
+        for subnet in 0..100 {
+            attempt(&t, v6(3, subnet, 2), "wrong", now);
+        }
+        assert_eq!(attempt(&t, v6(3, 7, 1), RIGHT, now), accepted(true));
+        // The /48 refills PREFIX_FACTOR times as fast as a source.
+        let later = now + Duration::from_secs(1);
+        let mut checked = 0;
+        for subnet in 200..300 {
+            if attempt(&t, v6(3, subnet, 1), "wrong", later) == Checked::Rejected {
+                checked += 1;
+            }
+        }
+        assert_eq!(checked, PREFIX_FACTOR);
     }
 
     #[test]
