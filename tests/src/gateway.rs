@@ -137,6 +137,18 @@ impl GatewaySpawn {
         self
     }
 
+    /// A `--proxy-listen` listener (on loopback, port 0) for a balancer on
+    /// this host: trusted at 127.0.0.1, which the gateway allows only with
+    /// tools off the host's network.
+    pub fn behind_local_proxy(self) -> Self {
+        self.arg("--proxy-listen")
+            .arg("127.0.0.1:0")
+            .arg("--trusted-proxy")
+            .arg("127.0.0.1")
+            .arg("--tool-network")
+            .arg("off")
+    }
+
     /// Children on the echo provider.
     pub fn echo(self) -> Self {
         self.child_arg("--provider").child_arg("echo")

@@ -457,12 +457,7 @@ async fn every_loopback_address_shares_one_budget() {
 async fn forwarded_addresses_count_only_on_the_proxy_listener() {
     let gateway = GatewaySpawn::default()
         .echo()
-        .arg("--proxy-listen")
-        .arg("127.0.0.1:0")
-        .arg("--trusted-proxy")
-        .arg("127.0.0.1")
-        .arg("--tool-network")
-        .arg("off")
+        .behind_local_proxy()
         .arg("--auth-failure-rate")
         .arg("0.01")
         .arg("--auth-failure-burst")

@@ -214,10 +214,9 @@ fn assert_contained(gateway: &Gateway, output: &str, secrets: &[&str], extra_fil
     assert!(!journal.contains("pwned"));
 }
 
-#[tokio::test]
-async fn tokens_from_flags_files_environment_and_config_stay_out_of_reach() {
-    let mock = MockLlm::start().await;
-    let dir = work_dir();
+/// `DIR/secrets` holding a token file (FILE_TOKEN) and a config file (the
+/// admin token CONFIG_ADMIN_TOKEN): the folder and both files.
+fn secret_files(dir: &tempfile::TempDir) -> (PathBuf, PathBuf, PathBuf) {
     let secrets = dir.path().join("secrets");
     std::fs::create_dir(&secrets).unwrap();
     let token_file = secrets.join("client.tokens");
@@ -228,7 +227,18 @@ async fn tokens_from_flags_files_environment_and_config_stay_out_of_reach() {
         format!("admin_token = \"{CONFIG_ADMIN_TOKEN}\"\n"),
     )
     .unwrap();
-    let gateway = GatewaySpawn::default()
+    (secrets, token_file, config_file)
+}
+
+/// A gateway in `dir` on `mock` taking tokens from the flag, `token_file`
+/// and `config_file`.
+fn with_secret_files(
+    mock: &MockLlm,
+    dir: &tempfile::TempDir,
+    token_file: &Path,
+    config_file: &Path,
+) -> GatewaySpawn {
+    GatewaySpawn::default()
         .mock(&mock.anthropic_base_url())
         .projects_root(dir.path().join("projects"))
         .state_dir(dir.path().join("state"))
@@ -240,6 +250,14 @@ async fn tokens_from_flags_files_environment_and_config_stay_out_of_reach() {
             "--config",
             config_file.to_str().unwrap(),
         ])
+}
+
+#[tokio::test]
+async fn tokens_from_flags_files_environment_and_config_stay_out_of_reach() {
+    let mock = MockLlm::start().await;
+    let dir = work_dir();
+    let (_, token_file, config_file) = secret_files(&dir);
+    let gateway = with_secret_files(&mock, &dir, &token_file, &config_file)
         .env("CORRAL_OBSERVER_TOKENS", ENV_OBSERVER_TOKEN)
         .spawn()
         .await;
@@ -493,25 +511,9 @@ fn replace_by_sed(file: &Path, from: &str, to: &str) {
 async fn secret_files_replaced_while_agents_run_stay_hidden() {
     let mock = MockLlm::start().await;
     let dir = work_dir();
-    let secrets = dir.path().join("secrets");
-    std::fs::create_dir(&secrets).unwrap();
-    let token_file = secrets.join("client.tokens");
-    std::fs::write(&token_file, format!("{FILE_TOKEN}\n")).unwrap();
-    let config_file = secrets.join("corral.toml");
+    let (secrets, token_file, config_file) = secret_files(&dir);
     let config = |admin: &str| format!("admin_token = \"{admin}\"\n");
-    std::fs::write(&config_file, config(CONFIG_ADMIN_TOKEN)).unwrap();
-    let gateway = GatewaySpawn::default()
-        .mock(&mock.anthropic_base_url())
-        .projects_root(dir.path().join("projects"))
-        .state_dir(dir.path().join("state"))
-        .token_args(&[
-            "--token",
-            FLAG_TOKEN,
-            "--token-file",
-            token_file.to_str().unwrap(),
-            "--config",
-            config_file.to_str().unwrap(),
-        ])
+    let gateway = with_secret_files(&mock, &dir, &token_file, &config_file)
         .spawn()
         .await;
     let (mut alpha, hello) = gateway.client_with("alpha", FILE_TOKEN, None).await;
