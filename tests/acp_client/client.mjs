@@ -1,6 +1,6 @@
 // Drives `corral-agent rpc --dialect acp` with the official SDK's
 // ClientSideConnection, as an editor would, and prints one JSON report on
-// stdout for tests/tests/acp_agent.rs to check.
+// stdout for tests/tests/e2e/acp_agent.rs to check.
 //
 // Environment: ACP_AGENT (the corral-agent binary), ACP_AGENT_ARGS (a JSON
 // array of its arguments), ACP_CWD (the project directory).

@@ -1,7 +1,7 @@
 // The smallest editor session with any ACP agent, through the official
 // SDK's ClientSideConnection: initialize, session/new, one prompt. Prints
 // one JSON report on stdout: {initialize, newSession, stopReason, text,
-// kinds, exit}. Used by tests/tests/acp_third_party.rs; the agent may be a
+// kinds, exit}. Used by tests/tests/e2e/acp_third_party.rs; the agent may be a
 // third-party one, or `corral attach --dialect acp URL` to go through a
 // gateway.
 //

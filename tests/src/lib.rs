@@ -4,6 +4,7 @@
 
 pub mod acp_client;
 pub mod bench;
+pub mod brief;
 pub mod captured;
 pub mod cdp;
 pub mod fixture;
@@ -16,6 +17,8 @@ pub mod otlp;
 pub mod prerequisites;
 pub mod raw_ws;
 pub mod terminals;
+
+pub use brief::brief;
 
 /// A fresh directory outside `/tmp`, for tests of what the sandbox hides:
 /// inside the sandbox `/tmp` is a private, empty tmpfs, so anything under

@@ -22,21 +22,21 @@ pub const NGINX: Prerequisite = Prerequisite {
     program: "nginx",
     also_in: &["/usr/sbin"],
     packages: "nginx",
-    used_by: "tests/tests/deploy_nginx.rs",
+    used_by: "tests/tests/e2e/deploy_nginx.rs",
 };
 
 pub const PROMTOOL: Prerequisite = Prerequisite {
     program: "promtool",
     also_in: &[],
     packages: "prometheus",
-    used_by: "tests/tests/deploy_monitoring.rs and gateway_admin.rs",
+    used_by: "tests/tests/e2e/deploy_monitoring.rs and gateway_admin.rs",
 };
 
 pub const CHROMIUM: Prerequisite = Prerequisite {
     program: "chromium",
     also_in: &["/usr/bin"],
     packages: "chromium fonts-dejavu-core",
-    used_by: "tests/tests/dashboard_browser.rs",
+    used_by: "tests/tests/e2e/dashboard_browser.rs",
 };
 
 pub const PYTHON3: Prerequisite = Prerequisite {
@@ -58,7 +58,7 @@ pub const NODE: Prerequisite = Prerequisite {
     also_in: &["/usr/bin"],
     packages: "nodejs npm",
     used_by:
-        "tests/tests/acp_agent.rs and acp_third_party.rs (Node 20+: the ACP SDK client, pi-acp)",
+        "tests/tests/e2e/acp_agent.rs and acp_third_party.rs (Node 20+: the ACP SDK client, pi-acp)",
 };
 
 pub const NPM: Prerequisite = Prerequisite {
@@ -66,7 +66,7 @@ pub const NPM: Prerequisite = Prerequisite {
     also_in: &["/usr/bin"],
     packages: "npm",
     used_by:
-        "tests/tests/acp_third_party.rs (npm ci of tests/acp_client and tests/acp_third_party)",
+        "tests/tests/e2e/acp_third_party.rs (npm ci of tests/acp_client and tests/acp_third_party)",
 };
 
 impl Prerequisite {

@@ -6,6 +6,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+use corral_e2e::brief;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -134,7 +135,11 @@ async fn a_full_disk_loses_nothing_and_the_project_serves_after_a_restart() {
     let mut ws = gateway.client("alpha").await;
     for (id, text) in [("1", "before one"), ("2", "before two")] {
         let frames = prompt(&mut ws, id, text).await;
-        assert!(!frames.iter().any(|f| f["type"] == "error"), "{frames:#?}");
+        assert!(
+            !frames.iter().any(|f| f["type"] == "error"),
+            "{}",
+            brief(&frames)
+        );
     }
 
     // Disk full: a prompt bigger than a page needs new blocks the
@@ -143,7 +148,7 @@ async fn a_full_disk_loses_nothing_and_the_project_serves_after_a_restart() {
     let during = format!("during {}", "d".repeat(9000));
     let frames = prompt(&mut ws, "3", &during).await;
     let errors: Vec<&Value> = frames.iter().filter(|f| f["type"] == "error").collect();
-    assert_eq!(errors.len(), 1, "one error per run: {frames:#?}");
+    assert_eq!(errors.len(), 1, "one error per run: {}", brief(&frames));
     let message = errors[0]["message"].as_str().unwrap();
     assert!(
         message.contains("could not be saved") && message.contains("No space left"),
@@ -156,7 +161,11 @@ async fn a_full_disk_loses_nothing_and_the_project_serves_after_a_restart() {
     // Space again: the next prompt writes what waited, then itself.
     std::fs::remove_file(&filler).unwrap();
     let frames = prompt(&mut ws, "4", "after").await;
-    assert!(!frames.iter().any(|f| f["type"] == "error"), "{frames:#?}");
+    assert!(
+        !frames.iter().any(|f| f["type"] == "error"),
+        "{}",
+        brief(&frames)
+    );
     drop(ws);
     stop(gateway).await;
 
@@ -229,10 +238,10 @@ async fn a_crash_mid_tool_answers_the_call_interrupted_and_never_reruns_it() {
     let mut agent = agent_on(&mock, &journal, &cwd).await;
     let messages = agent.request(json!({"id":"m","type":"get_messages"})).await;
     let messages = messages["data"]["messages"].as_array().unwrap().clone();
-    assert_eq!(messages.len(), 3, "{messages:#?}");
+    assert_eq!(messages.len(), 3, "{}", brief(&messages));
     assert_eq!(messages[0]["role"], "user");
     let call = &messages[1]["content"][0];
-    assert_eq!(call["type"], "tool_call", "{messages:#?}");
+    assert_eq!(call["type"], "tool_call", "{}", brief(&messages));
     let result = &messages[2]["content"][0];
     assert_eq!(result["type"], "tool_result");
     assert_eq!(result["call_id"], call["id"]);
@@ -248,7 +257,8 @@ async fn a_crash_mid_tool_answers_the_call_interrupted_and_never_reruns_it() {
     let frames = agent.recv_until(is_done).await;
     assert!(
         !frames.iter().any(|f| f["type"] == "tool_call"),
-        "{frames:#?}"
+        "{}",
+        brief(&frames)
     );
     // The model was told, in order: the call, then its interrupted result.
     let requests = mock.requests();

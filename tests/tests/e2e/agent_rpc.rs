@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+use corral_e2e::brief;
 use std::time::{Duration, Instant};
 
 use corral_e2e::harness::{text_of, types, AgentProc, AgentSpawn};
@@ -89,7 +90,7 @@ async fn tool_round_trip(api: Api) {
         "turn_end",
         "done",
     ];
-    assert_eq!(collapsed(&frames), expected, "{api:?}: {frames:#?}");
+    assert_eq!(collapsed(&frames), expected, "{api:?}: {}", brief(&frames));
     let turn_ends: Vec<&Value> = frames.iter().filter(|f| f["type"] == "turn_end").collect();
     assert_eq!(turn_ends[0]["stop"], "tool_use");
     assert_eq!(turn_ends[1]["stop"], "end");
@@ -119,7 +120,7 @@ async fn tool_round_trip(api: Api) {
 
     let response = agent.request(json!({"id":"2","type":"get_messages"})).await;
     let messages = response["data"]["messages"].as_array().unwrap();
-    assert_eq!(messages.len(), 4, "{messages:#?}");
+    assert_eq!(messages.len(), 4, "{}", brief(messages));
     assert_eq!(messages[0]["role"], "user");
     assert_eq!(
         messages[0]["content"][0],
@@ -242,7 +243,7 @@ async fn abort_mid_stream_ends_the_run_quickly() {
         .into_iter()
         .filter(|t| t != "text_delta")
         .collect();
-    assert_eq!(tail, ["response", "turn_end", "done"], "{frames:#?}");
+    assert_eq!(tail, ["response", "turn_end", "done"], "{}", brief(&frames));
     let end = frames.iter().find(|f| f["type"] == "turn_end").unwrap();
     assert_eq!(end["stop"], "aborted");
     let state = agent.request(json!({"id":"3","type":"get_state"})).await;
@@ -301,7 +302,7 @@ async fn abort_kills_a_running_bash_process_group() {
     // The transcript stays valid: the call has a result.
     let messages = agent.request(json!({"id":"3","type":"get_messages"})).await;
     let messages = messages["data"]["messages"].as_array().unwrap().clone();
-    assert_eq!(messages.len(), 3, "{messages:#?}");
+    assert_eq!(messages.len(), 3, "{}", brief(&messages));
     assert_eq!(messages[2]["content"][0]["is_error"], true);
 }
 

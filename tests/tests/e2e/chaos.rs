@@ -13,6 +13,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+use corral_e2e::brief;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -145,7 +146,7 @@ async fn children_killed_and_gateway_restarted_lose_nothing() {
                 "{project}: a client saw {message:?}, the journal does not have it"
             );
         }
-        assert!(seen.faults.is_empty(), "{project}: {:#?}", seen.faults);
+        assert!(seen.faults.is_empty(), "{project}: {}", brief(&seen.faults));
         assert_eq!(seen.started, seen.finished + seen.cut_off, "{project}");
         finished += seen.finished;
         interrupted += seen.interrupted;
@@ -461,7 +462,7 @@ async fn assert_no_leftovers(dir: &Path) {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    panic!("processes outlived the gateway: {left:#?}");
+    panic!("processes outlived the gateway: {}", brief(&left));
 }
 
 #[derive(Debug)]
@@ -472,6 +473,12 @@ struct Process {
     state: char,
     comm: String,
     cmdline: String,
+}
+
+impl corral_e2e::brief::Line for Process {
+    fn line(&self) -> String {
+        format!("{self:?}")
+    }
 }
 
 fn processes() -> Vec<Process> {

@@ -12,6 +12,7 @@ mod clients;
 #[path = "zut_conformance/peer.rs"]
 mod peer;
 
+use corral_e2e::brief;
 use std::time::Duration;
 
 use clients::{Client, Outcome};
@@ -165,7 +166,12 @@ async fn a_failed_run_sends_error_before_done_and_an_aborted_one_does_not() {
         .await;
     let frames = agent.recv_until(is_done).await;
     let tail = &frames[frames.len() - 3..];
-    assert_eq!(types(tail), ["turn_end", "error", "done"], "{frames:#?}");
+    assert_eq!(
+        types(tail),
+        ["turn_end", "error", "done"],
+        "{}",
+        brief(&frames)
+    );
     assert_eq!(tail[0]["stop"], "error");
     assert_eq!(tail[1], json!({"type":"error","message":tail[0]["error"]}));
     assert!(tail[1]["message"].as_str().unwrap().contains(DOWN));
@@ -178,10 +184,15 @@ async fn a_failed_run_sends_error_before_done_and_an_aborted_one_does_not() {
     agent.recv_until(|f| f["type"] == "assistant_start").await;
     agent.send(json!({"id":"3","type":"abort"})).await;
     let frames = agent.recv_until(is_done).await;
-    assert!(frames.iter().any(|f| f["stop"] == "aborted"), "{frames:#?}");
+    assert!(
+        frames.iter().any(|f| f["stop"] == "aborted"),
+        "{}",
+        brief(&frames)
+    );
     assert!(
         !types(&frames).contains(&"error".to_string()),
-        "{frames:#?}"
+        "{}",
+        brief(&frames)
     );
 
     // A failed compaction: `error`, then `done` (kept after compactions).
@@ -189,7 +200,7 @@ async fn a_failed_run_sends_error_before_done_and_an_aborted_one_does_not() {
     agent.send(json!({"id":"4","type":"compact"})).await;
     let frames = agent.recv_until(is_done).await;
     let tail = &frames[frames.len() - 2..];
-    assert_eq!(types(tail), ["error", "done"], "{frames:#?}");
+    assert_eq!(types(tail), ["error", "done"], "{}", brief(&frames));
 }
 
 /// An empty prompt is a run that fails (`started`, `error`, `done`), as in

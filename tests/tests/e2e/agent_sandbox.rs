@@ -6,6 +6,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+use corral_e2e::brief;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -145,7 +146,7 @@ async fn files_outside_the_project_are_out_of_reach_and_real_work_runs() {
         bash("grep -E '^(Cap(Prm|Eff|Bnd|Amb)|NoNewPrivs):' /proc/self/status"),
     ];
     let (results, reply) = run_tools(&mut agent, &mock, &calls).await;
-    assert_eq!(results.len(), calls.len(), "{results:#?}");
+    assert_eq!(results.len(), calls.len(), "{}", brief(&results));
     let [cat_other, read_other, read_journal, cat_journal, write_outside, bash_outside, write_other, write_inside, proc, tmp, python, git, devices, status] =
         <[ToolResult; 14]>::try_from(results).unwrap();
 

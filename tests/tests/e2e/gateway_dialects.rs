@@ -5,6 +5,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+use corral_e2e::brief;
 use std::collections::HashSet;
 use std::time::Duration;
 
@@ -62,7 +63,7 @@ fn index_of(frames: &[Value], what: &str, pred: impl Fn(&Value) -> bool) -> usiz
     frames
         .iter()
         .position(pred)
-        .unwrap_or_else(|| panic!("no {what} in {frames:#?}"))
+        .unwrap_or_else(|| panic!("no {what} in {}", brief(frames)))
 }
 
 fn seqs(frames: &[Value]) -> Vec<u64> {
@@ -209,7 +210,8 @@ async fn lc_hello(
     frames.remove(ack);
     assert!(
         frames.iter().all(|f| !is_lc_control(f)),
-        "only events between the hello's ready and done: {frames:#?}"
+        "only events between the hello's ready and done: {}",
+        brief(&frames)
     );
     (ws, ready, frames)
 }
@@ -242,9 +244,10 @@ async fn letscode_two_clients_share_events_and_keep_their_own_replies() {
     assert_eq!(
         without_run(&fa[0]),
         json!({"type":"ack","id":"r1"}),
-        "ack first: {fa:#?}"
+        "ack first: {}",
+        brief(&fa)
     );
-    assert_eq!(fa[1]["type"], "agent_start", "{fa:#?}");
+    assert_eq!(fa[1]["type"], "agent_start", "{}", brief(&fa));
     assert!(index_of(&fa, "agent_end", |f| f["type"] == "agent_end") < fa.len() - 1);
     let events_a = lc_domain(&fa);
     assert_eq!(
@@ -260,7 +263,8 @@ async fn letscode_two_clients_share_events_and_keep_their_own_replies() {
     let fb = b.recv_until(|f| f["type"] == "agent_end").await;
     assert!(
         fb.iter().all(|f| !is_lc_control(f)),
-        "B gets none of A's control replies: {fb:#?}"
+        "B gets none of A's control replies: {}",
+        brief(&fb)
     );
     assert_eq!(lc_domain(&fb), events_a, "both clients see the same events");
 
@@ -303,14 +307,15 @@ async fn letscode_the_same_id_in_flight_on_two_clients_is_kept_apart() {
     assert_eq!(
         without_run(&fa[0]),
         json!({"type":"ack","id":"r1"}),
-        "{fa:#?}"
+        "{}",
+        brief(&fa)
     );
     assert_eq!(
         without_run(fa.last().unwrap()),
         json!({"type":"done","id":"r1"})
     );
-    assert_eq!(count(&fa, is_lc("ack", "r1")), 1, "{fa:#?}");
-    assert_eq!(count(&fa, is_lc("done", "r1")), 1, "{fa:#?}");
+    assert_eq!(count(&fa, is_lc("ack", "r1")), 1, "{}", brief(&fa));
+    assert_eq!(count(&fa, is_lc("done", "r1")), 1, "{}", brief(&fa));
     let end = index_of(&fa, "agent_end", |f| f["type"] == "agent_end");
     assert!(
         fa[end]["error"].is_string(),
@@ -318,8 +323,8 @@ async fn letscode_the_same_id_in_flight_on_two_clients_is_kept_apart() {
         fa[end]
     );
     // B: its abort's ack and done, once each.
-    assert_eq!(count(&fb, is_lc("ack", "r1")), 1, "{fb:#?}");
-    assert_eq!(count(&fb, is_lc("done", "r1")), 1, "{fb:#?}");
+    assert_eq!(count(&fb, is_lc("ack", "r1")), 1, "{}", brief(&fb));
+    assert_eq!(count(&fb, is_lc("done", "r1")), 1, "{}", brief(&fb));
     assert!(index_of(&fb, "ack", is_lc("ack", "r1")) < index_of(&fb, "done", is_lc("done", "r1")));
 }
 
@@ -341,7 +346,8 @@ async fn letscode_reconnects_with_resume_after_miss_nothing() {
     assert_eq!(
         without_run(first),
         json!({"type":"ack","id":"r1"}),
-        "{seen:#?}"
+        "{}",
+        brief(&seen)
     );
     let last = *seqs(&seen).last().unwrap();
     drop(ws);
@@ -408,7 +414,8 @@ async fn letscode_a_killed_child_ends_the_run_and_restarts_with_its_conversation
         let end = index_of(frames, "agent_end", |f| f["type"] == "agent_end");
         assert!(
             exited < end,
-            "{who}: child_exited before agent_end: {frames:#?}"
+            "{who}: child_exited before agent_end: {}",
+            brief(frames)
         );
         let exit = &frames[exited];
         assert_eq!(exit["signal"], 9, "{who}: {exit}");
@@ -425,10 +432,11 @@ async fn letscode_a_killed_child_ends_the_run_and_restarts_with_its_conversation
     }
     let done = index_of(&fa, "done{r1}", is_lc("done", "r1"));
     let end = index_of(&fa, "agent_end", |f| f["type"] == "agent_end");
-    assert!(end < done && done < fa.len() - 1, "{fa:#?}");
+    assert!(end < done && done < fa.len() - 1, "{}", brief(&fa));
     assert!(
         fb.iter().all(|f| !is_lc_control(f)),
-        "B gets no control replies: {fb:#?}"
+        "B gets no control replies: {}",
+        brief(&fb)
     );
 
     // The restarted child has the completed exchange from its journal.
@@ -464,12 +472,22 @@ async fn letscode_bye_closes_only_that_client() {
     let ack = index_of(&fb, "ack{b}", is_lc("ack", "b"));
     let done = index_of(&fb, "done{b}", is_lc("done", "b"));
     let end = index_of(&fb, "agent_end", |f| f["type"] == "agent_end");
-    assert!(ack < done, "{fb:#?}");
-    assert!(end < done, "done{{b}} once no run is active: {fb:#?}");
-    assert_eq!(done, fb.len() - 2, "bye right after done{{b}}: {fb:#?}");
+    assert!(ack < done, "{}", brief(&fb));
+    assert!(
+        end < done,
+        "done{{b}} once no run is active: {}",
+        brief(&fb)
+    );
+    assert_eq!(
+        done,
+        fb.len() - 2,
+        "bye right after done{{b}}: {}",
+        brief(&fb)
+    );
     assert!(
         !has(&fb, is_lc("done", "r1")),
-        "A's done is not B's: {fb:#?}"
+        "A's done is not B's: {}",
+        brief(&fb)
     );
     assert_eq!(expect_close(&mut b).await, 1000);
 
@@ -478,7 +496,8 @@ async fn letscode_bye_closes_only_that_client() {
     assert!(
         fa.iter()
             .all(|f| f["type"] != "bye" && f["type"] != "child_exited" && f["id"] != "b"),
-        "A sees nothing of B's bye: {fa:#?}"
+        "A sees nothing of B's bye: {}",
+        brief(&fa)
     );
     a.send(json!({"cmd":"prompt","id":"r2","text":"again"}))
         .await;
@@ -725,7 +744,8 @@ async fn zi_two_clients_share_events_and_keep_their_own_responses() {
         .await;
     assert!(
         !has(&fa, |f| f["id"] == "s"),
-        "A never sees B's response: {fa:#?}"
+        "A never sees B's response: {}",
+        brief(&fa)
     );
     let p1 = fa.iter().find(|f| is_zi_answer(f, "p1")).unwrap();
     assert_eq!(p1["type"], "response", "{p1}");
@@ -733,7 +753,8 @@ async fn zi_two_clients_share_events_and_keep_their_own_responses() {
     let fb = b.collect(|fs| has(fs, is_zi_event("agent_end"))).await;
     assert!(
         fb.iter().all(|f| f["type"] == "session_event"),
-        "B gets only events: {fb:#?}"
+        "B gets only events: {}",
+        brief(&fb)
     );
     let events = zi_agent_events(&fa);
     assert_eq!(
@@ -834,7 +855,8 @@ async fn zi_a_killed_child_ends_the_run_and_restarts_with_its_conversation() {
         let end = index_of(frames, "agent_end", is_zi_event("agent_end"));
         assert!(
             exited < end,
-            "{who}: child_exited before agent_end: {frames:#?}"
+            "{who}: child_exited before agent_end: {}",
+            brief(frames)
         );
         let exit = &frames[exited]["event"];
         assert_eq!(exit["signal"], 9, "{who}: {exit}");
@@ -847,13 +869,18 @@ async fn zi_a_killed_child_ends_the_run_and_restarts_with_its_conversation() {
         assert_increasing_unique(&zi_seqs(frames));
     }
     let w = index_of(&fa, "the response to w", |f| is_zi_answer(f, "w"));
-    assert!(w < fa.len() - 1, "w fails before child_started: {fa:#?}");
+    assert!(
+        w < fa.len() - 1,
+        "w fails before child_started: {}",
+        brief(&fa)
+    );
     assert_eq!(fa[w]["type"], "response", "{}", fa[w]);
     assert_eq!(fa[w]["ok"], false, "{}", fa[w]);
     assert_eq!(fa[w]["error"]["code"], "operation_failed", "{}", fa[w]);
     assert!(
         fb.iter().all(|f| f["type"] == "session_event"),
-        "B gets no responses: {fb:#?}"
+        "B gets no responses: {}",
+        brief(&fb)
     );
 
     // The restarted child has the completed exchange from its journal.
@@ -891,7 +918,7 @@ async fn zi_set_events_none_applies_to_that_client_only() {
     // B's next frame is the answer to its next request: no events before.
     b.send("s", "session.get_state", json!({})).await;
     let fb = b.until("s").await;
-    assert_eq!(fb.len(), 1, "no session events for B: {fb:#?}");
+    assert_eq!(fb.len(), 1, "no session events for B: {}", brief(&fb));
     assert_eq!(fb[0]["result"]["messageCount"], 2, "{}", fb[0]);
     let all = b
         .call("e2", "connection.set_events", json!({"mode": "all"}))
@@ -938,7 +965,8 @@ async fn zi_duplicate_in_flight_id_is_refused_per_client() {
     let fb = b.until("s").await;
     assert!(
         !has(&fb, |f| f["type"] == "protocol_error"),
-        "B may use id w: {fb:#?}"
+        "B may use id w: {}",
+        brief(&fb)
     );
 
     a.collect_onto(&mut fa, |fs| {
@@ -1033,10 +1061,16 @@ async fn letscode_health_pings_are_answered_and_admin_abort_ends_the_run() {
     assert_eq!(status, 202, "{body}");
     collect_onto(&mut ws, &mut seen, |fs| has(fs, is_lc("done", "r1"))).await;
     let end = index_of(&seen, "agent_end", |f| f["type"] == "agent_end");
-    assert_eq!(end, seen.len() - 2, "agent_end, then done: {seen:#?}");
+    assert_eq!(
+        end,
+        seen.len() - 2,
+        "agent_end, then done: {}",
+        brief(&seen)
+    );
     assert!(
         !has(&seen, is_gateway_event),
-        "the child was not restarted: {seen:#?}"
+        "the child was not restarted: {}",
+        brief(&seen)
     );
     assert!(
         !has(&seen, |f| lc_delta(f) == Some("w59 ")),
@@ -1066,7 +1100,8 @@ async fn zi_health_pings_are_answered_and_admin_abort_ends_the_run() {
         .await;
     assert!(
         !has(&seen, is_zi_event("child_exited")),
-        "the child was not restarted: {seen:#?}"
+        "the child was not restarted: {}",
+        brief(&seen)
     );
     assert!(
         !has(&seen, |f| zi_delta(f) == Some("w59 ")),
@@ -1076,7 +1111,8 @@ async fn zi_health_pings_are_answered_and_admin_abort_ends_the_run() {
     assert!(
         seen.iter()
             .all(|f| f["type"] == "session_event" || f["id"] == "p1"),
-        "{seen:#?}"
+        "{}",
+        brief(&seen)
     );
     assert_eq!(child_pid(&gw, "alpha").await, pid);
     let (_, stats) = gw.http_get("/v1/stats", Some(ADMIN_TOKEN)).await;
@@ -1107,7 +1143,7 @@ async fn zi_in_flight_bound_is_per_client() {
     // Another connection is not held to A's operations.
     b.send("b", "session.await_idle", json!({})).await;
     let fb = b.until("b").await;
-    assert_eq!(fb.last().unwrap()["ok"], true, "{fb:#?}");
+    assert_eq!(fb.last().unwrap()["ok"], true, "{}", brief(&fb));
     // A's 32 waits all settle when the run does.
     let fa = a
         .collect(|fs| (0..32).all(|n| has(fs, |f| is_zi_answer(f, &format!("w{n}")))))

@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+use corral_e2e::brief;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
@@ -97,7 +98,7 @@ exit 7"#,
         .iter()
         .filter(|f| f["type"] == "child_exited")
         .collect();
-    assert_eq!(exits.len(), 2, "{frames:#?}");
+    assert_eq!(exits.len(), 2, "{}", brief(&frames));
     assert_eq!(exits[0]["code"], 7);
     assert_eq!(exits[0]["restarting"], true);
     let error = ws.recv().await;

@@ -11,6 +11,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+use corral_e2e::brief;
 use std::path::{Path, PathBuf};
 
 use corral_e2e::gateway::{serve_exit, Gateway, GatewaySpawn, Ws, ADMIN_TOKEN};
@@ -65,7 +66,7 @@ async fn tool_run(ws: &mut Ws, mock: &MockLlm, tool: &str, args: Value) -> Vec<V
 async fn bash(ws: &mut Ws, mock: &MockLlm, command: &str) -> String {
     let frames = tool_run(ws, mock, "bash", json!({"command": command, "timeout": 60})).await;
     let results = tool_results(&frames);
-    assert_eq!(results.len(), 1, "one tool result: {frames:#?}");
+    assert_eq!(results.len(), 1, "one tool result: {}", brief(&frames));
     results[0].1.clone()
 }
 
@@ -390,7 +391,7 @@ async fn real_work_in_the_project_is_unchanged() {
         json!({"path": "notes.txt", "content": "written by the agent\n"}),
     )
     .await;
-    assert!(!tool_results(&frames)[0].0, "{frames:#?}");
+    assert!(!tool_results(&frames)[0].0, "{}", brief(&frames));
     assert_eq!(
         std::fs::read_to_string(alpha_dir.join("notes.txt")).unwrap(),
         "written by the agent\n"
@@ -412,7 +413,7 @@ async fn real_work_in_the_project_is_unchanged() {
         .filter(|f| f["type"] == "tool_progress")
         .filter_map(|f| f["text"].as_str())
         .collect();
-    assert!(progress.contains("line1"), "{frames:#?}");
+    assert!(progress.contains("line1"), "{}", brief(&frames));
     // Model calls went through: every scripted turn was served.
     assert_eq!(mock.remaining(), 0);
 }

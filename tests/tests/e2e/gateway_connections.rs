@@ -7,6 +7,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+use corral_e2e::brief;
 use std::time::Duration;
 
 use corral_e2e::flood::{metric, metrics_text, raise_own_nofile, try_client, HealthzFlood};
@@ -139,7 +140,7 @@ async fn a_healthz_flood_from_a_tool_does_not_lock_clients_out() {
     });
     if guard.await.is_err() {
         let frames = alpha.recv_until(|f| f["type"] == "done").await;
-        panic!("the flood never got going: {frames:#?}");
+        panic!("the flood never got going: {}", brief(&frames));
     }
 
     client_and_probe_get_through(&gateway).await;
@@ -156,7 +157,7 @@ async fn a_healthz_flood_from_a_tool_does_not_lock_clients_out() {
         .find(|f| f["type"] == "tool_result")
         .map(|f| f["content"].to_string())
         .unwrap_or_default();
-    assert!(output.contains("answered="), "{frames:#?}");
+    assert!(output.contains("answered="), "{}", brief(&frames));
     eprintln!("the flood: {output}");
     // A's own session, authenticated, was never closed to make room.
     let pong = alpha.request(json!({"id":"p","type":"ping"})).await;
@@ -194,7 +195,7 @@ async fn a_flood_of_upgrades_without_hello_does_not_lock_clients_out() {
     }
     let during = upgraded.load(Ordering::Relaxed);
     drop(flood);
-    assert!(failures.is_empty(), "{failures:#?}");
+    assert!(failures.is_empty(), "{}", brief(&failures));
     let text = metrics_text(&gateway).await;
     assert!(metric(&text, EVICTED) > 0.0, "the flood filled the cap");
     eprintln!("{during} upgrades by the flood");

@@ -7,6 +7,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+use corral_e2e::brief;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -748,7 +749,8 @@ async fn a_header_authenticated_zut_listener_receives_events() {
         header_listener_receives_events("zut", prompt, false, |f| f["type"] == "done").await;
     assert!(
         frames.iter().all(|f| f.get("id").is_none()),
-        "events only: {frames:#?}"
+        "events only: {}",
+        brief(&frames)
     );
 }
 
@@ -760,7 +762,8 @@ async fn a_header_authenticated_letscode_listener_receives_events() {
             .await;
     assert!(
         frames.iter().any(|f| f["type"] == "agent_start"),
-        "{frames:#?}"
+        "{}",
+        brief(&frames)
     );
 }
 
@@ -774,7 +777,8 @@ async fn a_header_authenticated_zi_listener_receives_events() {
             .await;
     assert!(
         frames.iter().any(|f| is_event(f, "agent_start")),
-        "{frames:#?}"
+        "{}",
+        brief(&frames)
     );
 }
 

@@ -10,6 +10,7 @@
 //! that renders fast and leaves the page responsive.
 #![allow(clippy::unwrap_used)]
 
+use corral_e2e::brief;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -221,13 +222,18 @@ async fn dashboard_lists_projects_and_console_streams_a_reply() {
     // Enter sends the prompt; the reply streams in.
     let blocks = prompt_in_console(&page).await;
     let has = |kind: &str, text: &str| has_block(&blocks, kind, text);
-    assert!(has("user", "What is in this project?"), "{blocks:#?}");
-    assert!(has("tool", "ls"), "no tool-call block: {blocks:#?}");
+    assert!(
+        has("user", "What is in this project?"),
+        "{}",
+        brief(&blocks)
+    );
+    assert!(has("tool", "ls"), "no tool-call block: {}", brief(&blocks));
     assert!(
         has("result", "README.md"),
-        "no tool-result block: {blocks:#?}"
+        "no tool-result block: {}",
+        brief(&blocks)
     );
-    assert!(has("assistant", REPLY), "{blocks:#?}");
+    assert!(has("assistant", REPLY), "{}", brief(&blocks));
     page.wait_for(
         &format!("{}.startsWith('connected')", text_of("#console-status")),
         "the console to leave the running state after done",
@@ -479,17 +485,24 @@ async fn the_console_speaks_letscode_and_zi() {
         let has = |kind: &str, text: &str| has_block(&blocks, kind, text);
         assert!(
             has("user", "What is in this project?"),
-            "{dialect}: {blocks:#?}"
+            "{dialect}: {}",
+            brief(&blocks)
         );
-        assert!(has("tool", "ls"), "{dialect}: no tool call: {blocks:#?}");
+        assert!(
+            has("tool", "ls"),
+            "{dialect}: no tool call: {}",
+            brief(&blocks)
+        );
         assert!(
             has("result", "README.md"),
-            "{dialect}: no result: {blocks:#?}"
+            "{dialect}: no result: {}",
+            brief(&blocks)
         );
-        assert!(has("assistant", REPLY), "{dialect}: {blocks:#?}");
+        assert!(has("assistant", REPLY), "{dialect}: {}", brief(&blocks));
         assert!(
             !blocks.iter().any(|b| b.starts_with("block error")),
-            "{dialect}: {blocks:#?}"
+            "{dialect}: {}",
+            brief(&blocks)
         );
     }
 }

@@ -5,6 +5,7 @@
 //! permission), received by a small OTLP receiver. Without a gateway the agent starts its own trace
 //! and sends its spans before it exits.
 
+use corral_e2e::brief;
 use std::time::Duration;
 
 use corral_e2e::gateway::GatewaySpawn;
@@ -58,14 +59,15 @@ async fn a_prompt_is_one_trace_across_the_gateway_and_the_agent() {
     let frames = client.recv_until(|f| f["type"] == "done").await;
     assert!(
         frames.iter().any(|f| f["type"] == "tool_result"),
-        "the scripted tool call ran: {frames:#?}"
+        "the scripted tool call ran: {}",
+        brief(&frames)
     );
 
     let spans = receiver.wait_for(SPANS_WAIT, complete).await;
-    assert!(complete(&spans), "spans received: {spans:#?}");
+    assert!(complete(&spans), "spans received: {}", brief(&spans));
 
     let forward = named(&spans, "forward");
-    assert_eq!(forward.len(), 1, "one gateway span: {forward:#?}");
+    assert_eq!(forward.len(), 1, "one gateway span: {}", brief(&forward));
     let forward = forward[0];
     assert_eq!(forward.service, "corral");
     assert_eq!(forward.string("corral.command"), Some("prompt"));
@@ -73,11 +75,16 @@ async fn a_prompt_is_one_trace_across_the_gateway_and_the_agent() {
 
     let traces: std::collections::BTreeSet<&str> =
         spans.iter().map(|s| s.trace_id.as_str()).collect();
-    assert_eq!(traces.len(), 1, "one trace for the prompt: {spans:#?}");
+    assert_eq!(
+        traces.len(),
+        1,
+        "one trace for the prompt: {}",
+        brief(&spans)
+    );
 
     // The child's root span continues the gateway's.
     let prompt = named(&spans, "prompt");
-    assert_eq!(prompt.len(), 1, "{prompt:#?}");
+    assert_eq!(prompt.len(), 1, "{}", brief(&prompt));
     let prompt = prompt[0];
     assert_eq!(prompt.service, "corral-agent");
     assert_eq!(prompt.parent_span_id, forward.span_id);
@@ -90,21 +97,23 @@ async fn a_prompt_is_one_trace_across_the_gateway_and_the_agent() {
     };
     assert_eq!(children_of_prompt("queued").len(), 1);
     let calls = children_of_prompt("model_call");
-    assert_eq!(calls.len(), 2, "a tool turn, then the answer: {calls:#?}");
+    assert_eq!(
+        calls.len(),
+        2,
+        "a tool turn, then the answer: {}",
+        brief(&calls)
+    );
     for call in &calls {
-        assert!(call.int("gen_ai.usage.input_tokens").is_some(), "{call:#?}");
-        assert!(
-            call.int("gen_ai.usage.output_tokens").is_some(),
-            "{call:#?}"
-        );
-        assert_eq!(call.int("corral.attempts"), Some(1), "{call:#?}");
-        assert!(call.attributes.contains_key("corral.cost_usd"), "{call:#?}");
+        assert!(call.int("gen_ai.usage.input_tokens").is_some(), "{call:?}");
+        assert!(call.int("gen_ai.usage.output_tokens").is_some(), "{call:?}");
+        assert_eq!(call.int("corral.attempts"), Some(1), "{call:?}");
+        assert!(call.attributes.contains_key("corral.cost_usd"), "{call:?}");
     }
     let tools = children_of_prompt("tool_call");
-    assert_eq!(tools.len(), 1, "{tools:#?}");
+    assert_eq!(tools.len(), 1, "{}", brief(&tools));
     assert_eq!(tools[0].string("corral.tool"), Some("bash"));
     let waits = named(&spans, "permission_wait");
-    assert_eq!(waits.len(), 1, "{waits:#?}");
+    assert_eq!(waits.len(), 1, "{}", brief(&waits));
     assert_eq!(waits[0].parent_span_id, tools[0].span_id);
     assert_eq!(waits[0].string("corral.outcome"), Some("allowed"));
 
@@ -136,10 +145,15 @@ async fn the_agent_alone_starts_its_own_trace_and_sends_it_before_exiting() {
     // Sent at exit: the spans are there once the process is gone.
     let spans = receiver.spans();
     let prompt = named(&spans, "prompt");
-    assert_eq!(prompt.len(), 1, "{spans:#?}");
+    assert_eq!(prompt.len(), 1, "{}", brief(&spans));
     assert_eq!(prompt[0].service, "corral-agent");
-    assert_eq!(prompt[0].parent_span_id, "", "a root span: {spans:#?}");
+    assert_eq!(
+        prompt[0].parent_span_id,
+        "",
+        "a root span: {}",
+        brief(&spans)
+    );
     let calls = named(&spans, "model_call");
-    assert_eq!(calls.len(), 1, "{spans:#?}");
+    assert_eq!(calls.len(), 1, "{}", brief(&spans));
     assert_eq!(calls[0].trace_id, prompt[0].trace_id);
 }

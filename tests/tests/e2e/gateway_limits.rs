@@ -7,6 +7,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+use corral_e2e::brief;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -78,12 +79,13 @@ async fn run_until_killed(ws: &mut Ws, mock: &MockLlm, command: &str, reason: &s
         .iter()
         .find(|f| f["type"] == "child_exited")
         .cloned()
-        .unwrap_or_else(|| panic!("no child_exited: {frames:#?}"));
+        .unwrap_or_else(|| panic!("no child_exited: {}", brief(&frames)));
     assert_eq!(exited["reason"], reason, "{exited}");
     assert_eq!(exited["restarting"], true, "{exited}");
     assert!(
         frames.iter().any(|f| f["type"] == "done"),
-        "the run ended for the client: {frames:#?}"
+        "the run ended for the client: {}",
+        brief(&frames)
     );
     assert_eq!(frames.last().unwrap()["type"], "child_started");
     exited

@@ -6,6 +6,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+use corral_e2e::brief;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -85,22 +86,36 @@ async fn zut_clients_with_own_runs_see_only_their_own_run() {
 
     let fa = a.recv_until(|f| f["type"] == "done").await;
     assert_eq!(text_of(&fa), reply("alpha"));
-    assert_eq!(runs_of(&fa, "run_id"), [run_a.as_str()], "{fa:#?}");
+    assert_eq!(runs_of(&fa, "run_id"), [run_a.as_str()], "{}", brief(&fa));
     assert!(fa.iter().all(|f| f["run_id"] == run_a.as_str()));
 
     let fb = b.recv_until(|f| f["type"] == "done").await;
-    assert_eq!(fb[0]["type"], "response", "B's own response first: {fb:#?}");
+    assert_eq!(
+        fb[0]["type"],
+        "response",
+        "B's own response first: {}",
+        brief(&fb)
+    );
     let run_b = fb[0]["data"]["run_id"].as_str().unwrap().to_string();
     assert_ne!(run_a, run_b);
     assert_eq!(text_of(&fb), reply("beta"), "B sees only its own reply");
-    assert_eq!(runs_of(&fb[1..], "run_id"), [run_b.as_str()], "{fb:#?}");
+    assert_eq!(
+        runs_of(&fb[1..], "run_id"),
+        [run_b.as_str()],
+        "{}",
+        brief(&fb)
+    );
 
     // Without the flag: both runs, every run event naming its run.
     let fall = all
         .recv_until(|f| f["type"] == "done" && f["run_id"] == run_b.as_str())
         .await;
     assert_eq!(runs_of(&fall, "run_id"), [run_a.as_str(), run_b.as_str()]);
-    assert!(fall.iter().all(|f| f["run_id"].is_string()), "{fall:#?}");
+    assert!(
+        fall.iter().all(|f| f["run_id"].is_string()),
+        "{}",
+        brief(&fall)
+    );
     assert_eq!(fall.iter().filter(|f| f["type"] == "done").count(), 2);
     assert_eq!(text_of(&fall), reply("alpha") + &reply("beta"));
 
@@ -135,7 +150,12 @@ async fn zut_own_runs_by_query_parameter_and_gateway_events_pass() {
     b.send(json!({"id": "1", "type": "prompt", "message": "b"}))
         .await;
     let fb = b.recv_until(|f| f["type"] == "done").await;
-    assert_eq!(fb[0]["type"], "response", "nothing of A's run: {fb:#?}");
+    assert_eq!(
+        fb[0]["type"],
+        "response",
+        "nothing of A's run: {}",
+        brief(&fb)
+    );
     assert_eq!(text_of(&fb), reply("beta"));
     // A gateway event (the admin restart's child_exited/child_started)
     // reaches everyone.
@@ -147,7 +167,11 @@ async fn zut_own_runs_by_query_parameter_and_gateway_events_pass() {
         .await;
     assert_eq!(status, 202);
     let fa = a.recv_until(|f| f["type"] == "child_started").await;
-    assert!(fa.iter().any(|f| f["type"] == "child_exited"), "{fa:#?}");
+    assert!(
+        fa.iter().any(|f| f["type"] == "child_exited"),
+        "{}",
+        brief(&fa)
+    );
     b.recv_until(|f| f["type"] == "child_started").await;
     let (status, _) = gw
         .http("GET", "/v1/projects/alpha/rpc?own_runs=maybe", None)
@@ -199,19 +223,32 @@ async fn letscode_prompt_and_follow_up_each_reach_only_their_sender() {
     let fa = a
         .recv_until(|f| f["type"] == "done" && f["id"] == "r1")
         .await;
-    assert_eq!(fa.last().unwrap()["run_id"], run_a.as_str(), "{fa:#?}");
+    assert_eq!(
+        fa.last().unwrap()["run_id"],
+        run_a.as_str(),
+        "{}",
+        brief(&fa)
+    );
     assert_eq!(lc_text(&fa), reply("alpha"));
     assert_eq!(runs_of(&fa, "run_id"), [run_a.as_str()]);
 
     let fb = b.recv_until(|f| f["type"] == "agent_end").await;
-    assert_eq!(lc_text(&fb), reply("beta"), "{fb:#?}");
-    assert!(!runs_of(&fb, "run_id").contains(&run_a.as_str()), "{fb:#?}");
+    assert_eq!(lc_text(&fb), reply("beta"), "{}", brief(&fb));
+    assert!(
+        !runs_of(&fb, "run_id").contains(&run_a.as_str()),
+        "{}",
+        brief(&fb)
+    );
 
     let fall = all
         .recv_until(|f| f["type"] == "agent_end" && f["run_id"] == run_b.as_str())
         .await;
     assert_eq!(runs_of(&fall, "run_id"), [run_a.as_str(), run_b.as_str()]);
-    assert!(fall.iter().all(|f| f["run_id"].is_string()), "{fall:#?}");
+    assert!(
+        fall.iter().all(|f| f["run_id"].is_string()),
+        "{}",
+        brief(&fall)
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -304,24 +341,25 @@ async fn zi_clients_with_own_runs_see_only_their_own_run() {
     let answer = fa.iter().find(|f| f["id"] == "p").unwrap();
     let run_a = answer["result"]["runId"].as_str().unwrap().to_string();
     assert_eq!(zi_text(&fa), reply("alpha"));
-    assert_eq!(runs_of(&fa, "runId"), [run_a.as_str()], "{fa:#?}");
+    assert_eq!(runs_of(&fa, "runId"), [run_a.as_str()], "{}", brief(&fa));
 
     let waited = b.until("idle").await;
-    assert!(runs_of(&waited, "runId").is_empty(), "{waited:#?}");
+    assert!(runs_of(&waited, "runId").is_empty(), "{}", brief(&waited));
     b.send("p", "session.prompt", direct("b")).await;
     let fb = b.collect(is_agent_end).await;
     let answer = fb.iter().find(|f| f["id"] == "p").unwrap();
     let run_b = answer["result"]["runId"].as_str().unwrap().to_string();
     assert_ne!(run_a, run_b);
     assert_eq!(zi_text(&fb), reply("beta"));
-    assert_eq!(runs_of(&fb, "runId"), [run_b.as_str()], "{fb:#?}");
+    assert_eq!(runs_of(&fb, "runId"), [run_b.as_str()], "{}", brief(&fb));
 
     // A asks for idle after B's run: nothing of it arrives before.
     a.send("idle", "session.await_idle", Value::Null).await;
     let rest = a.until("idle").await;
     assert!(
         !runs_of(&rest, "runId").contains(&run_b.as_str()),
-        "{rest:#?}"
+        "{}",
+        brief(&rest)
     );
 
     let fall = all
@@ -331,7 +369,11 @@ async fn zi_clients_with_own_runs_see_only_their_own_run() {
         .iter()
         .filter(|f| f["type"] == "session_event")
         .collect();
-    assert!(events.iter().all(|f| f["runId"].is_string()), "{fall:#?}");
+    assert!(
+        events.iter().all(|f| f["runId"].is_string()),
+        "{}",
+        brief(&fall)
+    );
     assert_eq!(runs_of(&fall, "runId"), [run_a.as_str(), run_b.as_str()]);
 }
 
@@ -410,6 +452,6 @@ async fn two_attach_bridges_with_own_runs_each_print_only_their_reply() {
     two.prompt("second").await;
     let ((reply_two, frames_two), (reply_one, _)) = tokio::join!(two.reply(), one.reply());
     assert_eq!(reply_one, reply("alpha"));
-    assert_eq!(reply_two, reply("beta"), "{frames_two:#?}");
-    assert_eq!(frames_two[0]["type"], "response", "{frames_two:#?}");
+    assert_eq!(reply_two, reply("beta"), "{}", brief(&frames_two));
+    assert_eq!(frames_two[0]["type"], "response", "{}", brief(&frames_two));
 }

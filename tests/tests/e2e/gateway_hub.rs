@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+use corral_e2e::brief;
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
@@ -61,7 +62,8 @@ async fn two_clients_share_one_child() {
     assert_eq!(fa[0]["id"], "p", "the prompt's response goes to A first");
     assert!(
         fb.iter().all(|f| f["type"] != "response"),
-        "B never sees A's response: {fb:#?}"
+        "B never sees A's response: {}",
+        brief(&fb)
     );
     let events_a: Vec<&Value> = fa.iter().filter(|f| f["type"] != "response").collect();
     let events_b: Vec<&Value> = fb.iter().collect();
