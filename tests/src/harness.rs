@@ -237,3 +237,8 @@ pub fn text_of(frames: &[Value]) -> String {
         .filter_map(|f| f["delta"].as_str())
         .collect()
 }
+
+/// Whether a frame is zut's `done`, the end of a run.
+pub fn is_done(frame: &Value) -> bool {
+    frame["type"] == "done"
+}

@@ -4,13 +4,10 @@
 
 #![allow(clippy::unwrap_used)]
 
+use corral_e2e::harness::is_done;
 use corral_e2e::harness::{AgentProc, AgentSpawn};
 use corral_e2e::mock_llm::{MockLlm, Turn};
-use serde_json::{json, Value};
-
-fn is_done(frame: &Value) -> bool {
-    frame["type"] == "done"
-}
+use serde_json::json;
 
 async fn anthropic(mock: &MockLlm, extra: &[&str]) -> AgentProc {
     let mut spawn = AgentSpawn::anthropic_mock(&mock.anthropic_base_url(), &[]);

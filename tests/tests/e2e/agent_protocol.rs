@@ -4,15 +4,12 @@
 
 #![allow(clippy::unwrap_used)]
 
+use corral_e2e::harness::is_done;
 use std::time::Duration;
 
 use corral_e2e::harness::{text_of, types, AgentSpawn};
 use corral_e2e::mock_llm::{MockLlm, Turn};
 use serde_json::{json, Value};
-
-fn is_done(frame: &Value) -> bool {
-    frame["type"] == "done"
-}
 
 fn echo() -> AgentSpawn {
     AgentSpawn::rpc(&["--provider", "echo"])

@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used)]
 
 use corral_e2e::brief;
+use corral_e2e::harness::is_done;
 use std::time::{Duration, Instant};
 
 use corral_e2e::harness::{text_of, types, AgentProc, AgentSpawn};
@@ -28,10 +29,6 @@ async fn agent_on(mock: &MockLlm, api: Api) -> AgentProc {
         .arg(base)
         .spawn()
         .await
-}
-
-fn is_done(frame: &Value) -> bool {
-    frame["type"] == "done"
 }
 
 /// Collapses runs of streaming deltas so sequences are easy to compare.

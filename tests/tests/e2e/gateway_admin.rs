@@ -3,16 +3,13 @@
 
 #![allow(clippy::unwrap_used)]
 
+use corral_e2e::harness::is_done;
 use std::collections::HashMap;
 use std::time::Duration;
 
 use corral_e2e::gateway::{Gateway, GatewaySpawn, ADMIN_TOKEN, OBSERVER_TOKEN, TOKEN};
 use corral_e2e::mock_llm::{MockLlm, Turn};
 use serde_json::{json, Value};
-
-fn is_done(frame: &Value) -> bool {
-    frame["type"] == "done"
-}
 
 /// Samples of the exposition as `name{labels}` → value.
 async fn scrape(gateway: &Gateway) -> (String, HashMap<String, f64>) {

@@ -4,6 +4,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+use corral_e2e::harness::is_done;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -147,10 +148,6 @@ impl Attach {
             .unwrap();
         text
     }
-}
-
-fn is_done(frame: &Value) -> bool {
-    frame["type"] == "done"
 }
 
 /// Frames the agent or gateway emitted on their own (no `id`, not responses).

@@ -4,16 +4,13 @@
 #![allow(clippy::unwrap_used)]
 
 use corral_e2e::brief;
+use corral_e2e::harness::is_done;
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use corral_e2e::gateway::{GatewaySpawn, OBSERVER_TOKEN};
 use corral_e2e::mock_llm::{MockLlm, Turn};
 use serde_json::{json, Value};
-
-fn is_done(frame: &Value) -> bool {
-    frame["type"] == "done"
-}
 
 fn seqs(frames: &[Value]) -> Vec<u64> {
     frames.iter().filter_map(|f| f["seq"].as_u64()).collect()

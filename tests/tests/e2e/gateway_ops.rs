@@ -3,14 +3,11 @@
 
 #![allow(clippy::unwrap_used)]
 
+use corral_e2e::harness::is_done;
 use std::time::{Duration, Instant};
 
 use corral_e2e::gateway::{agent_pids, GatewaySpawn, ADMIN_TOKEN, TOKEN};
 use serde_json::{json, Value};
-
-fn is_done(frame: &Value) -> bool {
-    frame["type"] == "done"
-}
 
 #[tokio::test]
 async fn refusals_spawn_nothing() {

@@ -12,6 +12,7 @@
 #![allow(clippy::unwrap_used)]
 
 use corral_e2e::brief;
+use corral_e2e::harness::is_done;
 use std::path::{Path, PathBuf};
 
 use corral_e2e::gateway::{serve_exit, Gateway, GatewaySpawn, Ws, ADMIN_TOKEN};
@@ -28,10 +29,6 @@ const B_CHAT_SECRET: &str = "beta-conversation-secret-0815";
 
 fn work_dir() -> tempfile::TempDir {
     corral_e2e::dir_outside_tmp()
-}
-
-fn is_done(frame: &Value) -> bool {
-    frame["type"] == "done"
 }
 
 /// The text of every `tool_result` among `frames`, in order.

@@ -7,6 +7,7 @@
 #![allow(clippy::unwrap_used)]
 
 use corral_e2e::brief;
+use corral_e2e::harness::is_done;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -16,10 +17,6 @@ use corral_e2e::gateway::{Gateway, GatewaySpawn};
 use corral_e2e::harness::{workspace_bin, AgentProc, AgentSpawn};
 use corral_e2e::mock_llm::{MockLlm, Turn};
 use serde_json::{json, Value};
-
-fn is_done(frame: &Value) -> bool {
-    frame["type"] == "done"
-}
 
 /// `corral journal ACTION FILE`.
 fn journal_tool(action: &str, file: &Path) -> Output {

@@ -13,6 +13,7 @@ mod clients;
 mod peer;
 
 use corral_e2e::brief;
+use corral_e2e::harness::is_done;
 use std::time::Duration;
 
 use clients::{Client, Outcome};
@@ -148,10 +149,6 @@ async fn a_child_crash_mid_run_is_an_error_for_attached_clients() {
 
 fn direct(mock: &MockLlm) -> AgentSpawn {
     AgentSpawn::anthropic_mock(&mock.anthropic_base_url(), &[])
-}
-
-fn is_done(frame: &Value) -> bool {
-    frame["type"] == "done"
 }
 
 /// Issue 12, point 2: a failed run ends `turn_end{stop:"error"}`, `error`,
