@@ -175,9 +175,8 @@ pub async fn try_client(gateway: &Gateway, project: &str, token: &str) -> Result
         .map_err(|_| "connect timed out".to_string())?
         .map_err(|e| format!("connect: {e}"))?;
     let mut ws = Ws { stream };
-    let hello = json!({"id":"h","type":"hello","token":token}).to_string();
     ws.stream
-        .send(Message::text(hello))
+        .send(Message::text(zut_hello(token)))
         .await
         .map_err(|e| format!("send the hello: {e}"))?;
     let reply = match ws.next_event_within(Duration::from_secs(10)).await {
@@ -197,6 +196,25 @@ pub async fn try_client(gateway: &Gateway, project: &str, token: &str) -> Result
         Ok(pong) => Ok(pong),
         Err(_) => Err("no pong".into()),
     }
+}
+
+/// A zut hello with `token`, as a text frame's payload.
+pub fn zut_hello(token: &str) -> String {
+    json!({"id":"h","type":"hello","token":token}).to_string()
+}
+
+/// Polls the metrics until `done` holds for them (or the harness timeout).
+pub async fn wait_for_metrics(gateway: &Gateway, done: impl Fn(&str) -> bool) -> String {
+    crate::raw_ws::timeout(async {
+        loop {
+            let text = metrics_text(gateway).await;
+            if done(&text) {
+                return text;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
 }
 
 /// `/metrics` read with the admin token.

@@ -21,6 +21,7 @@ mod first_hour;
 mod gateway_acp;
 mod gateway_admin;
 mod gateway_attach;
+mod gateway_auth;
 mod gateway_connections;
 mod gateway_dialects;
 mod gateway_hardening;
