@@ -11,8 +11,7 @@ use serde_json::{json, Value};
 use tokio::time::Instant;
 
 use super::actor::Hub;
-use super::child::{Launched, Running};
-use super::launch::{StartError, StartFailure};
+use super::child::{Launched, Running, StartError, StartFailure};
 use super::supervision::{AfterStop, Stopping, Supervision, Wake};
 use super::{AttachError, LastExit, StopReason};
 use crate::dialect::Inbound;
@@ -58,7 +57,7 @@ impl Hub {
             "child_started",
             json!({"pid": pid, "restarts": self.restarts}),
         );
-        if self.clients.is_empty() && self.busy == 0 {
+        if self.clients.is_empty() && !self.runs.busy() {
             self.idle_since = Some(Instant::now());
         }
         self.flush_waiting();
@@ -327,13 +326,12 @@ impl Hub {
         if child.ping_id.is_some() {
             return;
         }
-        child.pings += 1;
-        let id = format!("corral-ping-{}", child.pings);
-        child.ping_id = Some(id.clone());
+        let id = self.mint.ping();
+        child.ping_id = Some(id);
         // A child that does not read its input does not answer either:
         // the deadline holds whether or not the ping got through.
         child.ping_deadline = Some(Instant::now() + timeout);
-        let line = self.settings.dialect.ping_line(&id);
+        let line = self.settings.dialect.ping_line(&id.to_string());
         let _ = self.send_line(line);
     }
 

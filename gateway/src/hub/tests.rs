@@ -13,8 +13,8 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::timeout;
 use tokio_util::task::TaskTracker;
 
+use super::child::StartError;
 use super::child::{BoxFuture, ChildControl, Launched, Launcher, SendError};
-use super::launch::StartError;
 use super::{
     AttachError, Attached, ChildState, Delivery, HubHandle, HubSettings, Join, StopReason,
 };
