@@ -8,7 +8,7 @@
 //! commands, so a project serves attach, detach, abort and status while
 //! its child starts or stops.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -27,17 +27,10 @@ use super::ids::IdMap;
 use super::ring::ReplayRing;
 use super::run_tracker::Runs;
 use super::supervision::{far_future, Supervision};
-use super::{
-    AttachError, Attached, HubCommand, HubSettings, HubStatus, Join, LastExit, StopReason,
-};
+use super::waiting::{Waiting, WaitingAttach};
+use super::{AttachError, HubCommand, HubSettings, HubStatus, LastExit, StopReason};
 use crate::dialect::Inbound;
 use crate::supervisor::backoff::CrashHistory;
-
-/// An attach that waits for the child to become ready.
-pub(super) struct WaitingAttach {
-    pub join: Join,
-    pub reply: oneshot::Sender<Result<Attached, AttachError>>,
-}
 
 /// All state of one project. Owned by its task; nothing else touches it.
 pub(super) struct Hub {
@@ -63,9 +56,8 @@ pub(super) struct Hub {
     pub ending: bool,
     /// Who waits for the hub to end (stop requests).
     pub stopped: Vec<oneshot::Sender<()>>,
-    pub waiting_attach: Vec<WaitingAttach>,
-    /// Requests that arrived while the child was not ready.
-    pub waiting_requests: VecDeque<(ClientId, Map<String, Value>)>,
+    /// Attaches and requests that arrived while the child was not ready.
+    pub waiting: Waiting,
     pub crashes: CrashHistory,
     pub restarts: u32,
     /// Since when nobody is attached and nothing runs.
@@ -114,8 +106,7 @@ impl Hub {
             launcher,
             ending: false,
             stopped: Vec::new(),
-            waiting_attach: Vec::new(),
-            waiting_requests: VecDeque::new(),
+            waiting: Waiting::default(),
             crashes: CrashHistory::default(),
             restarts: 0,
             idle_since: None,
@@ -149,7 +140,7 @@ impl Hub {
             }
         }
         let snapshots = self.snapshots.drain().map(|(_, w)| w);
-        for waiting in self.waiting_attach.drain(..).chain(snapshots) {
+        for waiting in self.waiting.take_attaches().into_iter().chain(snapshots) {
             let _ = waiting.reply.send(Err(AttachError::Gone));
         }
         for done in self.stopped.drain(..) {
@@ -192,7 +183,7 @@ impl Hub {
     fn should_end(&self) -> bool {
         self.ending
             || (self.clients.is_empty()
-                && self.waiting_attach.is_empty()
+                && !self.waiting.has_attaches()
                 && self.snapshots.is_empty()
                 && !self.runs.busy()
                 && matches!(
@@ -205,7 +196,7 @@ impl Hub {
         let timeout = self.settings.idle_timeout?;
         if !self.clients.is_empty()
             || self.runs.busy()
-            || !self.waiting_attach.is_empty()
+            || self.waiting.has_attaches()
             || matches!(self.supervision, Supervision::Stopping(_))
         {
             return None;
@@ -223,7 +214,7 @@ impl Hub {
                         let wait = until.saturating_duration_since(Instant::now()).as_secs();
                         let _ = waiting.reply.send(Err(AttachError::CrashLoop(wait)));
                     }
-                    _ => self.waiting_attach.push(waiting),
+                    _ => self.waiting.push_attach(waiting),
                 }
             }
             HubCommand::Detach { client } => self.forget(client),

@@ -6,12 +6,13 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use super::actor::{Hub, WaitingAttach};
+use super::actor::Hub;
 use super::budget::Outgoing;
 use super::child::SendError;
 use super::client_id::ClientId;
 use super::clients::Client;
 use super::feed::{ClientFeed, Unicast};
+use super::waiting::WaitingAttach;
 use super::{AttachError, Attached, ChildState, Join};
 use crate::auth::Role;
 
@@ -28,7 +29,7 @@ impl Hub {
             return;
         };
         if self.supervision.ready().is_none() {
-            self.waiting_attach.push(waiting);
+            self.waiting.push_attach(waiting);
             return;
         }
         self.snapshots.insert(id, waiting);
@@ -36,7 +37,7 @@ impl Hub {
             // Not sent: the attach waits for the next child, or fails now.
             if let Some(waiting) = self.snapshots.remove(&id) {
                 match refused {
-                    SendError::Gone => self.waiting_attach.push(waiting),
+                    SendError::Gone => self.waiting.push_attach(waiting),
                     SendError::Full => {
                         let error =
                             AttachError::StartFailed("the agent is not reading its input".into());
@@ -56,7 +57,7 @@ impl Hub {
                     self.settings.restart.cooldown.as_secs(),
                 )));
             } else {
-                self.waiting_attach.push(waiting);
+                self.waiting.push_attach(waiting);
             }
         }
     }

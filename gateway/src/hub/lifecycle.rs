@@ -74,7 +74,7 @@ impl Hub {
             StartFailure::Unavailable => AttachError::Unavailable(error.clone()),
             _ => AttachError::StartFailed(error.clone()),
         };
-        for waiting in mem::take(&mut self.waiting_attach) {
+        for waiting in self.waiting.take_attaches() {
             let _ = waiting.reply.send(Err(refusal.clone()));
         }
         self.refuse_waiting_requests(&format!("the agent failed to start: {error}"));
@@ -102,7 +102,7 @@ impl Hub {
     /// Answers the requests that waited for a child that will not come.
     fn refuse_waiting_requests(&mut self, error: &str) {
         let dialect = self.settings.dialect;
-        for (client, frame) in mem::take(&mut self.waiting_requests) {
+        for (client, frame) in self.waiting.take_requests() {
             // Only requests for the child wait for it.
             let command = match dialect.inbound(&frame, false) {
                 Inbound::Forward { command, .. } => command,

@@ -45,6 +45,7 @@ mod supervision;
 #[cfg(test)]
 mod tests;
 pub mod trace;
+mod waiting;
 
 use std::ffi::OsString;
 use std::path::PathBuf;

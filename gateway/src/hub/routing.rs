@@ -142,7 +142,7 @@ impl Hub {
                 let reply = dialect.request_failed(id.as_ref(), &command, false, error);
                 self.unicast(client, reply);
             } else {
-                self.waiting_requests.push_back((client, frame));
+                self.waiting.push_request(client, frame);
             }
             return;
         }
@@ -227,10 +227,10 @@ impl Hub {
 
     /// Forwards requests that waited for the child.
     pub(super) fn flush_waiting(&mut self) {
-        for waiting in std::mem::take(&mut self.waiting_attach) {
+        for waiting in self.waiting.take_attaches() {
             self.attach(waiting);
         }
-        for (client, frame) in std::mem::take(&mut self.waiting_requests) {
+        for (client, frame) in self.waiting.take_requests() {
             self.request(client, frame);
         }
     }
