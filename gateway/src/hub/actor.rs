@@ -204,6 +204,14 @@ impl Hub {
         self.idle_since.map(|since| since + timeout)
     }
 
+    /// Starts the idle clock when nobody is attached and nothing runs
+    /// (reaping waits `--idle-timeout` from here).
+    pub(super) fn start_idle_clock(&mut self) {
+        if self.clients.is_empty() && !self.runs.busy() {
+            self.idle_since = Some(Instant::now());
+        }
+    }
+
     pub(super) fn command(&mut self, command: HubCommand) {
         match command {
             HubCommand::Attach { join, reply } => {

@@ -57,9 +57,7 @@ impl Hub {
             "child_started",
             json!({"pid": pid, "restarts": self.restarts}),
         );
-        if self.clients.is_empty() && !self.runs.busy() {
-            self.idle_since = Some(Instant::now());
-        }
+        self.start_idle_clock();
         self.flush_waiting();
     }
 

@@ -86,9 +86,7 @@ impl Hub {
         self.pending.forget_client(client);
         self.leaving.retain(|(c, _)| *c != client);
         self.waiting.forget_client(client);
-        if self.clients.is_empty() && !self.runs.busy() {
-            self.idle_since = Some(tokio::time::Instant::now());
-        }
+        self.start_idle_clock();
         self.publish();
     }
 

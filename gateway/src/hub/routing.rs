@@ -8,7 +8,6 @@ use std::time::Instant as StdInstant;
 
 use bytes::Bytes;
 use serde_json::{json, Map, Value};
-use tokio::time::Instant;
 
 use super::actor::Hub;
 use super::child::SendError;
@@ -318,9 +317,7 @@ impl Hub {
                 .observe(ran.as_secs_f64());
         }
         if !self.runs.busy() {
-            if self.clients.is_empty() {
-                self.idle_since = Some(Instant::now());
-            }
+            self.start_idle_clock();
             self.dismiss_leaving();
         }
         self.publish();
