@@ -88,6 +88,10 @@ pub const REFUSAL_REASONS: [&str; 5] = [
 /// Reasons of `requests_refused_total{reason}`: over the per-client bound
 /// of requests in flight, or the child's input queue is full.
 pub const REQUEST_REFUSALS: [&str; 2] = ["in_flight", "child_busy"];
+/// `reason` labels of `corral_client_buffer_closes_total`: which byte
+/// bound a client went over (the hub's `budget::Overflow`, whose tests
+/// check it names exactly these).
+pub const CLIENT_BUFFER_CLOSES: [&str; 2] = ["client_buffer", "total_client_buffer"];
 /// Kinds of `tokens_total{kind}`.
 pub const TOKEN_KINDS: [&str; 5] = ["input", "output", "reasoning", "cache_read", "cache_write"];
 
@@ -298,8 +302,8 @@ impl Metrics {
         for reason in REQUEST_REFUSALS {
             self.requests_refused.with_label_values(&[reason]);
         }
-        for why in crate::hub::budget::Overflow::ALL {
-            self.client_buffer_closes.with_label_values(&[why.as_str()]);
+        for why in CLIENT_BUFFER_CLOSES {
+            self.client_buffer_closes.with_label_values(&[why]);
         }
     }
 

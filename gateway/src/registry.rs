@@ -94,20 +94,20 @@ impl Inner {
     }
 }
 
-/// What [`Registry::claim`] decided.
-enum Claim {
+/// Where an attach finds its hub: what [`Registry::claim`] decided.
+enum HubSlot {
     Hub(HubHandle),
     /// No slot now; one frees when this hub's child has exited.
     WaitFor(HubHandle),
 }
 
-/// Holds a claim on a hub until the attach is over (or abandoned).
-struct Pending<'a> {
+/// Holds a hub's place for one attach until it is over (or abandoned).
+struct AttachHold<'a> {
     registry: &'a Registry,
     hub: HubHandle,
 }
 
-impl Drop for Pending<'_> {
+impl Drop for AttachHold<'_> {
     fn drop(&mut self) {
         let mut inner = self.registry.inner();
         if let Some(entry) = inner.hubs.get_mut(&self.hub.project) {
@@ -173,17 +173,17 @@ impl Registry {
 
     /// The project's hub, claimed for one attach; waits (bounded) for an
     /// evicted child to exit when that is what frees a slot.
-    async fn hub_for(&self, project: &str, dir: &Path) -> Result<Pending<'_>, RegistryError> {
+    async fn hub_for(&self, project: &str, dir: &Path) -> Result<AttachHold<'_>, RegistryError> {
         let deadline = tokio::time::Instant::now() + self.eviction_wait();
         loop {
             match self.claim(project, dir)? {
-                Claim::Hub(hub) => {
-                    return Ok(Pending {
+                HubSlot::Hub(hub) => {
+                    return Ok(AttachHold {
                         registry: self,
                         hub,
                     })
                 }
-                Claim::WaitFor(leaving) => {
+                HubSlot::WaitFor(leaving) => {
                     if tokio::time::timeout_at(deadline, leaving.closed())
                         .await
                         .is_err()
@@ -198,7 +198,7 @@ impl Registry {
 
     /// One decision under the lock: the existing hub, a new one in a free
     /// slot, or an idle hub evicted (the caller waits for it to exit).
-    fn claim(&self, project: &str, dir: &Path) -> Result<Claim, RegistryError> {
+    fn claim(&self, project: &str, dir: &Path) -> Result<HubSlot, RegistryError> {
         let mut inner = self.inner();
         // Checked under the lock: `shutdown` starts before it takes the
         // lock, so no hub is added after it has taken them all.
@@ -208,7 +208,7 @@ impl Registry {
         inner.prune();
         if let Some(entry) = inner.hubs.get_mut(project) {
             entry.pending += 1;
-            return Ok(Claim::Hub(entry.hub.clone()));
+            return Ok(HubSlot::Hub(entry.hub.clone()));
         }
         if inner.slots() < self.max_children {
             let seq = inner.seqs.entry(project.to_string()).or_default().clone();
@@ -226,7 +226,7 @@ impl Registry {
                 pending: 1,
             };
             inner.hubs.insert(project.to_string(), entry);
-            return Ok(Claim::Hub(hub));
+            return Ok(HubSlot::Hub(hub));
         }
         let candidates = inner
             .hubs
@@ -240,10 +240,10 @@ impl Registry {
             let stopping = victim.clone();
             self.shutdown
                 .spawn(async move { stopping.stop(StopReason::Evicted).await });
-            return Ok(Claim::WaitFor(victim));
+            return Ok(HubSlot::WaitFor(victim));
         }
         match inner.leaving.first() {
-            Some(leaving) => Ok(Claim::WaitFor(leaving.clone())),
+            Some(leaving) => Ok(HubSlot::WaitFor(leaving.clone())),
             None => Err(RegistryError::Full(self.max_children)),
         }
     }

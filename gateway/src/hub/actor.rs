@@ -1,5 +1,5 @@
 //! The hub task: its state, its main loop and its commands. Clients
-//! joining are in [`super::attach`], frame routing in [`super::routing`],
+//! joining are in [`super::join`], frame routing in [`super::routing`],
 //! the child's lifecycle in [`super::lifecycle`] over the states of
 //! [`super::supervision`].
 //!
@@ -8,55 +8,29 @@
 //! commands, so a project serves attach, detach, abort and status while
 //! its child starts or stops.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant as StdInstant;
 use std::time::SystemTime;
 
 use serde_json::{Map, Value};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::{sleep_until, Instant};
 
-use super::asks::Asks;
-use super::budget::ClientBudget;
+use super::ask_queue::Asks;
 use super::child::Launcher;
-use super::feed::{Feed, Unicast};
+use super::client_id::ClientId;
+use super::clients::Clients;
+use super::feed::Feed;
+use super::gateway_id::{GatewayId, IdMint};
 use super::ids::IdMap;
 use super::ring::ReplayRing;
-use super::runs::RunBook;
+use super::run_tracker::Runs;
 use super::supervision::{far_future, Supervision};
-use super::trace::RequestSpan;
-use super::{
-    AttachError, Attached, ClientInfo, HubCommand, HubSettings, HubStatus, Join, LastExit,
-    StopReason,
-};
-use crate::auth::Role;
+use super::waiting::{Waiting, WaitingAttach};
+use super::{AttachError, HubCommand, HubSettings, HubStatus, LastExit, StopReason};
 use crate::dialect::Inbound;
 use crate::supervisor::backoff::CrashHistory;
-
-/// An attached client.
-pub(super) struct Client {
-    pub role: Role,
-    /// The client id its runs are attributed to: its own, or the one of
-    /// an earlier connection it resumes (`client_id` in its hello).
-    pub owner: u64,
-    pub unicast: mpsc::Sender<Unicast>,
-    /// The bytes waiting for it; frames for it are charged here.
-    pub budget: Arc<ClientBudget>,
-    /// The client's delivery cursor, for its lag.
-    pub cursor: Arc<AtomicU64>,
-    /// It had the replay ring sent again once (ACP `session/load`); a
-    /// connection gets that once, so loads cannot be repeated to make the
-    /// gateway send its whole ring over and over.
-    pub replayed: bool,
-}
-
-/// An attach that waits for the child to become ready.
-pub(super) struct WaitingAttach {
-    pub join: Join,
-    pub reply: oneshot::Sender<Result<Attached, AttachError>>,
-}
 
 /// All state of one project. Owned by its task; nothing else touches it.
 pub(super) struct Hub {
@@ -67,10 +41,13 @@ pub(super) struct Hub {
     /// The admin API's view of this hub, published by the hub alone.
     pub status: watch::Sender<HubStatus>,
     pub feed: Arc<Feed>,
-    pub clients: HashMap<u64, Client>,
-    pub ids: IdMap,
-    /// Which client each run belongs to.
-    pub runbook: RunBook,
+    pub clients: Clients,
+    /// Requests of clients waiting for the child's answer.
+    pub pending: IdMap,
+    /// The runs in flight and which client each belongs to.
+    pub runs: Runs,
+    /// Where every id the hub sends the child comes from.
+    pub mint: IdMint,
     /// Where the child is.
     pub supervision: Supervision,
     /// How children start.
@@ -79,37 +56,25 @@ pub(super) struct Hub {
     pub ending: bool,
     /// Who waits for the hub to end (stop requests).
     pub stopped: Vec<oneshot::Sender<()>>,
-    /// Runs in flight: from a started `prompt`/`compact` to its `done`.
-    pub busy: u32,
-    pub waiting_attach: Vec<WaitingAttach>,
-    /// Requests that arrived while the child was not ready.
-    pub waiting_requests: VecDeque<(u64, Map<String, Value>)>,
+    /// Attaches and requests that arrived while the child was not ready.
+    pub waiting: Waiting,
     pub crashes: CrashHistory,
     pub restarts: u32,
     /// Since when nobody is attached and nothing runs.
     pub idle_since: Option<Instant>,
     /// The child's hello data, given to clients on attach.
     pub hello: Map<String, Value>,
-    /// Since when a run is in flight.
-    pub busy_since: Option<SystemTime>,
-    /// Start instants of the runs in flight, oldest first, with the trace
-    /// span of the request that started each when its answer came first
-    /// (zut's `started`), so that span lasts as long as its run.
-    pub runs: VecDeque<(StdInstant, RequestSpan)>,
     pub last_exit: Option<LastExit>,
     /// The model in use (from the hello, then `set_model` answers).
     pub model: Option<String>,
     /// The latest cumulative usage reported by the child.
     pub usage: Option<Value>,
-    /// Ids of admin aborts sent to the child.
-    pub aborts: u64,
     /// letscode clients that said `bye`, with its id: dismissed once no
     /// run is active.
-    pub leaving: Vec<(u64, Option<Value>)>,
+    pub leaving: Vec<(ClientId, Option<Value>)>,
     /// Zi attaches waiting for their `ready`'s state snapshot, by the id
     /// of the `session.get_state` sent for it.
-    pub snapshots: HashMap<String, WaitingAttach>,
-    pub snapshot_ids: u64,
+    pub snapshots: HashMap<GatewayId, WaitingAttach>,
     /// Requests of the child waiting for a client's answer (ACP).
     pub asks: Asks,
 }
@@ -133,29 +98,24 @@ impl Hub {
             settings,
             seq,
             status,
-            clients: HashMap::new(),
-            ids: IdMap::default(),
-            runbook: RunBook::default(),
+            clients: Clients::default(),
+            pending: IdMap::default(),
+            runs: Runs::default(),
+            mint: IdMint::default(),
             supervision: Supervision::Exited,
             launcher,
             ending: false,
             stopped: Vec::new(),
-            busy: 0,
-            waiting_attach: Vec::new(),
-            waiting_requests: VecDeque::new(),
+            waiting: Waiting::default(),
             crashes: CrashHistory::default(),
             restarts: 0,
             idle_since: None,
             hello: Map::new(),
-            busy_since: None,
-            runs: VecDeque::new(),
             last_exit: None,
             model: None,
             usage: None,
-            aborts: 0,
             leaving: Vec::new(),
             snapshots: HashMap::new(),
-            snapshot_ids: 0,
             asks: Asks::default(),
         }
     }
@@ -180,7 +140,7 @@ impl Hub {
             }
         }
         let snapshots = self.snapshots.drain().map(|(_, w)| w);
-        for waiting in self.waiting_attach.drain(..).chain(snapshots) {
+        for waiting in self.waiting.take_attaches().into_iter().chain(snapshots) {
             let _ = waiting.reply.send(Err(AttachError::Gone));
         }
         for done in self.stopped.drain(..) {
@@ -223,9 +183,9 @@ impl Hub {
     fn should_end(&self) -> bool {
         self.ending
             || (self.clients.is_empty()
-                && self.waiting_attach.is_empty()
+                && !self.waiting.has_attaches()
                 && self.snapshots.is_empty()
-                && self.busy == 0
+                && !self.runs.busy()
                 && matches!(
                     self.supervision,
                     Supervision::Failed { .. } | Supervision::Exited
@@ -235,13 +195,21 @@ impl Hub {
     fn idle_deadline(&self) -> Option<Instant> {
         let timeout = self.settings.idle_timeout?;
         if !self.clients.is_empty()
-            || self.busy > 0
-            || !self.waiting_attach.is_empty()
+            || self.runs.busy()
+            || self.waiting.has_attaches()
             || matches!(self.supervision, Supervision::Stopping(_))
         {
             return None;
         }
         self.idle_since.map(|since| since + timeout)
+    }
+
+    /// Starts the idle clock when nobody is attached and nothing runs
+    /// (reaping waits `--idle-timeout` from here).
+    pub(super) fn start_idle_clock(&mut self) {
+        if self.clients.is_empty() && !self.runs.busy() {
+            self.idle_since = Some(Instant::now());
+        }
     }
 
     pub(super) fn command(&mut self, command: HubCommand) {
@@ -254,20 +222,10 @@ impl Hub {
                         let wait = until.saturating_duration_since(Instant::now()).as_secs();
                         let _ = waiting.reply.send(Err(AttachError::CrashLoop(wait)));
                     }
-                    _ => self.waiting_attach.push(waiting),
+                    _ => self.waiting.push_attach(waiting),
                 }
             }
-            HubCommand::Detach { client } => {
-                if self.clients.remove(&client).is_some() {
-                    self.ids.forget_client(client);
-                    self.leaving.retain(|(c, _)| *c != client);
-                    self.waiting_requests.retain(|(c, _)| *c != client);
-                    if self.clients.is_empty() && self.busy == 0 {
-                        self.idle_since = Some(Instant::now());
-                    }
-                    self.publish();
-                }
-            }
+            HubCommand::Detach { client } => self.forget(client),
             HubCommand::Request { client, frame } => self.request(client, frame),
             HubCommand::Reply { client, bytes } => self.unicast(client, bytes),
             HubCommand::Restart => self.restart(),
@@ -285,10 +243,12 @@ impl Hub {
         if self.supervision.ready().is_none() {
             return;
         }
-        self.aborts += 1;
-        let id = format!("corral-abort-{}", self.aborts);
-        let line = self.settings.dialect.abort_line(&id, &self.hello);
-        self.abort_claim(&id, &line);
+        let id = self.mint.abort();
+        let line = self
+            .settings
+            .dialect
+            .abort_line(&id.to_string(), &self.hello);
+        self.abort_claim(id, &line);
         if let Err(refused) = self.send_line(line) {
             tracing::warn!(project = %self.project, ?refused, "could not send an abort to the agent");
         }
@@ -296,14 +256,14 @@ impl Hub {
 
     /// Notes what an admin abort (request `line`, id `id`) does to runs
     /// (a Zi interrupt discards the runs queued before it).
-    fn abort_claim(&mut self, id: &str, line: &str) {
+    fn abort_claim(&mut self, id: GatewayId, line: &str) {
         let dialect = self.settings.dialect;
         let Ok(Value::Object(frame)) = serde_json::from_str::<Value>(line) else {
             return;
         };
         if let Inbound::Forward { command, .. } = dialect.inbound(&frame, false) {
             let claim = dialect.run_claim(&command, &frame);
-            self.runbook.forwarded(id, &command, 0, claim);
+            self.runs.forwarded(id, &command, ClientId::GATEWAY, claim);
         }
     }
 
@@ -318,18 +278,10 @@ impl Hub {
             let child = self.supervision.child();
             status.pid = child.map(|c| c.control.pid());
             status.state = self.supervision.state();
-            status.busy = self.busy > 0;
-            status.busy_since = self.busy_since;
+            status.busy = self.runs.busy();
+            status.busy_since = self.runs.busy_since();
             status.clients = self.clients.len();
-            status.client_list = self
-                .clients
-                .iter()
-                .map(|(id, c)| ClientInfo {
-                    client: *id,
-                    role: c.role,
-                    cursor: c.cursor.clone(),
-                })
-                .collect();
+            status.client_list = self.clients.infos();
             status.restarts = self.restarts;
             status.last_seq = self.feed.last_seq();
             status.last_exit = self.last_exit.clone();

@@ -4,80 +4,18 @@
 //! the other clients hear the outcome; one nobody answers within
 //! `--permission-timeout` is answered for them.
 
-use std::time::Duration;
-
-use bytes::Bytes;
 use serde_json::{json, Map, Value};
 use tokio::time::Instant;
 
 use super::actor::Hub;
+use super::ask_queue::Ask;
+use super::client_id::ClientId;
+use super::gateway_id::GatewayId;
 
 /// Requests of one child that may wait for an answer at once; more are
 /// answered for the clients at once (a runaway agent cannot fill the
 /// gateway's memory with them).
 pub(super) const MAX_WAITING: usize = 64;
-
-/// A child request waiting for a client's answer.
-#[derive(Debug, Clone)]
-pub(super) struct Ask {
-    pub gid: String,
-    /// The id the child gave it.
-    pub child_id: Value,
-    pub method: String,
-    /// The request as clients get it (under `gid`).
-    pub bytes: Bytes,
-    pub since: Instant,
-}
-
-/// The child's requests waiting for an answer, oldest first.
-#[derive(Debug, Default)]
-pub(super) struct Asks {
-    next: u64,
-    waiting: Vec<Ask>,
-}
-
-impl Asks {
-    /// A fresh gateway id.
-    pub fn next_gid(&mut self) -> String {
-        self.next += 1;
-        format!("corral-ask-{}", self.next)
-    }
-
-    pub fn push(&mut self, ask: Ask) {
-        self.waiting.push(ask);
-    }
-
-    pub fn len(&self) -> usize {
-        self.waiting.len()
-    }
-
-    pub fn take(&mut self, gid: &str) -> Option<Ask> {
-        let at = self.waiting.iter().position(|a| a.gid == gid)?;
-        Some(self.waiting.remove(at))
-    }
-
-    pub fn waiting(&self) -> impl Iterator<Item = &Ask> {
-        self.waiting.iter()
-    }
-
-    /// When the oldest request times out.
-    pub fn deadline(&self, timeout: Duration) -> Option<Instant> {
-        self.waiting.first().map(|a| a.since + timeout)
-    }
-
-    /// Removes and returns the requests older than `timeout` at `now`.
-    pub fn expired(&mut self, now: Instant, timeout: Duration) -> Vec<Ask> {
-        let (old, young) = std::mem::take(&mut self.waiting)
-            .into_iter()
-            .partition(|a| a.since + timeout <= now);
-        self.waiting = young;
-        old
-    }
-
-    pub fn drain(&mut self) -> Vec<Ask> {
-        std::mem::take(&mut self.waiting)
-    }
-}
 
 impl Hub {
     /// A request of the child (id `child_id`) for the clients.
@@ -92,13 +30,12 @@ impl Hub {
             let _ = self.send_line(dialect.ask_unanswered(&child_id, &method));
             return;
         }
-        let gid = self.asks.next_gid();
-        let Some(bytes) = dialect.ask_for_clients(line, &gid) else {
+        let gid = self.mint.ask();
+        let Some(bytes) = dialect.ask_for_clients(line, &gid.to_string()) else {
             return;
         };
         tracing::debug!(project = %self.project, %gid, %method, "the agent asks its clients");
-        let clients: Vec<u64> = self.clients.keys().copied().collect();
-        for client in clients {
+        for client in self.clients.ids() {
             self.unicast(client, bytes.clone());
         }
         self.asks.push(Ask {
@@ -112,9 +49,15 @@ impl Hub {
 
     /// A client's answer to the request it got as `id`: the first goes to
     /// the child; later ones (or answers to nothing) are dropped.
-    pub(super) fn client_answer(&mut self, client: u64, frame: &Map<String, Value>, id: &Value) {
-        let Some(ask) = id.as_str().and_then(|gid| self.asks.take(gid)) else {
-            tracing::debug!(project = %self.project, client, %id, "dropped an answer to no waiting request");
+    pub(super) fn client_answer(
+        &mut self,
+        client: ClientId,
+        frame: &Map<String, Value>,
+        id: &Value,
+    ) {
+        let asked = id.as_str().and_then(GatewayId::parse);
+        let Some(ask) = asked.and_then(|gid| self.asks.take(gid)) else {
+            tracing::debug!(project = %self.project, %client, %id, "dropped an answer to no waiting request");
             return;
         };
         let dialect = self.settings.dialect;
@@ -148,52 +91,16 @@ impl Hub {
     }
 
     /// Tells every client but `answered_by` how request `ask` ended.
-    fn ask_settled(&mut self, ask: &Ask, outcome: &Value, answered_by: Option<u64>) {
-        let frames = self.settings.dialect.ask_resolved(&ask.gid, outcome);
-        let clients: Vec<u64> = self
-            .clients
-            .keys()
-            .copied()
-            .filter(|c| Some(*c) != answered_by)
-            .collect();
-        for client in clients {
+    fn ask_settled(&mut self, ask: &Ask, outcome: &Value, answered_by: Option<ClientId>) {
+        let frames = self
+            .settings
+            .dialect
+            .ask_resolved(&ask.gid.to_string(), outcome);
+        let clients = self.clients.ids().into_iter();
+        for client in clients.filter(|c| Some(*c) != answered_by) {
             for frame in &frames {
                 self.unicast(client, frame.clone());
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn ask(asks: &mut Asks, since: Instant) -> String {
-        let gid = asks.next_gid();
-        asks.push(Ask {
-            gid: gid.clone(),
-            child_id: json!(1),
-            method: "session/request_permission".into(),
-            bytes: Bytes::new(),
-            since,
-        });
-        gid
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn the_oldest_request_times_out_first_and_each_is_taken_once() {
-        let mut asks = Asks::default();
-        let start = Instant::now();
-        let first = ask(&mut asks, start);
-        let second = ask(&mut asks, start + Duration::from_secs(5));
-        let timeout = Duration::from_secs(10);
-        assert_eq!(asks.deadline(timeout), Some(start + timeout));
-        let expired = asks.expired(start + timeout, timeout);
-        assert_eq!(expired.len(), 1);
-        assert_eq!(expired[0].gid, first);
-        assert!(asks.take(&first).is_none());
-        assert!(asks.take(&second).is_some());
-        assert!(asks.take(&second).is_none());
-        assert_eq!(asks.deadline(timeout), None);
     }
 }

@@ -153,3 +153,9 @@ fn a_dropped_client_leaves_the_registry() {
     drop(a);
     assert_eq!(budgets.registry().len(), 0);
 }
+
+#[test]
+fn every_overflow_is_a_label_the_metrics_declare() {
+    let labels: Vec<&str> = Overflow::ALL.iter().map(|why| why.as_str()).collect();
+    assert_eq!(labels, crate::metrics::CLIENT_BUFFER_CLOSES);
+}

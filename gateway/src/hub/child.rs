@@ -18,7 +18,7 @@ use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::launch::StartError;
+use super::gateway_id::GatewayId;
 use crate::supervisor::{ChildOutput, ChildProcess, ExitInfo, LimitHit, LineRefused, StderrTail};
 
 /// A future the hub owns and polls in its loop.
@@ -80,6 +80,38 @@ impl ChildControl for ChildProcess {
     }
 }
 
+/// Why a child did not become ready.
+#[derive(Debug)]
+pub(super) struct StartError {
+    pub message: String,
+    pub kind: StartFailure,
+}
+
+/// What a failed start means for the hub.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum StartFailure {
+    /// Counts as a crash: retried with backoff.
+    Crash,
+    /// The session runs in another agent process: not a crash, no retry.
+    Elsewhere,
+    /// The gateway cannot start it now (it is at its open-file limit):
+    /// not the agent's fault, so not a crash; clients are told to try
+    /// again later and the hub ends, leaving the descriptors to others.
+    Unavailable,
+    /// The project may not run (its directory is no longer a real
+    /// directory under the root): clients are told and the hub ends.
+    Refused,
+}
+
+impl StartError {
+    pub fn crash(message: impl Into<String>) -> StartError {
+        StartError {
+            message: message.into(),
+            kind: StartFailure::Crash,
+        }
+    }
+}
+
 /// A child that answered its greeting.
 pub(super) struct Launched {
     pub control: Arc<dyn ChildControl>,
@@ -100,10 +132,9 @@ pub(super) struct Running {
     pub control: Arc<dyn ChildControl>,
     pub output: mpsc::Receiver<ChildOutput>,
     /// Id of the health ping in flight.
-    pub ping_id: Option<String>,
+    pub ping_id: Option<GatewayId>,
     /// When that ping counts as unanswered.
     pub ping_deadline: Option<Instant>,
-    pub pings: u64,
     /// Killed because it stopped answering pings.
     pub hung: bool,
 }
@@ -115,7 +146,6 @@ impl Running {
             output: launched.output,
             ping_id: None,
             ping_deadline: None,
-            pings: 0,
             hung: false,
         }
     }

@@ -28,6 +28,7 @@ use bytes::Bytes;
 use tokio::sync::{mpsc, watch};
 
 use super::budget::{ClientBudget, Outgoing, Overflow};
+use super::client_id::ClientId;
 use super::ring::{Evicted, Frame, ReplayRing};
 use super::runs::Audience;
 use crate::dialect::Dialect;
@@ -116,7 +117,10 @@ pub enum Unicast {
     Events { after_seq: u64, all: bool },
     /// From here on, send only the run events of client id `owner`
     /// (`Some`) or every event (`None`).
-    OwnRuns { after_seq: u64, owner: Option<u64> },
+    OwnRuns {
+        after_seq: u64,
+        owner: Option<ClientId>,
+    },
     /// Send again every event the replay ring still holds, then go on
     /// (ACP `session/load`: the history the gateway has, before its
     /// answer, which is queued after this).
@@ -178,7 +182,7 @@ pub struct ClientFeed {
     events: bool,
     /// Own runs: the client id whose run events this client gets; `None`
     /// for all events.
-    owner: Option<u64>,
+    owner: Option<ClientId>,
 }
 
 impl std::fmt::Debug for ClientFeed {
@@ -220,7 +224,7 @@ impl ClientFeed {
 
     /// Sends only the run events of client id `owner` (and events outside
     /// runs).
-    pub fn with_owner(mut self, owner: Option<u64>) -> ClientFeed {
+    pub fn with_owner(mut self, owner: Option<ClientId>) -> ClientFeed {
         self.owner = owner;
         self
     }

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::hub::budget::Outgoing;
+use crate::hub::ClientId;
 
 fn test_metrics() -> Arc<Metrics> {
     Arc::new(Metrics::new().unwrap())
@@ -192,7 +193,7 @@ async fn own_runs_skip_other_clients_runs_live_and_on_replay() {
     let run = |seq: u64, members: &[u64]| Frame {
         seq,
         bytes: Bytes::from(format!("r{seq}")),
-        audience: Audience::Run(Arc::from(members)),
+        audience: Audience::Run(members.iter().copied().map(ClientId::named).collect()),
     };
     push(&feed, 1);
     feed.push(run(2, &[7]));
@@ -200,14 +201,14 @@ async fn own_runs_skip_other_clients_runs_live_and_on_replay() {
     feed.push(run(4, &[7, 8]));
     push(&feed, 5);
     let (_tx, rx) = mpsc::channel(8);
-    let mut mine =
-        ClientFeed::new(feed.clone(), 0, rx, unbounded(), test_metrics(), 2).with_owner(Some(7));
+    let mut mine = ClientFeed::new(feed.clone(), 0, rx, unbounded(), test_metrics(), 2)
+        .with_owner(Some(ClientId::named(7)));
     assert_eq!(texts(&mut mine).await, ["e1", "r2", "r4", "e5"]);
     assert_eq!(mine.cursor(), 5, "skipped events still move the cursor");
     // Switching in order: from event 6 on, everything.
     let (tx, rx) = mpsc::channel(8);
-    let mut other =
-        ClientFeed::new(feed.clone(), 1, rx, unbounded(), test_metrics(), 2).with_owner(Some(9));
+    let mut other = ClientFeed::new(feed.clone(), 1, rx, unbounded(), test_metrics(), 2)
+        .with_owner(Some(ClientId::named(9)));
     tx.send(Unicast::OwnRuns {
         after_seq: 3,
         owner: None,

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use nix::sys::signal::Signal;
 
-use super::child::{BoxFuture, Launched, Launcher};
+use super::child::{BoxFuture, Launched, Launcher, StartError, StartFailure};
 use super::HubSettings;
 use crate::dialect::ChildGreeting;
 use crate::projects;
@@ -28,38 +28,6 @@ pub(super) const SESSION_IN_USE_EXIT: i32 = 75;
 /// The child's exit code when its sandbox cannot be set up on this host
 /// (`EX_CONFIG`); its last stderr line says why.
 pub(super) const SANDBOX_UNAVAILABLE_EXIT: i32 = 78;
-
-/// Why a child did not become ready.
-#[derive(Debug)]
-pub(super) struct StartError {
-    pub message: String,
-    pub kind: StartFailure,
-}
-
-/// What a failed start means for the hub.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum StartFailure {
-    /// Counts as a crash: retried with backoff.
-    Crash,
-    /// The session runs in another agent process: not a crash, no retry.
-    Elsewhere,
-    /// The gateway cannot start it now (it is at its open-file limit):
-    /// not the agent's fault, so not a crash; clients are told to try
-    /// again later and the hub ends, leaving the descriptors to others.
-    Unavailable,
-    /// The project may not run (its directory is no longer a real
-    /// directory under the root): clients are told and the hub ends.
-    Refused,
-}
-
-impl StartError {
-    pub fn crash(message: impl Into<String>) -> StartError {
-        StartError {
-            message: message.into(),
-            kind: StartFailure::Crash,
-        }
-    }
-}
 
 /// The real [`Launcher`]: `corral-agent` (or the configured child) for
 /// one project, spawned off the event loop and greeted.

@@ -11,8 +11,7 @@ use serde_json::{json, Value};
 use tokio::time::Instant;
 
 use super::actor::Hub;
-use super::child::{Launched, Running};
-use super::launch::{StartError, StartFailure};
+use super::child::{Launched, Running, StartError, StartFailure};
 use super::supervision::{AfterStop, Stopping, Supervision, Wake};
 use super::{AttachError, LastExit, StopReason};
 use crate::dialect::Inbound;
@@ -58,9 +57,7 @@ impl Hub {
             "child_started",
             json!({"pid": pid, "restarts": self.restarts}),
         );
-        if self.clients.is_empty() && self.busy == 0 {
-            self.idle_since = Some(Instant::now());
-        }
+        self.start_idle_clock();
         self.flush_waiting();
     }
 
@@ -75,7 +72,7 @@ impl Hub {
             StartFailure::Unavailable => AttachError::Unavailable(error.clone()),
             _ => AttachError::StartFailed(error.clone()),
         };
-        for waiting in mem::take(&mut self.waiting_attach) {
+        for waiting in self.waiting.take_attaches() {
             let _ = waiting.reply.send(Err(refusal.clone()));
         }
         self.refuse_waiting_requests(&format!("the agent failed to start: {error}"));
@@ -103,7 +100,7 @@ impl Hub {
     /// Answers the requests that waited for a child that will not come.
     fn refuse_waiting_requests(&mut self, error: &str) {
         let dialect = self.settings.dialect;
-        for (client, frame) in mem::take(&mut self.waiting_requests) {
+        for (client, frame) in self.waiting.take_requests() {
             // Only requests for the child wait for it.
             let command = match dialect.inbound(&frame, false) {
                 Inbound::Forward { command, .. } => command,
@@ -327,13 +324,12 @@ impl Hub {
         if child.ping_id.is_some() {
             return;
         }
-        child.pings += 1;
-        let id = format!("corral-ping-{}", child.pings);
-        child.ping_id = Some(id.clone());
+        let id = self.mint.ping();
+        child.ping_id = Some(id);
         // A child that does not read its input does not answer either:
         // the deadline holds whether or not the ping got through.
         child.ping_deadline = Some(Instant::now() + timeout);
-        let line = self.settings.dialect.ping_line(&id);
+        let line = self.settings.dialect.ping_line(&id.to_string());
         let _ = self.send_line(line);
     }
 

@@ -9,29 +9,43 @@
 //! lifecycle (start, health, restart, stop) is a
 //! state machine (`supervision`, `lifecycle`) over a child the hub only
 //! knows through the `child` traits, so tests drive it with a fake child.
-//! Which client each run belongs to is in [`runs`]. What frames mean
+//!
+//! The hub's state is a few parts, each with private fields and its own
+//! invariants and tests: the attached `clients` (by [`ClientId`]), the
+//! requests waiting for the child ([`ids::IdMap`]), the runs
+//! (`run_tracker`, over [`runs::RunBook`]: which client each run belongs
+//! to), the child's requests waiting for clients (`ask_queue`), the
+//! [`feed`] with its replay [`ring`], and the `supervision` state. Every
+//! id the gateway sends a child is a [`GatewayId`], minted in one place
+//! and parsed once when the child answers. What frames mean
 //! (ids, answers, runs, greetings) is the business of the project's
 //! [`Dialect`]. What waits for each client is bounded in bytes
 //! ([`budget`]). The admin API reads each hub's [`HubStatus`] from a
 //! `watch` channel the hub alone writes.
 
 mod actor;
+mod ask_queue;
 mod asks;
-mod attach;
 pub mod budget;
 mod child;
+mod client_id;
+mod clients;
 pub mod feed;
+pub mod gateway_id;
 pub mod ids;
+mod join;
 mod launch;
 mod lifecycle;
 mod outbox;
 pub mod ring;
 mod routing;
+mod run_tracker;
 pub mod runs;
 mod supervision;
 #[cfg(test)]
 mod tests;
 pub mod trace;
+mod waiting;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -48,7 +62,9 @@ use crate::dialect::{Dialect, OwnRuns};
 use crate::metrics::Metrics;
 use crate::supervisor::backoff::RestartPolicy;
 use crate::supervisor::{Credentials, Limits, StderrTail};
+pub use client_id::ClientId;
 pub use feed::{ClientFeed, Delivery, Unicast, CLOSE_LAGGED};
+pub use gateway_id::GatewayId;
 
 /// Commands a hub may have waiting before senders are slowed down.
 const COMMAND_QUEUE: usize = 1024;
@@ -126,12 +142,15 @@ pub enum HubCommand {
     },
     /// A frame for one client, in order with everything else it receives
     /// (errors about its own malformed input).
-    Reply { client: u64, bytes: bytes::Bytes },
+    Reply {
+        client: ClientId,
+        bytes: bytes::Bytes,
+    },
     /// A client left.
-    Detach { client: u64 },
+    Detach { client: ClientId },
     /// A request frame from a client (any command but its first hello).
     Request {
-        client: u64,
+        client: ClientId,
         frame: Map<String, Value>,
     },
     /// Stop the child gracefully and end the hub.
@@ -171,7 +190,7 @@ impl StopReason {
 /// A successful attach.
 #[derive(Debug)]
 pub struct Attached {
-    pub client: u64,
+    pub client: ClientId,
     /// The child's hello data (`protocol_version`, `version`, ...).
     pub child_hello: Map<String, Value>,
     pub last_seq: u64,
@@ -223,7 +242,7 @@ pub struct LastExit {
 /// An attached client, as the admin API lists it.
 #[derive(Debug, Clone)]
 pub struct ClientInfo {
-    pub client: u64,
+    pub client: ClientId,
     pub role: Role,
     /// The last `seq` delivered to it.
     pub cursor: Arc<AtomicU64>,
@@ -329,21 +348,21 @@ impl HubHandle {
         rx.await.unwrap_or(Err(AttachError::Gone))
     }
 
-    pub async fn request(&self, client: u64, frame: Map<String, Value>) {
+    pub async fn request(&self, client: ClientId, frame: Map<String, Value>) {
         let _ = self
             .commands
             .send(HubCommand::Request { client, frame })
             .await;
     }
 
-    pub async fn reply(&self, client: u64, bytes: bytes::Bytes) {
+    pub async fn reply(&self, client: ClientId, bytes: bytes::Bytes) {
         let _ = self
             .commands
             .send(HubCommand::Reply { client, bytes })
             .await;
     }
 
-    pub async fn detach(&self, client: u64) {
+    pub async fn detach(&self, client: ClientId) {
         let _ = self.commands.send(HubCommand::Detach { client }).await;
     }
 

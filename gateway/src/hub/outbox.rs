@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use super::actor::Hub;
 use super::budget::{Outgoing, Overflow};
+use super::client_id::ClientId;
 use super::feed::Unicast;
 use super::ring::Frame;
 use super::runs::{Audience, Run};
@@ -28,7 +29,7 @@ impl Hub {
     /// Appends a gateway-made event to the feed, as part of `run`.
     pub(super) fn emit_for(&self, run: Option<&Run>, kind: &str, fields: Value) {
         let seq = self.next_seq();
-        let run_id = run.map(|r| &*r.id);
+        let run_id = run.map(|r| r.id.as_str());
         self.feed.push(Frame {
             seq,
             bytes: self
@@ -42,8 +43,8 @@ impl Hub {
     /// Sends a frame to one client. A client whose response queue is full
     /// (it sends requests but does not read), or that would hold more
     /// bytes than it may, is disconnected.
-    pub(super) fn unicast(&mut self, client: u64, bytes: Bytes) {
-        let Some(entry) = self.clients.get(&client) else {
+    pub(super) fn unicast(&mut self, client: ClientId, bytes: Bytes) {
+        let Some(entry) = self.clients.get(client) else {
             return;
         };
         let bytes = match entry.budget.charge(bytes.len()) {
@@ -56,8 +57,8 @@ impl Hub {
 
     /// Whether a frame of about `len` bytes may be made for `client`: a
     /// client that could not take it is let go before it is made.
-    pub(super) fn has_room(&mut self, client: u64, len: usize) -> bool {
-        let Some(entry) = self.clients.get(&client) else {
+    pub(super) fn has_room(&mut self, client: ClientId, len: usize) -> bool {
+        let Some(entry) = self.clients.get(client) else {
             return false;
         };
         match entry.budget.check(len) {
@@ -71,29 +72,28 @@ impl Hub {
 
     /// Forgets a client that went over a byte bound; its writer, woken by
     /// its budget, closes it with the slow-client code.
-    fn let_go(&mut self, client: u64, why: Overflow) {
-        tracing::warn!(project = %self.project, client, bound = why.as_str(), "disconnecting a client over its outbox bytes");
+    fn let_go(&mut self, client: ClientId, why: Overflow) {
+        tracing::warn!(project = %self.project, %client, bound = why.as_str(), "disconnecting a client over its outbox bytes");
         self.forget(client);
     }
 
-    /// Forgets a client the hub lets go (its detach, later, finds nothing).
-    fn forget(&mut self, client: u64) {
-        if self.clients.remove(&client).is_none() {
+    /// Forgets a client that detached or that the hub lets go (its
+    /// detach, later, finds nothing): its requests' answers are dropped.
+    pub(super) fn forget(&mut self, client: ClientId) {
+        if self.clients.remove(client).is_none() {
             return;
         }
-        self.ids.forget_client(client);
+        self.pending.forget_client(client);
         self.leaving.retain(|(c, _)| *c != client);
-        self.waiting_requests.retain(|(c, _)| *c != client);
-        if self.clients.is_empty() && self.busy == 0 {
-            self.idle_since = Some(tokio::time::Instant::now());
-        }
+        self.waiting.forget_client(client);
+        self.start_idle_clock();
         self.publish();
     }
 
     /// Queues `item` for one client, or disconnects a client whose queue
     /// is full.
-    pub(super) fn unicast_item(&mut self, client: u64, item: Unicast) {
-        let Some(entry) = self.clients.get(&client) else {
+    pub(super) fn unicast_item(&mut self, client: ClientId, item: Unicast) {
+        let Some(entry) = self.clients.get(client) else {
             return;
         };
         let after_seq = self.feed.last_seq();
@@ -109,7 +109,7 @@ impl Hub {
                 reason: "too many unread responses; the client must read its socket".into(),
             });
         }
-        tracing::warn!(project = %self.project, client, "disconnecting a client whose outbox is full");
+        tracing::warn!(project = %self.project, %client, "disconnecting a client whose outbox is full");
         self.forget(client);
     }
 
@@ -117,7 +117,7 @@ impl Hub {
     pub(super) fn fail_pending(&mut self, error: &str) {
         self.asks_dropped();
         let dialect = self.settings.dialect;
-        for pending in self.ids.drain() {
+        for pending in self.pending.drain() {
             let reply = dialect.request_failed(
                 pending.original.as_ref(),
                 &pending.command,
@@ -131,22 +131,17 @@ impl Hub {
 
     /// Ends the run in flight for clients: the child cannot any more.
     pub(super) fn end_runs(&mut self, error: &str) {
-        if self.busy > 0 {
-            let run = self.runbook.active().cloned();
+        if let Some(cut) = self.runs.reset() {
             for (kind, fields) in self.settings.dialect.run_aborted(error) {
-                self.emit_for(run.as_ref(), kind, fields);
+                self.emit_for(cut.run.as_ref(), kind, fields);
             }
-            self.busy = 0;
         }
-        self.runbook.reset();
-        self.runs.clear();
-        self.busy_since = None;
         self.dismiss_leaving();
     }
 
     /// Tells one client to close (after everything queued for it).
-    pub(super) fn close_client(&mut self, client: u64, code: u16, reason: &str) {
-        if let Some(entry) = self.clients.get(&client) {
+    pub(super) fn close_client(&mut self, client: ClientId, code: u16, reason: &str) {
+        if let Some(entry) = self.clients.get(client) {
             let _ = entry.unicast.try_send(Unicast::Close {
                 after_seq: self.feed.last_seq(),
                 code,
@@ -158,7 +153,7 @@ impl Hub {
     /// Tells every client to close, and forgets them.
     pub(super) fn close_clients(&mut self, code: u16, reason: &str) {
         let after_seq = self.feed.last_seq();
-        for (_, client) in self.clients.drain() {
+        for client in self.clients.drain() {
             let _ = client.unicast.try_send(Unicast::Close {
                 after_seq,
                 code,

@@ -4,18 +4,19 @@
 //! makes up itself. What a frame means is the project's [`Dialect`]'s
 //! business; the routing is the same for every dialect.
 
-use std::time::{Instant as StdInstant, SystemTime};
+use std::time::Instant as StdInstant;
 
 use bytes::Bytes;
 use serde_json::{json, Map, Value};
-use tokio::time::Instant;
 
 use super::actor::Hub;
 use super::child::SendError;
+use super::client_id::ClientId;
 use super::feed::Unicast;
-use super::ids::Pending;
+use super::gateway_id::GatewayId;
+use super::ids::{Forwarded, IdMap};
 use super::ring::Frame;
-use super::runs::{Audience, Run};
+use super::runs::{Audience, Run, RunId};
 use super::trace::RequestSpan;
 use super::ChildState;
 use crate::auth::Role;
@@ -29,8 +30,8 @@ const CLOSE_NORMAL: u16 = 1000;
 const CLOSE_PROTOCOL: u16 = 1002;
 
 impl Hub {
-    pub(super) fn request(&mut self, client: u64, frame: Map<String, Value>) {
-        let Some(role) = self.clients.get(&client).map(|c| c.role) else {
+    pub(super) fn request(&mut self, client: ClientId, frame: Map<String, Value>) {
+        let Some(role) = self.clients.get(client).map(|c| c.role) else {
             return;
         };
         let dialect = self.settings.dialect;
@@ -61,7 +62,7 @@ impl Hub {
                     && session == known
                     && self
                         .clients
-                        .get_mut(&client)
+                        .get_mut(client)
                         .is_some_and(|c| !std::mem::replace(&mut c.replayed, true));
                 if replay {
                     // The history the gateway holds, before the answer.
@@ -80,7 +81,7 @@ impl Hub {
             }
             Inbound::Forward { id, command } => {
                 let requests = ClientIds {
-                    ids: &self.ids,
+                    ids: &self.pending,
                     client,
                 };
                 if let Err(refusal) = dialect.admit(id.as_ref(), &command, &requests) {
@@ -96,7 +97,7 @@ impl Hub {
     /// own runs on or off and name the client id runs count for.
     fn hello(
         &mut self,
-        client: u64,
+        client: ClientId,
         role: Role,
         id: Option<Value>,
         refusal: Option<Bytes>,
@@ -107,11 +108,11 @@ impl Hub {
             self.close_client(client, CLOSE_PROTOCOL, "protocol version mismatch");
             return;
         }
-        let Some(entry) = self.clients.get_mut(&client) else {
+        let Some(entry) = self.clients.get_mut(client) else {
             return;
         };
         if let Some(owner) = own_runs.client_id {
-            entry.owner = owner;
+            entry.owner = ClientId::named(owner);
         }
         let owner = entry.owner;
         if let Some(on) = own_runs.on {
@@ -128,7 +129,7 @@ impl Hub {
     /// the child is ready).
     fn forward(
         &mut self,
-        client: u64,
+        client: ClientId,
         mut frame: Map<String, Value>,
         id: Option<Value>,
         command: String,
@@ -140,12 +141,12 @@ impl Hub {
                 let reply = dialect.request_failed(id.as_ref(), &command, false, error);
                 self.unicast(client, reply);
             } else {
-                self.waiting_requests.push_back((client, frame));
+                self.waiting.push_request(client, frame);
             }
             return;
         }
         let limit = self.settings.max_client_requests;
-        if self.ids.count_client(client, "") >= limit {
+        if self.pending.count_client(client, "") >= limit {
             self.settings.metrics.requests_refused("in_flight");
             let error = format!(
                 "too many requests in flight for this client (at most {limit}); wait for answers before sending more"
@@ -160,30 +161,34 @@ impl Hub {
         } else {
             RequestSpan::default()
         };
-        let owner = self.clients.get(&client).map_or(client, |c| c.owner);
-        let gateway_id = self.ids.insert(Pending {
-            client,
-            original: id,
-            command: command.clone(),
-            sent: StdInstant::now(),
-            acked: false,
-            span,
-        });
-        frame.insert("id".into(), Value::String(gateway_id.clone()));
+        let owner = self.clients.get(client).map_or(client, |c| c.owner);
+        let gateway_id = self.mint.request();
+        self.pending.insert(
+            gateway_id,
+            Forwarded {
+                client,
+                original: id,
+                command: command.clone(),
+                sent: StdInstant::now(),
+                acked: false,
+                span,
+            },
+        );
+        frame.insert("id".into(), Value::String(gateway_id.to_string()));
         let mut line = to_bytes(&Value::Object(frame)).to_vec();
         line.push(b'\n');
         match self.send_bytes(Bytes::from(line)) {
             Ok(()) => {
-                self.runbook.forwarded(&gateway_id, &command, owner, claim);
+                self.runs.forwarded(gateway_id, &command, owner, claim);
                 if dialect.request_is_run(&command) {
                     self.run_started(RequestSpan::default());
                 }
                 self.touch();
             }
             // A child that exited fails the request when its exit is seen.
-            Err(SendError::Gone) => self.runbook.forwarded(&gateway_id, &command, owner, claim),
+            Err(SendError::Gone) => self.runs.forwarded(gateway_id, &command, owner, claim),
             Err(SendError::Full) => {
-                let pending = self.ids.take(&gateway_id);
+                let pending = self.pending.take(gateway_id);
                 self.settings.metrics.requests_refused("child_busy");
                 let error = "the agent is not reading its input; try again later";
                 let original = pending.and_then(|p| p.original);
@@ -195,11 +200,11 @@ impl Hub {
 
     /// Passes a client's notification (no id, no answer) to the child, if
     /// it is ready.
-    fn notify(&mut self, client: u64, frame: Map<String, Value>, command: &str) {
+    fn notify(&mut self, client: ClientId, frame: Map<String, Value>, command: &str) {
         let mut line = to_bytes(&Value::Object(frame)).to_vec();
         line.push(b'\n');
         if let Err(refused) = self.send_bytes(Bytes::from(line)) {
-            tracing::debug!(project = %self.project, client, command, ?refused, "dropped a notification for the agent");
+            tracing::debug!(project = %self.project, %client, command, ?refused, "dropped a notification for the agent");
         }
     }
 
@@ -221,10 +226,10 @@ impl Hub {
 
     /// Forwards requests that waited for the child.
     pub(super) fn flush_waiting(&mut self) {
-        for waiting in std::mem::take(&mut self.waiting_attach) {
+        for waiting in self.waiting.take_attaches() {
             self.attach(waiting);
         }
-        for (client, frame) in std::mem::take(&mut self.waiting_requests) {
+        for (client, frame) in self.waiting.take_requests() {
             self.request(client, frame);
         }
     }
@@ -236,7 +241,7 @@ impl Hub {
         // Clients learn that something is missing: most likely a line of
         // the run in progress, so part of it.
         let message = format!("a line from the agent was not delivered: {what}");
-        let run = self.runbook.active().cloned();
+        let run = self.runs.active().cloned();
         self.emit_for(run.as_ref(), "error", json!({ "message": message }));
     }
 
@@ -260,11 +265,11 @@ impl Hub {
             Some(Outbound::Event(kind)) => {
                 let seq = self.next_seq();
                 let run = match kind {
-                    EventKind::RunStart => Some(self.runbook.start().clone()),
-                    EventKind::RunTail => self.runbook.last().cloned(),
-                    _ => self.runbook.active().cloned(),
+                    EventKind::RunStart => Some(self.runs.start().clone()),
+                    EventKind::RunTail => self.runs.last().cloned(),
+                    _ => self.runs.active().cloned(),
                 };
-                let run_id = run.as_ref().map(|r| &*r.id);
+                let run_id = run.as_ref().map(|r| r.id.as_str());
                 if let Some(bytes) = dialect.event_bytes(line, seq, run_id) {
                     let audience = run.as_ref().map_or(Audience::Everyone, Run::audience);
                     self.feed.push(Frame {
@@ -278,7 +283,7 @@ impl Hub {
                 match kind {
                     EventKind::RunStart => self.run_started(RequestSpan::default()),
                     EventKind::RunEnd => {
-                        self.runbook.end();
+                        self.runs.end();
                         self.run_done();
                     }
                     EventKind::Usage => {
@@ -298,29 +303,21 @@ impl Hub {
 
     /// A run began; `span` (of the request that started it) ends with it.
     fn run_started(&mut self, span: RequestSpan) {
-        if self.busy == 0 {
-            self.busy_since = Some(SystemTime::now());
-        }
-        self.busy += 1;
-        self.runs.push_back((StdInstant::now(), span));
+        self.runs.started(span);
         self.idle_since = None;
         self.publish();
     }
 
     /// A run ended.
     pub(super) fn run_done(&mut self) {
-        self.busy = self.busy.saturating_sub(1);
-        if let Some((started, _span)) = self.runs.pop_front() {
+        if let Some(ran) = self.runs.done() {
             self.settings
                 .metrics
                 .prompt_duration
-                .observe(started.elapsed().as_secs_f64());
+                .observe(ran.as_secs_f64());
         }
-        if self.busy == 0 {
-            self.busy_since = None;
-            if self.clients.is_empty() {
-                self.idle_since = Some(Instant::now());
-            }
+        if !self.runs.busy() {
+            self.start_idle_clock();
             self.dismiss_leaving();
         }
         self.publish();
@@ -331,12 +328,12 @@ impl Hub {
     /// are answered (a prompt's `done` comes just after its run's
     /// `agent_end`).
     pub(super) fn dismiss_leaving(&mut self) {
-        if self.leaving.is_empty() || self.busy > 0 {
+        if self.leaving.is_empty() || self.runs.busy() {
             return;
         }
         let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.leaving)
             .into_iter()
-            .partition(|(client, _)| !self.ids.has_client(*client));
+            .partition(|(client, _)| !self.pending.has_client(*client));
         self.leaving = waiting;
         for (client, id) in ready {
             for frame in self.settings.dialect.farewell(id.as_ref()) {
@@ -346,41 +343,67 @@ impl Hub {
         }
     }
 
-    /// An answer of the child to the request with gateway id `id`.
+    /// An answer of the child to the request it got as `id`: what the id
+    /// is decides where the answer goes.
     fn child_reply(&mut self, line: &[u8], id: String, last: bool) {
-        if let Some(child) = self.supervision.ready_mut() {
-            if child.ping_id.as_deref() == Some(id.as_str()) {
-                child.ping_id = None;
-                child.ping_deadline = None;
-                return;
+        match GatewayId::parse(&id) {
+            Some(gid @ GatewayId::Ping(_)) => self.pong(gid),
+            Some(gid @ GatewayId::State(_)) => self.state_snapshot(line, gid),
+            Some(gid @ (GatewayId::Request(_) | GatewayId::Abort(_))) => {
+                self.request_answered(line, gid, last)
+            }
+            // Clients answer asks, not the child; anything else is not
+            // an id the gateway gave it.
+            Some(GatewayId::Ask(_)) | None => {
+                tracing::debug!(project = %self.project, %id, "dropped an answer to an id the gateway did not send");
             }
         }
-        if let Some(waiting) = self.snapshots.remove(&id) {
-            let state = serde_json::from_slice::<Value>(line)
-                .ok()
-                .and_then(|mut frame| frame.get_mut("result").map(Value::take))
-                .unwrap_or(Value::Null);
-            self.finish_attach(waiting, state);
-            return;
+    }
+
+    /// A health ping's answer (a late one, to a ping already given up,
+    /// changes nothing).
+    fn pong(&mut self, id: GatewayId) {
+        if let Some(child) = self.supervision.ready_mut() {
+            if child.ping_id == Some(id) {
+                child.ping_id = None;
+                child.ping_deadline = None;
+            }
         }
+    }
+
+    /// The state snapshot a waiting attach asked for.
+    fn state_snapshot(&mut self, line: &[u8], id: GatewayId) {
+        let Some(waiting) = self.snapshots.remove(&id) else {
+            tracing::debug!(project = %self.project, %id, "dropped a state nobody waits for");
+            return;
+        };
+        let state = serde_json::from_slice::<Value>(line)
+            .ok()
+            .and_then(|mut frame| frame.get_mut("result").map(Value::take))
+            .unwrap_or(Value::Null);
+        self.finish_attach(waiting, state);
+    }
+
+    /// An answer to a client's request or an admin abort.
+    fn request_answered(&mut self, line: &[u8], id: GatewayId, last: bool) {
         let dialect = self.settings.dialect;
         let pending = if last {
-            self.ids.take(&id)
+            self.pending.take(id)
         } else {
-            self.ids.ack(&id).cloned()
+            self.pending.ack(id).cloned()
         };
         let Some(mut pending) = pending else {
             // What it says of runs still counts (an admin abort, a prompt
             // of a client that left).
-            if let Some(command) = self.runbook.command(&id).map(str::to_string) {
+            if let Some(command) = self.runs.command(id).map(str::to_string) {
                 let answer = dialect.run_answer(&command, line);
-                self.runbook.answered(&id, answer, last);
+                self.runs.answered(id, answer, last);
             }
             tracing::debug!(project = %self.project, %id, "dropped an answer nobody waits for");
             return;
         };
         let answer = dialect.run_answer(&pending.command, line);
-        let run = self.runbook.answered(&id, answer, last);
+        let run = self.runs.answered(id, answer, last);
         if last {
             let label = dialect.command_label(&pending.command);
             self.settings
@@ -398,7 +421,9 @@ impl Hub {
         // A client that could not take the answer is let go before the
         // answer is made (parsed and written again) for it.
         if self.has_room(pending.client, line.len()) {
-            if let Some(bytes) = dialect.restore_id(line, pending.original, run.as_deref()) {
+            if let Some(bytes) =
+                dialect.restore_id(line, pending.original, run.as_ref().map(RunId::as_str))
+            {
                 self.unicast(pending.client, bytes);
             }
         }
@@ -414,8 +439,8 @@ impl Hub {
 /// One client's requests in flight, as a dialect's admission rules see
 /// them.
 struct ClientIds<'a> {
-    ids: &'a super::ids::IdMap,
-    client: u64,
+    ids: &'a IdMap,
+    client: ClientId,
 }
 
 impl ClientRequests for ClientIds<'_> {

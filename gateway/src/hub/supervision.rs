@@ -10,8 +10,8 @@ use std::future::pending;
 
 use tokio::time::{sleep_until, Instant};
 
+use super::child::StartError;
 use super::child::{BoxFuture, Launched, Running};
-use super::launch::StartError;
 use super::{ChildState, StopReason};
 use crate::supervisor::{ChildOutput, ExitInfo};
 

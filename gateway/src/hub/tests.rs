@@ -13,8 +13,8 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::timeout;
 use tokio_util::task::TaskTracker;
 
+use super::child::StartError;
 use super::child::{BoxFuture, ChildControl, Launched, Launcher, SendError};
-use super::launch::StartError;
 use super::{
     AttachError, Attached, ChildState, Delivery, HubHandle, HubSettings, Join, StopReason,
 };
@@ -693,4 +693,44 @@ async fn a_runaway_agent_cannot_pile_up_requests_for_its_clients() {
         .filter(|f| f["method"] == "session/request_permission")
         .count();
     assert_eq!(asked, limit);
+}
+
+#[tokio::test(start_paused = true)]
+async fn answers_under_ids_the_hub_never_sent_reach_no_client() {
+    let mut h = harness(settings());
+    let start = h.next_start().await;
+    let waiting = attach_later(&h.hub);
+    let mut child = FakeChild::start(start, true);
+    let mut attached = waiting.await.unwrap().unwrap();
+    // The client's own id looks like one of the gateway's.
+    h.hub
+        .request(
+            attached.client,
+            request(json!({"id": "corral-ping-1", "type": "get_state"})),
+        )
+        .await;
+    let sent = child.next_request().await;
+    let gateway_id = sent["id"].as_str().unwrap().to_string();
+    let stray = [
+        "corral-ping-1",
+        "corral-state-1",
+        "corral-abort-1",
+        "corral-ask-1",
+        "corral-01",
+        "corral-x",
+        "corral-18446744073709551616",
+        "mine",
+    ];
+    for id in stray.into_iter().chain([gateway_id.as_str()]) {
+        child
+            .say(json!({"type": "response", "id": id, "command": "get_state", "success": true, "data": {"for": id}}))
+            .await;
+    }
+    let (frames, close) = received(&mut attached).await;
+    assert_eq!(close, None);
+    let answers: Vec<&Value> = frames.iter().filter(|f| f["type"] == "response").collect();
+    assert_eq!(answers.len(), 1, "{answers:?}");
+    assert_eq!(answers[0]["id"], "corral-ping-1");
+    assert_eq!(answers[0]["data"]["for"], gateway_id.as_str());
+    assert_eq!(h.state(), ChildState::Ready);
 }

@@ -309,7 +309,7 @@ async fn attached(
         }
     };
     let client = attached.client;
-    tracing::debug!(%project, client, role = hello.role.as_str(), "client attached");
+    tracing::debug!(%project, %client, role = hello.role.as_str(), "client attached");
     let end = tokio::select! {
         closed = session::write_loop(&mut sink, attached.feed, state.metrics.clone()) => {
             if closed == Some(CLOSE_LAGGED) {
@@ -320,13 +320,13 @@ async fn attached(
         end = session::read_loop(&mut stream, &hub, client, state.clone()) => end,
     };
     hub.detach(client).await;
-    tracing::debug!(%project, client, "client detached");
+    tracing::debug!(%project, %client, "client detached");
     if end == ReadEnd::TooLarge {
         let reason = format!(
             "a frame is larger than {max} bytes (--max-frame-bytes)",
             max = state.max_frame_bytes
         );
-        tracing::info!(%project, client, "{reason}");
+        tracing::info!(%project, %client, "{reason}");
         session::close(&mut sink, CLOSE_TOO_BIG, &reason).await;
         if let Ok(mut socket) = stream.reunite(sink) {
             preauth::linger(socket.get_mut()).await;

@@ -26,7 +26,7 @@ use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
 use tokio_tungstenite::WebSocketStream;
 
 use super::handshake::Io;
-use crate::hub::{Delivery, HubHandle};
+use crate::hub::{ClientId, Delivery, HubHandle};
 use crate::metrics::{Direction, Metrics};
 use crate::server::AppState;
 
@@ -103,7 +103,7 @@ pub fn parse(text: &str) -> Result<Map<String, Value>, String> {
 pub async fn read_loop(
     stream: &mut Stream,
     hub: &HubHandle,
-    client: u64,
+    client: ClientId,
     state: Arc<AppState>,
 ) -> ReadEnd {
     loop {

@@ -8,6 +8,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use corral_e2e::gateway::{GatewaySpawn, TOKEN};
+use serde_json::json;
 
 fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
     let path = dir.join(name);
@@ -120,4 +121,57 @@ exit 7"#,
         reply["error"].as_str().unwrap().contains("crash loop"),
         "{reply}"
     );
+}
+
+#[tokio::test]
+async fn answers_under_ids_the_gateway_never_sent_reach_no_client() {
+    let dir = tempfile::tempdir().unwrap();
+    // Before each real answer (to requests and health pings alike), the
+    // child answers ids the gateway never gave it: its own number shapes
+    // with junk, the clients' own ids, one past a u64.
+    let echoing = script(
+        dir.path(),
+        "stray-agent",
+        r#"read line
+echo '{"type":"response","id":"corral-hello","command":"hello","success":true,"data":{"protocol_version":1,"version":"0","provider":"fake","model":"m"}}'
+while read line; do
+  id=$(printf '%s' "$line" | sed -n 's/.*"id":"\([^"]*\)".*/\1/p')
+  for stray in corral-01 corral-ping-x corral- corral-ask-1 corral-state-1 corral-abort-x corral-18446744073709551616 mine corral-ping-1 1; do
+    echo "{\"type\":\"response\",\"id\":\"$stray\",\"command\":\"get_state\",\"success\":true,\"data\":{}}"
+  done
+  echo "{\"type\":\"response\",\"id\":\"$id\",\"command\":\"get_state\",\"success\":true,\"data\":{\"for\":\"$id\"}}"
+done"#,
+    );
+    let gateway = GatewaySpawn::default()
+        .child_bin(echoing)
+        .arg("--sandbox")
+        .arg("off")
+        .arg("--ping-interval")
+        .arg("100ms")
+        .spawn()
+        .await;
+    let mut ws = gateway.client("alpha").await;
+    let pid = gateway.child_pids();
+    // Ids of the client's own that look like the gateway's.
+    for id in [
+        json!("mine"),
+        json!("corral-ping-1"),
+        json!("corral-1"),
+        json!(1),
+    ] {
+        ws.send(json!({"id": id, "type": "get_state"})).await;
+        let frames = ws.recv_until(|f| f["type"] == "response").await;
+        let answer = frames.last().unwrap();
+        assert_eq!(answer["id"], id, "{answer}");
+        let gateway_id = answer["data"]["for"].as_str().unwrap_or_default();
+        assert!(
+            gateway_id.starts_with("corral-") && !gateway_id.contains("ping"),
+            "the first answer is the child's real one: {answer}"
+        );
+        assert!(
+            frames.iter().all(|f| f["type"] != "child_exited"),
+            "{frames:?}"
+        );
+    }
+    assert_eq!(gateway.child_pids(), pid, "the same child throughout");
 }

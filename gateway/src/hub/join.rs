@@ -2,44 +2,42 @@
 //! dialect's greeting needs one), the greeting and hello answer, and what
 //! the gateway says of itself.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use bytes::Bytes;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use super::actor::{Client, Hub, WaitingAttach};
+use super::actor::Hub;
 use super::budget::Outgoing;
 use super::child::SendError;
+use super::client_id::ClientId;
+use super::clients::Client;
 use super::feed::{ClientFeed, Unicast};
+use super::waiting::WaitingAttach;
 use super::{AttachError, Attached, ChildState, Join};
 use crate::auth::Role;
-
-/// Client ids issued by this process: unique across projects and hubs, so
-/// a client id named to resume never means another project's client.
-static CLIENT_IDS: AtomicU64 = AtomicU64::new(0);
 
 impl Hub {
     /// Attaches a client once the child is ready. When the dialect's
     /// greeting needs a fresh state snapshot (Zi), the attach completes
     /// when the child answers the request sent for it.
     pub(super) fn attach(&mut self, waiting: WaitingAttach) {
-        let id = format!("corral-state-{}", self.snapshot_ids + 1);
-        let Some(line) = self.settings.dialect.state_request(&id) else {
+        // Minted before it is known to be needed: a number skipped is
+        // never seen.
+        let id = self.mint.state();
+        let Some(line) = self.settings.dialect.state_request(&id.to_string()) else {
             self.finish_attach(waiting, Value::Null);
             return;
         };
         if self.supervision.ready().is_none() {
-            self.waiting_attach.push(waiting);
+            self.waiting.push_attach(waiting);
             return;
         }
-        self.snapshot_ids += 1;
-        self.snapshots.insert(id.clone(), waiting);
+        self.snapshots.insert(id, waiting);
         if let Err(refused) = self.send_line(line) {
             // Not sent: the attach waits for the next child, or fails now.
             if let Some(waiting) = self.snapshots.remove(&id) {
                 match refused {
-                    SendError::Gone => self.waiting_attach.push(waiting),
+                    SendError::Gone => self.waiting.push_attach(waiting),
                     SendError::Full => {
                         let error =
                             AttachError::StartFailed("the agent is not reading its input".into());
@@ -59,7 +57,7 @@ impl Hub {
                     self.settings.restart.cooldown.as_secs(),
                 )));
             } else {
-                self.waiting_attach.push(waiting);
+                self.waiting.push_attach(waiting);
             }
         }
     }
@@ -67,9 +65,9 @@ impl Hub {
     /// Registers the client and queues its greeting: the dialect's first
     /// frames (`state` is the snapshot, when the dialect needs one).
     pub(super) fn finish_attach(&mut self, waiting: WaitingAttach, state: Value) {
-        let client = CLIENT_IDS.fetch_add(1, Ordering::Relaxed) + 1;
+        let client = ClientId::mint();
         let own_runs = waiting.join.own_runs;
-        let owner = own_runs.client_id.unwrap_or(client);
+        let owner = own_runs.client_id.map_or(client, ClientId::named);
         let (unicast, rx) = mpsc::channel(self.settings.outbox_frames.max(4));
         let (cursor, gap) = self.feed.start_cursor(waiting.join.resume_after);
         let last_seq = self.feed.last_seq();
@@ -134,7 +132,7 @@ impl Hub {
             self.settings.metrics.client_connections.inc();
             self.idle_since = None;
         } else {
-            self.clients.remove(&client);
+            self.clients.remove(client);
             self.publish();
         }
     }
@@ -142,7 +140,7 @@ impl Hub {
     /// A new client's first frames: the dialect's greeting, then the
     /// answer to its hello (if it sent one). `owner` is the client id it is
     /// known by.
-    fn greeting(&self, owner: u64, join: &Join, gap: bool, state: Value) -> Vec<Bytes> {
+    fn greeting(&self, owner: ClientId, join: &Join, gap: bool, state: Value) -> Vec<Bytes> {
         let gateway = self.gateway_info(owner, join.role, gap);
         let mut frames = self.settings.dialect.greeting(&self.hello, gateway, state);
         if let Some(id) = &join.hello {
@@ -154,7 +152,7 @@ impl Hub {
     /// The answer to a client's hello (`id` is its id), in its dialect.
     pub(super) fn hello_answer(
         &self,
-        client: u64,
+        client: ClientId,
         role: Role,
         id: Option<&Value>,
         gap: bool,
@@ -166,7 +164,7 @@ impl Hub {
     }
 
     /// What the gateway says of itself to a client.
-    pub(super) fn gateway_info(&self, client: u64, role: Role, gap: bool) -> Value {
+    pub(super) fn gateway_info(&self, client: ClientId, role: Role, gap: bool) -> Value {
         json!({
             "version": env!("CARGO_PKG_VERSION"),
             "project": self.project,
