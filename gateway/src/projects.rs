@@ -223,6 +223,26 @@ mod tests {
         result.unwrap_err().http_status()
     }
 
+    #[tokio::test]
+    async fn lookup_off_the_loop_answers_as_resolve_does() {
+        let f = fixture();
+        for name in ["alpha", "missing", "..", "alpha/nested"] {
+            assert_eq!(
+                lookup(&f.root, name).await,
+                resolve(&f.root, name),
+                "{name}"
+            );
+        }
+        let lost = ProjectError::Unavailable {
+            name: "alpha".into(),
+        };
+        assert_eq!(
+            lost.http_status(),
+            503,
+            "try again, like a full descriptor table"
+        );
+    }
+
     #[test]
     fn valid_names() {
         for ok in [
