@@ -7,11 +7,12 @@
 //! blocking anything):
 //!
 //! - [`Lane::Files`] ([`MAX_FILE_JOBS`]): project lookups (a client's
-//!   attach, an admin start) and a start's files (the project directory
-//!   opened, the journal and home prepared, the kept session id read and
-//!   written). Starts are further bounded by the spawner's start slots.
-//!   A filesystem that hangs holds at most this many threads; lookups of
-//!   other projects then wait, but nothing else does.
+//!   attach, an admin start, the admin `?all=true` listing) and a start's
+//!   files (the project directory opened, the journal and home prepared,
+//!   the kept session id read and written). Starts are further bounded by
+//!   the spawner's start slots. A filesystem that hangs holds at most this
+//!   many threads; lookups of other projects then wait, but nothing else
+//!   does.
 //! - [`Lane::Proc`] ([`MAX_PROC_JOBS`]): `/proc` and cgroup reads for
 //!   `/metrics`, `/v1/stats` and the admin project list, so a host with
 //!   many children (or a fork bomb's process tree) costs scrapes time,
