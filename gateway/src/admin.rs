@@ -31,6 +31,7 @@ use crate::client_addr::ClientAddr;
 use crate::guard::admin_refusal;
 use crate::hub::{AttachError, ChildState, HubHandle, HubStatus, StopReason};
 use crate::metrics::{Direction, Metrics, CHILD_STATES, TOKEN_KINDS};
+use crate::offload::{self, Lane, WorkLost};
 use crate::procfs;
 use crate::projects;
 use crate::registry::RegistryError;
@@ -90,20 +91,34 @@ pub async fn metrics(
     if let Some(refused) = admin_refusal(&state, &headers, addr) {
         return refused;
     }
-    metrics_text(&state)
+    metrics_text(state).await
 }
 
-/// The Prometheus exposition, with the scrape-time gauges refreshed.
-pub fn metrics_text(state: &AppState) -> Response {
-    refresh_gauges(state);
-    (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        state.metrics.render(),
-    )
-        .into_response()
+/// The Prometheus exposition, with the scrape-time gauges refreshed, off
+/// the event loop (it walks `/proc` for every child).
+pub async fn metrics_text(state: Arc<AppState>) -> Response {
+    let rendered = offload::run(Lane::Proc, move || {
+        refresh_gauges(&state);
+        state.metrics.render()
+    })
+    .await;
+    match rendered {
+        Ok(text) => (
+            [(
+                header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )],
+            text,
+        )
+            .into_response(),
+        Err(lost) => (StatusCode::SERVICE_UNAVAILABLE, format!("{lost}\n")).into_response(),
+    }
+}
+
+/// The answer when work off the event loop did not finish.
+fn lost(lost: WorkLost) -> Response {
+    let body = Json(json!({"error": lost.to_string()}));
+    (StatusCode::SERVICE_UNAVAILABLE, body).into_response()
 }
 
 /// The dashboard's state label of a child.
@@ -119,7 +134,8 @@ fn state_label(status: &HubStatus) -> Option<&'static str> {
     }
 }
 
-/// Sets the gauges that describe the current children.
+/// Sets the gauges that describe the current children (reads `/proc`:
+/// call it off the event loop).
 fn refresh_gauges(state: &AppState) {
     let metrics: &Metrics = &state.metrics;
     let statuses = state.registry.list();
@@ -157,8 +173,12 @@ fn refresh_gauges(state: &AppState) {
     if delta > 0.0 {
         metrics.child_cpu_seconds.inc_by(delta);
     }
+    for lane in Lane::ALL {
+        metrics.set_blocking_jobs(lane, lane.jobs());
+    }
 }
 
+/// One project's JSON (reads `/proc`: call it off the event loop).
 fn project_json(status: &HubStatus, detailed: bool) -> Value {
     let now = SystemTime::now();
     let secs_since = |t: Option<SystemTime>| {
@@ -228,17 +248,22 @@ async fn list(
     if let Some(refused) = admin_refusal(&state, &headers, addr) {
         return refused;
     }
-    let mut projects: Vec<Value> = state
-        .registry
-        .list()
-        .iter()
-        .map(|s| project_json(s, false))
-        .collect();
+    let statuses = state.registry.list();
+    let listed = offload::run(Lane::Proc, move || {
+        statuses
+            .iter()
+            .map(|s| project_json(s, false))
+            .collect::<Vec<Value>>()
+    });
+    let mut projects = match listed.await {
+        Ok(projects) => projects,
+        Err(e) => return lost(e),
+    };
     if !query.all {
         return Json(json!({ "projects": projects })).into_response();
     }
     let root = state.projects_root.clone();
-    let listed = tokio::task::spawn_blocking(move || projects::list(&root, MAX_LISTED_DIRS)).await;
+    let listed = offload::run(Lane::Files, move || projects::list(&root, MAX_LISTED_DIRS)).await;
     let Ok(Ok((names, truncated))) = listed else {
         tracing::warn!("cannot read the projects root");
         let error = "cannot read the projects root";
@@ -266,7 +291,7 @@ async fn list(
 /// attach checks it; the start runs on (and is not cancelled with) this
 /// request, so an answer after [`START_WAIT`] says it is still starting.
 async fn start(state: &AppState, project: String) -> Response {
-    let dir = match projects::resolve(&state.projects_root, &project) {
+    let dir = match projects::lookup(&state.projects_root, &project).await {
         Ok(dir) => dir,
         Err(e) => {
             let status = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::NOT_FOUND);
@@ -343,7 +368,13 @@ async fn detail(
     headers: HeaderMap,
 ) -> Response {
     match hub(&state, &headers, addr, &project) {
-        Ok(hub) => Json(project_json(&hub.status(), true)).into_response(),
+        Ok(hub) => {
+            let status = hub.status();
+            match offload::run(Lane::Proc, move || project_json(&status, true)).await {
+                Ok(json) => Json(json).into_response(),
+                Err(e) => lost(e),
+            }
+        }
         Err(response) => *response,
     }
 }
@@ -391,7 +422,10 @@ async fn stats(
     if let Some(refused) = admin_refusal(&state, &headers, addr) {
         return refused;
     }
-    refresh_gauges(&state);
+    let refreshed = state.clone();
+    if let Err(e) = offload::run(Lane::Proc, move || refresh_gauges(&refreshed)).await {
+        return lost(e);
+    }
     let metrics = &state.metrics;
     let mut children = serde_json::Map::new();
     for label in CHILD_STATES {

@@ -17,6 +17,7 @@ pub mod layers;
 pub mod listener;
 pub mod metrics;
 pub mod notify;
+pub mod offload;
 pub mod procfs;
 pub mod projects;
 pub mod registry;

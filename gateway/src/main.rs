@@ -517,7 +517,7 @@ fn serve_metrics(
         "/metrics",
         axum::routing::get(
             |axum::extract::State(state): axum::extract::State<Arc<AppState>>| async move {
-                corral::admin::metrics_text(&state)
+                corral::admin::metrics_text(state).await
             },
         ),
     );

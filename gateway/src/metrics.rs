@@ -4,8 +4,9 @@
 //!
 //! Counters and histograms are updated where things happen (connections,
 //! hubs, the supervisor). Gauges that describe the current set of children
-//! (`children{state}`, `clients`, `child_resident_bytes`) and the children's
-//! CPU counter are computed from the registry when `/metrics` is scraped.
+//! (`children{state}`, `clients`, `child_resident_bytes`), the children's
+//! CPU counter and the work off the event loop (`blocking_jobs`) are
+//! computed when `/metrics` is scraped.
 //! Label values come from small fixed sets only.
 
 pub mod memory;
@@ -13,6 +14,7 @@ pub mod memory;
 use prometheus::core::Collector;
 
 use crate::auth::AuthFailure;
+use crate::offload::{Jobs, Lane};
 use prometheus::{
     Counter, Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry, TextEncoder,
@@ -136,6 +138,8 @@ pub struct Metrics {
     pub cost_usd: Counter,
     pub child_resident_bytes: IntGauge,
     pub child_cpu_seconds: Counter,
+    /// Jobs off the event loop by `lane` and `state` (set when scraped).
+    blocking_jobs: IntGaugeVec,
 }
 
 fn opts(name: &str, help: &str) -> Opts {
@@ -223,6 +227,7 @@ impl Metrics {
             cost_usd: Counter::with_opts(opts("cost_usd_total", "Model cost reported by the children, in US dollars."))?,
             child_resident_bytes: IntGauge::with_opts(opts("child_resident_bytes", "Resident memory of all children."))?,
             child_cpu_seconds: Counter::with_opts(opts("child_cpu_seconds_total", "CPU time used by children, live and exited."))?,
+            blocking_jobs: IntGaugeVec::new(opts("blocking_jobs", "Blocking work run off the event loop, by lane (files: project and state directories; proc: /proc reads) and state (running, waiting for one of the lane's places)."), &["lane", "state"])?,
         };
         metrics.register_all()?;
         metrics.initialise_labels();
@@ -260,6 +265,7 @@ impl Metrics {
             Box::new(self.cost_usd.clone()),
             Box::new(self.child_resident_bytes.clone()),
             Box::new(self.child_cpu_seconds.clone()),
+            Box::new(self.blocking_jobs.clone()),
         ];
         for collector in collectors {
             self.registry.register(collector)?;
@@ -301,6 +307,9 @@ impl Metrics {
         }
         for reason in REQUEST_REFUSALS {
             self.requests_refused.with_label_values(&[reason]);
+        }
+        for lane in Lane::ALL {
+            self.set_blocking_jobs(lane, Jobs::default());
         }
         for why in CLIENT_BUFFER_CLOSES {
             self.client_buffer_closes.with_label_values(&[why]);
@@ -387,6 +396,17 @@ impl Metrics {
         String::from_utf8(out).unwrap_or_default()
     }
 
+    /// Sets the `blocking_jobs` gauges of `lane`.
+    pub fn set_blocking_jobs(&self, lane: Lane, jobs: Jobs) {
+        let set = |state: &str, n: i64| {
+            self.blocking_jobs
+                .with_label_values(&[lane.as_str(), state])
+                .set(n);
+        };
+        set("running", jobs.running);
+        set("waiting", jobs.waiting);
+    }
+
     /// Current value of a labelled counter (for `/v1/stats`).
     pub fn counter_value(vec: &IntCounterVec, label: &str) -> u64 {
         vec.with_label_values(&[label]).get()
@@ -416,6 +436,7 @@ mod tests {
             "corral_request_duration_seconds_count{command=\"other\"} 1",
             "corral_child_exits_total{reason=\"crash\"} 0",
             "corral_auth_failures_total{reason=\"hello_timeout\"} 0",
+            "corral_blocking_jobs{lane=\"files\",state=\"waiting\"} 0",
             "corral_memory_limit_bytes ",
             "corral_memory_available_bytes ",
             "process_open_fds ",

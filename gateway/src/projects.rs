@@ -8,11 +8,15 @@
 //! ([`resolve`]) and again before every spawn ([`open_dir`]), which opens
 //! the directory without following a symlink, so that a project whose
 //! directory was swapped for a link after it started cannot restart there.
+//! Both touch the filesystem: the gateway calls them off its event loop
+//! ([`lookup`], and the launch's own blocking step).
 
 use std::fs;
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+
+use crate::offload::{self, Lane};
 
 /// Longest accepted project name, in bytes (all name characters are ASCII).
 pub const MAX_NAME_LEN: usize = 64;
@@ -46,6 +50,9 @@ pub enum ProjectError {
     /// (HTTP 503): it is at its open-file limit, the project is fine.
     #[error("the gateway is at its open-file limit and cannot open project {name:?}; try again once other projects stop")]
     NoDescriptors { name: String },
+    /// The lookup did not finish: the gateway is shutting down (HTTP 503).
+    #[error("the gateway cannot look up project {name:?} now; try again")]
+    Unavailable { name: String },
 }
 
 impl ProjectError {
@@ -54,7 +61,7 @@ impl ProjectError {
     pub fn http_status(&self) -> u16 {
         match self {
             ProjectError::InvalidName { .. } => 400,
-            ProjectError::NoDescriptors { .. } => 503,
+            ProjectError::NoDescriptors { .. } | ProjectError::Unavailable { .. } => 503,
             ProjectError::NotFound { .. }
             | ProjectError::NotADirectory { .. }
             | ProjectError::Symlink { .. }
@@ -109,6 +116,20 @@ pub fn resolve(root: &Path, name: &str) -> Result<PathBuf, ProjectError> {
         Ok(real) if real == dir => Ok(dir),
         _ => Err(ProjectError::OutsideRoot { name: name_owned() }),
     }
+}
+
+/// [`resolve`] off the event loop (the [`offload::Lane::Files`] lane), for
+/// a client's attach or an admin start: a slow filesystem holds up this
+/// lookup, not the gateway.
+pub async fn lookup(root: &Path, name: &str) -> Result<PathBuf, ProjectError> {
+    let (root, owned) = (root.to_path_buf(), name.to_string());
+    offload::run(Lane::Files, move || resolve(&root, &owned))
+        .await
+        .unwrap_or_else(|_| {
+            Err(ProjectError::Unavailable {
+                name: shorten(name),
+            })
+        })
 }
 
 /// [`resolve`], then opens the directory without following a symlink, so
@@ -200,6 +221,26 @@ mod tests {
 
     fn status(result: Result<PathBuf, ProjectError>) -> u16 {
         result.unwrap_err().http_status()
+    }
+
+    #[tokio::test]
+    async fn lookup_off_the_loop_answers_as_resolve_does() {
+        let f = fixture();
+        for name in ["alpha", "missing", "..", "alpha/nested"] {
+            assert_eq!(
+                lookup(&f.root, name).await,
+                resolve(&f.root, name),
+                "{name}"
+            );
+        }
+        let lost = ProjectError::Unavailable {
+            name: "alpha".into(),
+        };
+        assert_eq!(
+            lost.http_status(),
+            503,
+            "try again, like a full descriptor table"
+        );
     }
 
     #[test]

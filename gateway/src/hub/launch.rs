@@ -6,6 +6,14 @@
 //! greeting. Also how a failed start is classified. Everything under the
 //! state directory (homes, journals, kept session ids) is made through
 //! [`statefs`], which follows no symlink.
+//!
+//! The filesystem steps (the directory check and open, journal, home, the
+//! kept session id read and written) run off the event loop, in
+//! [`offload`]'s file lane, while the start holds its spawner start slot:
+//! a start stuck on a slow filesystem holds up that start (and its slot)
+//! only, and a thread of the lane's bounded few, even once abandoned. The
+//! directory's descriptor opened there is what the child enters; no path
+//! is looked up again.
 
 use std::ffi::OsString;
 use std::io::Read as _;
@@ -17,6 +25,7 @@ use nix::sys::signal::Signal;
 use super::child::{BoxFuture, Launched, Launcher, StartError, StartFailure};
 use super::HubSettings;
 use crate::dialect::ChildGreeting;
+use crate::offload::{self, Lane, WorkLost};
 use crate::projects;
 use crate::statefs::{self, StateFsError};
 use crate::supervisor::{handshake, spawner};
@@ -46,18 +55,43 @@ impl Launcher for AgentLauncher {
     }
 }
 
+/// Runs `work` with the project's name and settings off the event loop.
+async fn off_loop<T, F>(project: &str, settings: &Arc<HubSettings>, work: F) -> Result<T, WorkLost>
+where
+    T: Send + 'static,
+    F: FnOnce(&str, &HubSettings) -> T + Send + 'static,
+{
+    let (project, settings) = (project.to_string(), settings.clone());
+    offload::run(Lane::Files, move || work(&project, &settings)).await
+}
+
+/// A start whose filesystem step did not finish: not the agent's fault.
+fn lost(lost: WorkLost) -> StartError {
+    StartError {
+        message: lost.to_string(),
+        kind: StartFailure::Unavailable,
+    }
+}
+
 /// Spawns the child and waits for its hello (or `ready`).
 async fn spawn_and_greet(
     project: &str,
     dir: &Path,
-    settings: &HubSettings,
+    settings: &Arc<HubSettings>,
 ) -> Result<Launched, StartError> {
     let token = handshake::random_token();
     // Held until the greeting: a burst of starts queues here instead of
     // crowding the CPU, and each child's ready timeout starts once it is
     // its turn.
     let _slot = spawner::start_slot().await;
-    let spec = spawn_spec(project, dir, settings, &token)?;
+    let spec = {
+        let (dir, token) = (dir.to_path_buf(), token.clone());
+        off_loop(project, settings, move |project, settings| {
+            spawn_spec(project, &dir, settings, &token)
+        })
+        .await
+        .map_err(lost)??
+    };
     let started = std::time::Instant::now();
     let (process, mut output) = ChildProcess::spawn(spec).await.map_err(|e| match e {
         SpawnError::NoDescriptors { .. } => StartError {
@@ -73,7 +107,11 @@ async fn spawn_and_greet(
         ChildGreeting::TokenHello => handshake::hello(&process, &mut output, &token, timeout).await,
         ChildGreeting::Ready => handshake::ready(&process, &mut output, dialect, timeout).await,
         ChildGreeting::Requests => {
-            let kept = kept_session(&settings.sessions_dir, project);
+            let kept = off_loop(project, settings, |project, settings| {
+                kept_session(&settings.sessions_dir, project)
+            })
+            .await
+            .unwrap_or(None);
             let cwd = dir.to_string_lossy();
             match dialect.greeter(&cwd, kept.clone()) {
                 Some(mut greeter) => {
@@ -82,7 +120,12 @@ async fn spawn_and_greet(
                     if let Ok(hello) = &hello {
                         let session = dialect.kept_session(hello);
                         if session.is_some() && session != kept {
-                            keep_session(&settings.sessions_dir, project, session.as_deref());
+                            let kept = off_loop(project, settings, move |project, settings| {
+                                keep_session(&settings.sessions_dir, project, session.as_deref());
+                            });
+                            if let Err(e) = kept.await {
+                                tracing::warn!(project, "cannot keep the agent's session id: {e}");
+                            }
                         }
                     }
                     hello

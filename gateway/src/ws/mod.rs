@@ -103,7 +103,7 @@ pub async fn upgrade(
     // The token first: only a valid one learns whether the project exists.
     let header_auth = match auth::bearer(header(header::AUTHORIZATION)) {
         Some(token) => match guard::session_role(&state, peer, token) {
-            Ok(role) => match projects::resolve(&state.projects_root, &project) {
+            Ok(role) => match projects::lookup(&state.projects_root, &project).await {
                 Ok(dir) => Some((role, state.token_slots.credential(token), dir)),
                 Err(e) => {
                     let status =
@@ -215,7 +215,7 @@ async fn connection(
                 }
             };
             // Authenticated: now it may learn whether the project exists.
-            let dir = match projects::resolve(&state.projects_root, &project) {
+            let dir = match projects::lookup(&state.projects_root, &project).await {
                 Ok(dir) => dir,
                 Err(error) => {
                     tracing::info!(%project, %peer, "client refused: {error}");

@@ -1,13 +1,15 @@
 //! ACP through `corral serve --dialect acp`: two clients on one project
 //! see every update, a permission request answered by one is settled for
 //! both, and a client that reconnects with `resume_after` misses nothing
-//! and gets the request still waiting again. The agent runs with
+//! and gets the request still waiting again; a start stuck in the
+//! filesystem holds up no other project. The agent runs with
 //! `--permission-mode ask` on the mock LLM.
 
 use serde_json::{json, Value};
 
 use corral_e2e::acp_client;
-use corral_e2e::gateway::{Gateway, GatewaySpawn, Ws, TOKEN};
+use corral_e2e::gateway::{Gateway, GatewaySpawn, Ws, ADMIN_TOKEN, TOKEN};
+use corral_e2e::harness::READ_TIMEOUT;
 use corral_e2e::mock_llm::{MockLlm, Turn};
 
 async fn gateway(mock: &MockLlm) -> Gateway {
@@ -311,6 +313,68 @@ async fn session_load_replays_what_the_gateway_holds_and_other_sessions_are_unkn
     )
     .await;
     assert_eq!(joined["modes"]["currentModeId"], "read-only");
+}
+
+/// A start stuck in the filesystem holds up its own project only. alpha's
+/// kept session id is a FIFO nobody writes yet, so its start blocks
+/// opening it (as on a hung network mount); meanwhile beta is started,
+/// prompted and answered, and `/healthz` and `/metrics` answer. Only
+/// then does the FIFO give way, and alpha starts.
+#[tokio::test]
+async fn a_start_stuck_in_the_filesystem_holds_up_no_other_project() {
+    let mock = MockLlm::start().await;
+    mock.push(Turn::text("beta is answered"));
+    let gw = gateway(&mock).await;
+    let sessions = gw.state.join("sessions");
+    std::fs::create_dir_all(&sessions).unwrap();
+    let fifo = sessions.join("alpha.session-id");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+
+    let mut a = gw.connect_with_bearer("alpha", TOKEN, None).await;
+    let init = json!({"protocolVersion": 1, "clientCapabilities": {}});
+    a.send(json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": init}))
+        .await;
+    // The scrape answers while alpha's start waits in the filesystem.
+    let stuck = r#"corral_blocking_jobs{lane="files",state="running"} 1"#;
+    let scraped = tokio::time::timeout(READ_TIMEOUT, async {
+        loop {
+            let (status, text) = gw.http_get("/metrics", Some(ADMIN_TOKEN)).await;
+            assert_eq!(status, 200, "{text}");
+            if text.contains(stuck) {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    });
+    scraped.await.expect("alpha's start never reached the FIFO");
+
+    let mut b = gw.connect_with_bearer("beta", TOKEN, None).await;
+    let (hello, _) = call(&mut b, json!(0), "initialize", init.clone()).await;
+    assert_eq!(hello["_meta"]["corral"]["project"], "beta");
+    let cwd = json!({"cwd": "/", "mcpServers": []});
+    let session = rpc(&mut b, json!(1), "session/new", cwd).await;
+    let sid = session["sessionId"].clone();
+    let (done, frames) = call(&mut b, json!(2), "session/prompt", prompt(&sid, "hi")).await;
+    assert_eq!(done["stopReason"], "end_turn");
+    assert!(text_of(&frames).contains("beta is answered"), "{frames:?}");
+    let (status, body) = gw.http_get("/healthz", None).await;
+    assert_eq!((status, body.trim()), (200, "ok"));
+    let (status, text) = gw.http_get("/metrics", Some(ADMIN_TOKEN)).await;
+    assert_eq!(status, 200);
+    assert!(text.contains(stuck), "alpha's start is still stuck");
+    let (_, alpha) = gw.http_get("/v1/projects/alpha", Some(ADMIN_TOKEN)).await;
+    let alpha: Value = serde_json::from_str(&alpha).unwrap();
+    assert_eq!(alpha["state"], "starting", "{alpha}");
+
+    // The FIFO gives way (empty: no session kept), and alpha starts.
+    tokio::task::spawn_blocking(move || drop(std::fs::File::create(fifo).unwrap()))
+        .await
+        .unwrap();
+    let answered = a
+        .recv_until(|f| f.get("method").is_none() && f["id"] == 0)
+        .await;
+    let hello = &answered.last().unwrap()["result"];
+    assert_eq!(hello["_meta"]["corral"]["project"], "alpha", "{answered:?}");
 }
 
 // ---------------------------------------------------------------------------
