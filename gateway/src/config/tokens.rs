@@ -6,8 +6,9 @@
 use std::fs;
 use std::path::Path;
 
-use super::file::{FileConfig, TokenList};
-use super::{ConfigError, ServeArgs};
+use super::settings::{FileConfig, ServeArgs};
+use super::values::TokenList;
+use super::ConfigError;
 use crate::auth::{Role, Secret, Tokens};
 
 /// Shortest accepted token, in characters: shorter ones can be guessed.
