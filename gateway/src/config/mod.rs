@@ -19,7 +19,8 @@
 //! Token files hold one token per line; blank lines and `#` comments are
 //! skipped. Without a client token a loopback listener gets a generated
 //! one ([`Config::generated_token`]); any other address is refused.
-//! The environment is read only for tokens and `PATH` (child lookup).
+//! The environment is read only for tokens, `PATH` (child lookup) and
+//! `OTEL_EXPORTER_OTLP_ENDPOINT` (declared with `--otlp-endpoint`).
 
 mod bytes;
 mod checks;
