@@ -31,7 +31,7 @@ pub struct Setting {
     pub value_name: &'static str,
     /// The config file key; `None`: the setting is a flag only.
     pub key: Option<&'static str>,
-    /// The environment variable clap also reads it from, if any.
+    /// The environment variable it is also read from, if any.
     pub env: Option<&'static str>,
     /// What applies when no layer sets it.
     pub default: Shown,
@@ -120,7 +120,8 @@ pub fn enum_name<T: clap::ValueEnum>(value: T) -> String {
 /// ```text
 /// field: CLI_TYPE = "--flag" "VALUE_NAME" [more clap arg attributes],
 ///     key toml_key: FILE_TYPE,        (optional: flag-only settings omit it)
-///     env "VAR",                      (optional)
+///     env "VAR",                      (optional: clap reads it)
+///     reads VAR,                      (optional: `config::load` reads it)
 ///     default KIND(..),
 ///     help "the help line";
 /// ```
@@ -139,6 +140,7 @@ macro_rules! declare_settings {
             $field:ident: $cli:ty = $flag:literal $value_name:literal $([$($arg:tt)*])?,
             $(key $key:ident: $file:ty,)?
             $(env $env:literal,)?
+            $(reads $reads:expr,)?
             default $kind:ident($($default:tt)*),
             help $help:literal;
         )*
@@ -175,7 +177,7 @@ macro_rules! declare_settings {
                     flag: $flag,
                     value_name: $value_name,
                     key: declare_settings!(@some $(stringify!($key))?),
-                    env: declare_settings!(@some $($env)?),
+                    env: declare_settings!(@some $($env)? $($reads)?),
                     default: declare_settings!(@shown $kind($($default)*)),
                     help: $help,
                 },

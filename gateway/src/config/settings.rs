@@ -17,6 +17,15 @@ use super::values::{parse_net, OnOff, TokenList};
 use crate::auth::Secret;
 use crate::dialect::Dialect;
 
+/// The environment variables tokens are read from (client, observer,
+/// admin), comma-separated; `corral serve` removes them from its
+/// environment once read.
+pub const TOKEN_ENV_VARS: [&str; 3] = [
+    "CORRAL_TOKENS",
+    "CORRAL_OBSERVER_TOKENS",
+    "CORRAL_ADMIN_TOKEN",
+];
+
 declare_settings! {
     after_help: SERVE_ENV_HELP;
 
@@ -61,6 +70,7 @@ declare_settings! {
 
     tokens: Vec<Secret> = "--token" "T",
         key tokens: Option<TokenList>,
+        reads TOKEN_ENV_VARS[0],
         default custom("generated on loopback"),
         help "A client token (repeatable)";
 
@@ -71,6 +81,7 @@ declare_settings! {
 
     observer_tokens: Vec<Secret> = "--observer-token" "T",
         key observer_tokens: Option<TokenList>,
+        reads TOKEN_ENV_VARS[1],
         default custom("none"),
         help "An observer (read-only) token (repeatable)";
 
@@ -81,6 +92,7 @@ declare_settings! {
 
     admin_token: Option<Secret> = "--admin-token" "T",
         key admin_token: Option<Secret>,
+        reads TOKEN_ENV_VARS[2],
         default custom("generated on loopback"),
         help "The admin API token";
 
