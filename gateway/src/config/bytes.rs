@@ -100,6 +100,12 @@ impl<'de> Deserialize<'de> for FileBytes {
     }
 }
 
+impl From<FileBytes> for usize {
+    fn from(value: FileBytes) -> usize {
+        value.0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,5 +1,5 @@
-//! Small checks and merges shared by `config::load`: list precedence,
-//! minimums, origins, and the projects root and state directories.
+//! Small checks shared by the settings and `config::load`: minimums, the
+//! failure rate, origins, and the projects root and state directories.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -7,15 +7,6 @@ use std::time::Duration;
 
 use super::ConfigError;
 use crate::auth;
-
-/// A list setting comes whole from the command line if given there.
-pub(super) fn pick_list<T>(cli: Vec<T>, file: Option<Vec<T>>) -> Vec<T> {
-    if cli.is_empty() {
-        file.unwrap_or_default()
-    } else {
-        cli
-    }
-}
 
 pub(super) fn at_least<T: PartialOrd + std::fmt::Display>(
     setting: &str,
@@ -39,6 +30,23 @@ pub(super) fn positive(setting: &str, value: Duration) -> Result<Duration, Confi
         });
     }
     Ok(value)
+}
+
+/// Most wrong tokens per second a source may be allowed: beyond this the
+/// budget is no limit at all.
+const MAX_AUTH_FAILURE_RATE: f64 = 1_000_000.0;
+
+/// `--auth-failure-rate`: a positive number of failures per second.
+pub(super) fn auth_failure_rate(setting: &str, rate: f64) -> Result<f64, ConfigError> {
+    if !(rate.is_finite() && rate > 0.0 && rate <= MAX_AUTH_FAILURE_RATE) {
+        return Err(ConfigError::Invalid {
+            setting: setting.into(),
+            reason: format!(
+                "{rate} is not a number of failures per second above 0 and at most {MAX_AUTH_FAILURE_RATE}"
+            ),
+        });
+    }
+    Ok(rate)
 }
 
 pub(super) fn origins(entries: Vec<String>) -> Result<Vec<String>, ConfigError> {

@@ -102,6 +102,12 @@ impl<'de> Deserialize<'de> for FileDuration {
     }
 }
 
+impl From<FileDuration> for Duration {
+    fn from(value: FileDuration) -> Duration {
+        value.0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,76 +4,11 @@
 //! Parse errors give the message and position but never the offending
 //! line, which could hold a token.
 
-use std::fmt;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use serde::de::{self, Deserializer, SeqAccess, Visitor};
-use serde::Deserialize;
-
-use super::bytes::FileBytes;
-use super::duration::FileDuration;
-use super::sandbox::OnOff;
+pub use super::settings::FileConfig;
 use super::ConfigError;
-use crate::auth::Secret;
-
-/// The file's settings as written; `config::load` merges and validates them.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FileConfig {
-    pub listen: Option<String>,
-    pub metrics_listen: Option<String>,
-    pub proxy_listen: Option<String>,
-    pub trusted_proxies: Option<Vec<String>>,
-    pub projects_root: Option<PathBuf>,
-    pub state_dir: Option<PathBuf>,
-    pub tokens: Option<TokenList>,
-    pub token_file: Option<PathBuf>,
-    pub observer_tokens: Option<TokenList>,
-    pub observer_token_file: Option<PathBuf>,
-    pub admin_token: Option<Secret>,
-    pub admin_token_file: Option<PathBuf>,
-    pub allowed_origins: Option<Vec<String>>,
-    pub idle_timeout: Option<FileDuration>,
-    pub max_children: Option<usize>,
-    pub dialect: Option<crate::dialect::Dialect>,
-    pub child_bin: Option<PathBuf>,
-    pub child_args: Option<Vec<String>>,
-    pub child_command: Option<String>,
-    pub child_env: Option<Vec<String>>,
-    pub replay_events: Option<usize>,
-    pub replay_bytes: Option<FileBytes>,
-    pub outbox_frames: Option<usize>,
-    pub client_buffer_bytes: Option<FileBytes>,
-    pub total_client_buffer_bytes: Option<FileBytes>,
-    pub max_client_requests: Option<usize>,
-    pub max_frame_bytes: Option<FileBytes>,
-    pub ws_buffer_bytes: Option<FileBytes>,
-    pub hello_timeout: Option<FileDuration>,
-    pub max_hello_bytes: Option<FileBytes>,
-    pub header_timeout: Option<FileDuration>,
-    pub max_connections: Option<usize>,
-    pub auth_failure_rate: Option<f64>,
-    pub auth_failure_burst: Option<u32>,
-    pub max_auth_sources: Option<usize>,
-    pub ops_connections: Option<usize>,
-    pub max_connections_per_token: Option<usize>,
-    pub ping_interval: Option<FileDuration>,
-    pub ping_timeout: Option<FileDuration>,
-    pub ready_timeout: Option<FileDuration>,
-    pub stop_grace: Option<FileDuration>,
-    pub permission_timeout: Option<FileDuration>,
-    pub shutdown_grace: Option<FileDuration>,
-    pub crash_limit: Option<u32>,
-    pub crash_window: Option<FileDuration>,
-    pub crash_cooldown: Option<FileDuration>,
-    pub sandbox: Option<OnOff>,
-    pub sandbox_hide: Option<Vec<PathBuf>>,
-    pub tool_network: Option<OnOff>,
-    pub child_user: Option<String>,
-    pub child_memory_max: Option<FileBytes>,
-    pub child_pids_max: Option<u64>,
-}
 
 /// Reads and parses `path`, rebasing its relative paths onto its directory.
 pub fn read(path: &Path) -> Result<FileConfig, ConfigError> {
@@ -131,66 +66,12 @@ fn describe(text: &str, err: &toml::de::Error) -> String {
     }
 }
 
-/// A list of tokens: `["a", "b"]` or one string. Type errors do not echo
-/// the value.
-#[derive(Debug, Clone, Default)]
-pub struct TokenList(pub Vec<Secret>);
-
-impl<'de> Deserialize<'de> for TokenList {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct ListVisitor;
-
-        impl<'de> Visitor<'de> for ListVisitor {
-            type Value = TokenList;
-
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a list of token strings")
-            }
-
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<TokenList, E> {
-                Ok(TokenList(vec![Secret::new(v)]))
-            }
-
-            fn visit_i64<E: de::Error>(self, _: i64) -> Result<TokenList, E> {
-                Err(E::custom(
-                    "expected a list of token strings, found a number",
-                ))
-            }
-
-            fn visit_u64<E: de::Error>(self, _: u64) -> Result<TokenList, E> {
-                Err(E::custom(
-                    "expected a list of token strings, found a number",
-                ))
-            }
-
-            fn visit_f64<E: de::Error>(self, _: f64) -> Result<TokenList, E> {
-                Err(E::custom(
-                    "expected a list of token strings, found a number",
-                ))
-            }
-
-            fn visit_bool<E: de::Error>(self, _: bool) -> Result<TokenList, E> {
-                Err(E::custom(
-                    "expected a list of token strings, found a boolean",
-                ))
-            }
-
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<TokenList, A::Error> {
-                let mut tokens = Vec::new();
-                while let Some(token) = seq.next_element::<Secret>()? {
-                    tokens.push(token);
-                }
-                Ok(TokenList(tokens))
-            }
-        }
-
-        deserializer.deserialize_any(ListVisitor)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::bytes::FileBytes;
+    use crate::config::duration::FileDuration;
+    use crate::config::OnOff;
     use std::time::Duration;
 
     #[test]

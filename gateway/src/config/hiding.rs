@@ -10,8 +10,7 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use super::cli::ServeArgs;
-use super::file::FileConfig;
+use super::settings::{FileConfig, ServeArgs};
 
 /// A setting that names a file the gateway reads a secret from.
 pub struct SecretFileSetting {

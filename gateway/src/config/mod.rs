@@ -2,52 +2,10 @@
 //! environment variables, merged (command line > environment > file >
 //! default) and validated once into a [`Config`].
 //!
-//! | flag | TOML key | default |
-//! |---|---|---|
-//! | `--config FILE` | – | none |
-//! | `--listen ADDR` | `listen` | required |
-//! | `--metrics-listen ADDR` | `metrics_listen` | none: `/metrics` needs the admin token |
-//! | `--proxy-listen ADDR` | `proxy_listen` | none (for a trusted balancer: client address from `X-Forwarded-For`) |
-//! | `--trusted-proxy CIDR`… | `trusted_proxies` | none; required with `--proxy-listen`; not an address of this host unless `--tool-network off` |
-//! | `--otlp-endpoint URL` | – | none: no traces exported |
-//! | `--projects-root DIR` | `projects_root` | required; must be a directory |
-//! | `--state-dir DIR` | `state_dir` | `./corral-state` (created) |
-//! | `--token T`… / `--token-file F` | `tokens` / `token_file` | generated on loopback |
-//! | `--observer-token T`… / `--observer-token-file F` | `observer_tokens` / `observer_token_file` | none |
-//! | `--admin-token T` / `--admin-token-file F` | `admin_token` / `admin_token_file` | none |
-//! | `--allowed-origin O`… | `allowed_origins` | same origin only |
-//! | `--idle-timeout DUR` | `idle_timeout` | `10m` (`0` = never reap) |
-//! | `--max-children N` | `max_children` | 64 |
-//! | `--dialect zut\|letscode\|zi` | `dialect` | `zut` |
-//! | `--child-bin PATH` | `child_bin` | `corral-agent` beside `corral`, else on PATH |
-//! | `--child-env NAME[=VALUE]`… | `child_env` | none |
-//! | `--child-command 'CMD ARGS…'` | `child_command` | none: `corral-agent` (needs `--dialect acp`) |
-//! | `-- CHILD_ARGS…` | `child_args` | none |
-//! | `--replay-events N` / `--replay-bytes BYTES` | `replay_events` / `replay_bytes` | 10000 / 8MiB |
-//! | `--outbox-frames N` | `outbox_frames` | 256 |
-//! | `--client-buffer-bytes BYTES` | `client_buffer_bytes` | 4 × `--max-frame-bytes` (64MiB); at least 2 × |
-//! | `--total-client-buffer-bytes BYTES` | `total_client_buffer_bytes` | 1GiB, at least `--client-buffer-bytes` |
-//! | `--max-client-requests N` | `max_client_requests` | 64 (requests in flight per client) |
-//! | `--max-frame-bytes BYTES` | `max_frame_bytes` | 16MiB |
-//! | `--ws-buffer-bytes BYTES` | `ws_buffer_bytes` | 8KiB (read and write buffer per WebSocket) |
-//! | `--hello-timeout DUR` | `hello_timeout` | 10s |
-//! | `--max-hello-bytes BYTES` | `max_hello_bytes` | 64KiB (what a client may send before it is authenticated) |
-//! | `--header-timeout DUR` | `header_timeout` | 10s (time to send a request's headers) |
-//! | `--max-connections N` | `max_connections` | the open-file limit minus headroom (see [`crate::fdlimit`]) |
-//! | `--auth-failure-rate PER_SEC` / `--auth-failure-burst N` | `auth_failure_rate` / `auth_failure_burst` | 1 / 10 (wrong tokens checked per source address) |
-//! | `--max-auth-sources N` | `max_auth_sources` | 10000 (source addresses the throttle remembers) |
-//! | `--ops-connections N` | `ops_connections` | 8 (beyond the cap, for `/healthz`, `/readyz`, `/metrics` only) |
-//! | `--max-connections-per-token N` | `max_connections_per_token` | 256 WebSocket sessions (`0` = unlimited) |
-//! | `--ping-interval DUR` / `--ping-timeout DUR` | `ping_interval` / `ping_timeout` | 30s / 10s |
-//! | `--ready-timeout DUR` | `ready_timeout` | 15s |
-//! | `--stop-grace DUR` / `--shutdown-grace DUR` | `stop_grace` / `shutdown_grace` | 5s / 10s |
-//! | `--permission-timeout DUR` | `permission_timeout` | 5m (ACP requests of the agent nobody answers are cancelled) |
-//! | `--crash-limit N` / `--crash-window DUR` / `--crash-cooldown DUR` | `crash_limit` / `crash_window` / `crash_cooldown` | 5 / 60s / 5m |
-//! | `--sandbox on\|off` | `sandbox` | `on` |
-//! | `--sandbox-hide PATH`… | `sandbox_hide` | none (state dir, projects root and the directories of the config and token files are always hidden; a file is hidden with its directory, see `hiding`) |
-//! | `--tool-network on\|off` | `tool_network` | `on` (`off` needs the sandbox) |
-//! | `--child-user USER` | `child_user` | the gateway's user (another one needs root) |
-//! | `--child-memory-max SIZE` / `--child-pids-max N` | `child_memory_max` / `child_pids_max` | none / none |
+//! Each setting is declared once, in `settings.rs` (flag, TOML key,
+//! environment variable, default, check, help); `declare.rs` says what is
+//! generated from that table. The README's flag table and
+//! `deploy/corral.toml.example` are tested against it (`docs_tests`).
 //!
 //! Durations: `250ms`, `10s`, `5m`, `2h` or bare seconds (TOML: also an
 //! integer). Sizes: bytes or `KiB`/`MiB`/`GiB`. List settings (origins,
@@ -61,35 +19,44 @@
 //! Token files hold one token per line; blank lines and `#` comments are
 //! skipped. Without a client token a loopback listener gets a generated
 //! one ([`Config::generated_token`]); any other address is refused.
-//! The environment is read only for tokens and `PATH` (child lookup).
+//! The environment is read only for tokens, `PATH` (child lookup) and
+//! `OTEL_EXPORTER_OTLP_ENDPOINT` (declared with `--otlp-endpoint`).
 
 mod bytes;
 mod checks;
 mod child;
 mod child_command;
 mod cli;
+mod declare;
 mod duration;
 mod file;
 mod hiding;
+mod load;
 mod sandbox;
+mod serve_help;
+mod settings;
 mod throttle;
 mod tokens;
+mod values;
 
 use std::io;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 pub use bytes::{format_bytes, parse_bytes, SizeError};
 pub use child::{ChildEnv, DEFAULT_CHILD_BIN};
-pub use cli::{AttachArgs, Cli, Command, LogFormat, ServeArgs};
+pub use cli::{AttachArgs, Cli, Command, LogFormat};
+pub use declare::{Setting, Shown};
 pub use duration::{format_duration, parse_duration, DurationError};
 pub use hiding::{CoverRefused, Overlap, SECRET_FILE_SETTINGS};
-pub use sandbox::{ChildUser, Confinement, OnOff, MIN_CHILD_MEMORY, MIN_CHILD_PIDS};
-pub use tokens::{read_token_file, MIN_TOKEN_CHARS, TOKEN_ENV_VARS};
+pub use load::{load, load_with_env};
+pub use sandbox::{ChildUser, Confinement, MIN_CHILD_MEMORY, MIN_CHILD_PIDS};
+pub use settings::{ServeArgs, SETTINGS, TOKEN_ENV_VARS};
+pub use tokens::{read_token_file, MIN_TOKEN_CHARS};
+pub use values::OnOff;
 
-use crate::auth::{self, RandomError, Role, Secret, Tokens};
-use checks::{at_least, canonical_dir, create_dir, origins, pick_list, positive};
+use crate::auth::{RandomError, Role, Secret, Tokens};
 
 /// The validated settings of one `corral serve` run.
 #[derive(Debug, Clone)]
@@ -312,408 +279,7 @@ pub enum ConfigError {
     StateFs(#[from] crate::statefs::StateFsError),
 }
 
-/// Loads the configuration, reading the process environment.
-pub fn load(args: ServeArgs) -> Result<Config, ConfigError> {
-    load_with_env(args, &|var| std::env::var(var).ok())
-}
-
-/// Loads the configuration with `env` as the environment (for tests).
-pub fn load_with_env(
-    args: ServeArgs,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Config, ConfigError> {
-    let file = match &args.config {
-        Some(path) => file::read(path)?,
-        None => file::FileConfig::default(),
-    };
-    // Every secret the gateway reads from a file, whichever layer won.
-    let secret_files = hiding::secret_files(&args, &file);
-
-    let listen = match (args.listen, &file.listen) {
-        (Some(addr), _) => addr,
-        (None, Some(text)) => text.trim().parse().map_err(|_| ConfigError::Invalid {
-            setting: "`listen` in the config file".into(),
-            reason: format!("{text:?} is not IP:PORT, e.g. 127.0.0.1:7000 or [::]:7000"),
-        })?,
-        (None, None) => {
-            return Err(ConfigError::Missing {
-                flag: "--listen ADDR",
-                key: "listen",
-            })
-        }
-    };
-
-    let metrics_listen = match (args.metrics_listen, &file.metrics_listen) {
-        (Some(addr), _) => Some(addr),
-        (None, Some(text)) => Some(text.trim().parse().map_err(|_| ConfigError::Invalid {
-            setting: "`metrics_listen` in the config file".into(),
-            reason: format!("{text:?} is not IP:PORT, e.g. 127.0.0.1:9100"),
-        })?),
-        (None, None) => None,
-    };
-
-    let proxy_listen = throttle::proxy_listen(&args, &file, listen)?;
-    let trusted_proxies = throttle::trusted_proxies(&args, &file, proxy_listen)?;
-    let throttle = throttle::policy(&args, &file)?;
-
-    let tokens = tokens::resolve(&args, &file, env)?;
-    if tokens.client.is_empty() && !listen.ip().to_canonical().is_loopback() {
-        return Err(ConfigError::NoClientToken { addr: listen });
-    }
-
-    let projects_root = args
-        .projects_root
-        .or(file.projects_root)
-        .ok_or(ConfigError::Missing {
-            flag: "--projects-root DIR",
-            key: "projects_root",
-        })?;
-    let projects_root = canonical_dir(&projects_root)?;
-
-    let allowed_origins = origins(pick_list(args.allowed_origins, file.allowed_origins))?;
-
-    let child_env = child::parse_env(&pick_list(args.child_env, file.child_env))?;
-    let exe_dir = std::env::current_exe()
-        .ok()
-        .and_then(|exe| exe.parent().map(Path::to_path_buf));
-    let child_bin = child::resolve_bin(
-        args.child_bin.as_deref().or(file.child_bin.as_deref()),
-        exe_dir.as_deref(),
-        env("PATH").as_deref(),
-    )?;
-
-    let dur = |cli: Option<Duration>, file: Option<duration::FileDuration>, default| {
-        cli.or(file.map(|d| d.0)).unwrap_or(default)
-    };
-    let size = |cli: Option<usize>, file: Option<bytes::FileBytes>, default| {
-        cli.or(file.map(|b| b.0)).unwrap_or(default)
-    };
-    let max_frame_bytes = at_least(
-        "--max-frame-bytes / max_frame_bytes",
-        size(
-            args.max_frame_bytes,
-            file.max_frame_bytes,
-            defaults::MAX_FRAME_BYTES,
-        ),
-        defaults::MIN_FRAME_BYTES,
-    )?;
-    let client_buffer_bytes = at_least(
-        "--client-buffer-bytes / client_buffer_bytes (at least two --max-frame-bytes)",
-        size(
-            args.client_buffer_bytes,
-            file.client_buffer_bytes,
-            max_frame_bytes.saturating_mul(defaults::CLIENT_BUFFER_FRAMES),
-        ),
-        max_frame_bytes.saturating_mul(defaults::MIN_CLIENT_BUFFER_FRAMES),
-    )?;
-    let total_client_buffer_bytes = at_least(
-        "--total-client-buffer-bytes / total_client_buffer_bytes (at least --client-buffer-bytes)",
-        size(
-            args.total_client_buffer_bytes,
-            file.total_client_buffer_bytes,
-            defaults::TOTAL_CLIENT_BUFFER_BYTES.max(client_buffer_bytes),
-        ),
-        client_buffer_bytes,
-    )?;
-    let limits = Limits {
-        max_children: at_least(
-            "--max-children / max_children",
-            args.max_children
-                .or(file.max_children)
-                .unwrap_or(defaults::MAX_CHILDREN),
-            1,
-        )?,
-        replay_events: at_least(
-            "--replay-events / replay_events",
-            args.replay_events
-                .or(file.replay_events)
-                .unwrap_or(defaults::REPLAY_EVENTS),
-            1,
-        )?,
-        replay_bytes: at_least(
-            "--replay-bytes / replay_bytes",
-            size(args.replay_bytes, file.replay_bytes, defaults::REPLAY_BYTES),
-            1,
-        )?,
-        outbox_frames: at_least(
-            "--outbox-frames / outbox_frames",
-            args.outbox_frames
-                .or(file.outbox_frames)
-                .unwrap_or(defaults::OUTBOX_FRAMES),
-            1,
-        )?,
-        client_buffer_bytes,
-        total_client_buffer_bytes,
-        max_client_requests: at_least(
-            "--max-client-requests / max_client_requests",
-            args.max_client_requests
-                .or(file.max_client_requests)
-                .unwrap_or(defaults::MAX_CLIENT_REQUESTS),
-            1,
-        )?,
-        max_frame_bytes,
-        ws_buffer_bytes: at_least(
-            "--ws-buffer-bytes / ws_buffer_bytes",
-            size(
-                args.ws_buffer_bytes,
-                file.ws_buffer_bytes,
-                defaults::WS_BUFFER_BYTES,
-            ),
-            defaults::MIN_WS_BUFFER_BYTES,
-        )?,
-        hello_timeout: positive(
-            "--hello-timeout / hello_timeout",
-            dur(
-                args.hello_timeout,
-                file.hello_timeout,
-                defaults::HELLO_TIMEOUT,
-            ),
-        )?,
-        max_hello_bytes: at_least(
-            "--max-hello-bytes / max_hello_bytes",
-            size(
-                args.max_hello_bytes,
-                file.max_hello_bytes,
-                defaults::MAX_HELLO_BYTES,
-            ),
-            defaults::MIN_HELLO_BYTES,
-        )?,
-        header_timeout: positive(
-            "--header-timeout / header_timeout",
-            dur(
-                args.header_timeout,
-                file.header_timeout,
-                defaults::HEADER_TIMEOUT,
-            ),
-        )?,
-        max_connections: args
-            .max_connections
-            .or(file.max_connections)
-            .map(|n| at_least("--max-connections / max_connections", n, 1))
-            .transpose()?,
-        ops_connections: at_least(
-            "--ops-connections / ops_connections",
-            args.ops_connections
-                .or(file.ops_connections)
-                .unwrap_or(defaults::OPS_CONNECTIONS),
-            1,
-        )?,
-        max_connections_per_token: args
-            .max_connections_per_token
-            .or(file.max_connections_per_token)
-            .unwrap_or(defaults::MAX_CONNECTIONS_PER_TOKEN),
-    };
-    let ready_timeout = positive(
-        "--ready-timeout / ready_timeout",
-        dur(
-            args.ready_timeout,
-            file.ready_timeout,
-            defaults::READY_TIMEOUT,
-        ),
-    )?;
-    let ping_interval = positive(
-        "--ping-interval / ping_interval",
-        dur(
-            args.ping_interval,
-            file.ping_interval,
-            defaults::PING_INTERVAL,
-        ),
-    )?;
-    let ping_timeout = positive(
-        "--ping-timeout / ping_timeout",
-        dur(args.ping_timeout, file.ping_timeout, defaults::PING_TIMEOUT),
-    )?;
-    let crash_limit = at_least(
-        "--crash-limit / crash_limit",
-        args.crash_limit
-            .or(file.crash_limit)
-            .unwrap_or(defaults::CRASH_LIMIT),
-        1,
-    )?;
-    let crash_window = positive(
-        "--crash-window / crash_window",
-        dur(args.crash_window, file.crash_window, defaults::CRASH_WINDOW),
-    )?;
-    let idle_timeout = dur(args.idle_timeout, file.idle_timeout, defaults::IDLE_TIMEOUT);
-    let confinement = sandbox::resolve(sandbox::Raw {
-        sandbox: args.sandbox.or(file.sandbox),
-        extra_hide: pick_list(args.sandbox_hide.clone(), file.sandbox_hide.clone()),
-        tool_network: args.tool_network.or(file.tool_network),
-        child_user: args.child_user.clone().or(file.child_user.clone()),
-        memory_max: args.child_memory_max.or(file.child_memory_max.map(|b| b.0)),
-        pids_max: args.child_pids_max.or(file.child_pids_max),
-    })?;
-    if !trusted_proxies.is_empty() {
-        let tools_on_host_network = !confinement.sandbox || confinement.tool_network;
-        throttle::check_trusted_reach(
-            &trusted_proxies,
-            &throttle::own_addresses(),
-            tools_on_host_network,
-        )?;
-    }
-    let dialect = args.dialect.or(file.dialect).unwrap_or_default();
-    let child_args = pick_list(args.child_args, file.child_args);
-    let child_command = child_command::resolve(
-        args.child_command
-            .as_deref()
-            .or(file.child_command.as_deref()),
-        &child_command::Context {
-            dialect,
-            child_args: &child_args,
-            tool_network_off: confinement.sandbox && !confinement.tool_network,
-            path_var: env("PATH").as_deref(),
-        },
-    )?;
-    // Created last, so that a refused configuration leaves nothing behind.
-    let state_dir = args
-        .state_dir
-        .clone()
-        .or(file.state_dir.clone())
-        .unwrap_or_else(|| defaults::STATE_DIR.into());
-    let planned_state = hiding::resolved(&state_dir).map_err(|source| ConfigError::StateDir {
-        path: state_dir.clone(),
-        source,
-    })?;
-    hiding::apart(&planned_state, &projects_root)?;
-    let confinement = match confinement.sandbox {
-        true => {
-            let program = child_command
-                .as_ref()
-                .and_then(|c| c.first())
-                .map(Path::new);
-            let places = Places {
-                projects_root: &projects_root,
-                state_dir: &planned_state,
-                program,
-            };
-            covering_secrets(confinement, secret_files, &places, env)?
-        }
-        false => confinement,
-    };
-    let state_dir = create_dir(&state_dir)?;
-    let sessions_dir = crate::statefs::Dir::open_root(&state_dir)?
-        .subdir("sessions", 0o755)?
-        .path()
-        .to_path_buf();
-    let confinement = confinement.hiding_first(&[state_dir.clone(), projects_root.clone()])?;
-
-    let mut tokens = tokens;
-    let mut generated_token = None;
-    if tokens.client.is_empty() {
-        let token = Secret::new(auth::random_token()?);
-        tokens.client.push(token.clone());
-        generated_token = Some(token);
-    }
-    // Same for the admin token (dashboard, admin API), on loopback only.
-    let mut generated_admin_token = None;
-    if tokens.admin.is_empty() && listen.ip().to_canonical().is_loopback() {
-        let token = Secret::new(auth::random_token()?);
-        tokens.admin.push(token.clone());
-        generated_admin_token = Some(token);
-    }
-
-    Ok(Config {
-        config_file: args.config,
-        listen,
-        metrics_listen,
-        proxy_listen,
-        trusted_proxies,
-        throttle,
-        otlp_endpoint: args.otlp_endpoint,
-        projects_root,
-        state_dir,
-        tokens,
-        generated_token,
-        generated_admin_token,
-        allowed_origins,
-        shutdown_grace: dur(
-            args.shutdown_grace,
-            file.shutdown_grace,
-            defaults::SHUTDOWN_GRACE,
-        ),
-        limits,
-        supervisor: SupervisorSettings {
-            dialect,
-            child_bin,
-            child_args,
-            child_command,
-            child_env,
-            sessions_dir,
-            ready_timeout,
-            ping_interval,
-            ping_timeout,
-            stop_grace: dur(args.stop_grace, file.stop_grace, defaults::STOP_GRACE),
-            permission_timeout: dur(
-                args.permission_timeout,
-                file.permission_timeout,
-                defaults::PERMISSION_TIMEOUT,
-            ),
-            idle_timeout: (!idle_timeout.is_zero()).then_some(idle_timeout),
-            crash_limit,
-            crash_window,
-            crash_cooldown: dur(
-                args.crash_cooldown,
-                file.crash_cooldown,
-                defaults::CRASH_COOLDOWN,
-            ),
-        },
-        confinement,
-    })
-}
-
-/// Where the gateway's directories are and what agents run.
-struct Places<'a> {
-    projects_root: &'a Path,
-    /// The state directory, resolved (it may not exist yet).
-    state_dir: &'a Path,
-    /// The third-party agent's program (`--child-command`), if any.
-    program: Option<&'a Path>,
-}
-
-/// Hides every secret file by covering its directory, first in the hidden
-/// list, and turns each `--sandbox-hide` path that is a file into its
-/// directory likewise ([`hiding::cover_for`]).
-fn covering_secrets(
-    mut confinement: Confinement,
-    secret_files: Vec<(String, PathBuf)>,
-    places: &Places,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Confinement, ConfigError> {
-    let programs: Vec<&Path> = places.program.into_iter().collect();
-    let needed = hiding::Needed {
-        program_dirs: hiding::program_dirs(env("PATH").as_deref(), &programs),
-        projects_root: places.projects_root.to_path_buf(),
-        homes_dir: places.state_dir.join("homes"),
-    };
-    let mut covers = Vec::new();
-    for (setting, path) in secret_files {
-        let invalid = |e: std::io::Error| ConfigError::Invalid {
-            setting: setting.clone(),
-            reason: format!("{}: {e}", path.display()),
-        };
-        // Where it is named and, for a link, where it points now: a link
-        // swapped on the host lands in the first, still covered.
-        let named = hiding::named(&path).map_err(invalid)?;
-        let target = hiding::resolved(&path).map_err(invalid)?;
-        covers.push(hiding::cover_for(&setting, &named, &needed)?);
-        if target != named {
-            covers.push(hiding::cover_for(&setting, &target, &needed)?);
-        }
-    }
-    let mut operator = Vec::new();
-    for path in std::mem::take(&mut confinement.hide) {
-        match path.exists() && !path.is_dir() {
-            true => operator.push(hiding::cover_for(
-                "--sandbox-hide / sandbox_hide",
-                &path,
-                &needed,
-            )?),
-            false => operator.push(path),
-        }
-    }
-    confinement.hide = operator;
-    confinement.hiding_first(&covers)
-}
-
+#[cfg(test)]
+mod docs_tests;
 #[cfg(test)]
 mod tests;

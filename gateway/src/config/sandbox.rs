@@ -3,63 +3,17 @@
 //! (`--child-user`) and their resource limits (`--child-memory-max`,
 //! `--child-pids-max`). Validated here; the supervisor applies them.
 
-use std::fmt;
 use std::path::{Path, PathBuf};
 
-use nix::unistd::{Gid, Uid, User};
-use serde::de::{self, Deserializer, Visitor};
-use serde::Deserialize;
-
+pub(super) use super::values::OnOff;
 use super::ConfigError;
+use nix::unistd::{Gid, Uid, User};
 
 /// Smallest accepted `--child-memory-max`: an idle agent needs about 10 MiB.
 pub const MIN_CHILD_MEMORY: u64 = 16 << 20;
 /// Smallest accepted `--child-pids-max`: the sandboxed agent is three
 /// processes plus the threads of its runtime.
 pub const MIN_CHILD_PIDS: u64 = 16;
-
-/// `on` or `off` (TOML: also `true` / `false`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum OnOff {
-    On,
-    Off,
-}
-
-impl OnOff {
-    pub fn is_on(self) -> bool {
-        self == OnOff::On
-    }
-}
-
-impl<'de> Deserialize<'de> for OnOff {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct OnOffVisitor;
-
-        impl Visitor<'_> for OnOffVisitor {
-            type Value = OnOff;
-
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("\"on\", \"off\", true or false")
-            }
-
-            fn visit_bool<E: de::Error>(self, v: bool) -> Result<OnOff, E> {
-                Ok(if v { OnOff::On } else { OnOff::Off })
-            }
-
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<OnOff, E> {
-                match v.trim().to_ascii_lowercase().as_str() {
-                    "on" | "true" => Ok(OnOff::On),
-                    "off" | "false" => Ok(OnOff::Off),
-                    _ => Err(E::custom(format!(
-                        "expected \"on\" or \"off\", found {v:?}"
-                    ))),
-                }
-            }
-        }
-
-        deserializer.deserialize_any(OnOffVisitor)
-    }
-}
 
 /// The account children run as (`--child-user`), looked up once at start.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -141,11 +95,12 @@ impl Confinement {
     }
 }
 
-/// The raw settings, already merged (command line over file).
+/// The raw settings, already merged (command line over file, defaults
+/// applied).
 pub(super) struct Raw {
-    pub sandbox: Option<OnOff>,
+    pub sandbox: OnOff,
     pub extra_hide: Vec<PathBuf>,
-    pub tool_network: Option<OnOff>,
+    pub tool_network: OnOff,
     pub child_user: Option<String>,
     pub memory_max: Option<usize>,
     pub pids_max: Option<u64>,
@@ -154,8 +109,8 @@ pub(super) struct Raw {
 /// Validates the settings; the gateway's own paths are added to the hidden
 /// list later ([`Confinement::hiding_first`]), once they exist.
 pub(super) fn resolve(raw: Raw) -> Result<Confinement, ConfigError> {
-    let sandbox = raw.sandbox.unwrap_or(OnOff::On).is_on();
-    let tool_network = raw.tool_network.unwrap_or(OnOff::On).is_on();
+    let sandbox = raw.sandbox.is_on();
+    let tool_network = raw.tool_network.is_on();
     if !sandbox && !tool_network {
         return Err(ConfigError::Invalid {
             setting: "--tool-network off / tool_network".into(),
@@ -267,9 +222,9 @@ mod tests {
 
     fn raw() -> Raw {
         Raw {
-            sandbox: None,
+            sandbox: OnOff::On,
             extra_hide: Vec::new(),
-            tool_network: None,
+            tool_network: OnOff::On,
             child_user: None,
             memory_max: None,
             pids_max: None,
@@ -294,7 +249,7 @@ mod tests {
     fn hides_are_absolute_and_deduplicated() {
         let mut r = raw();
         r.extra_hide = vec!["/srv/secret".into(), "/state".into(), "rel".into()];
-        r.tool_network = Some(OnOff::Off);
+        r.tool_network = OnOff::Off;
         let c = resolve(r)
             .unwrap()
             .hiding_first(&["/state".into()])
@@ -312,12 +267,12 @@ mod tests {
     #[test]
     fn sandbox_off_passes_no_flags_and_refuses_tool_network_off() {
         let mut r = raw();
-        r.sandbox = Some(OnOff::Off);
+        r.sandbox = OnOff::Off;
         let c = resolve(r).unwrap();
         assert!(c.agent_args().is_empty());
         let mut r = raw();
-        r.sandbox = Some(OnOff::Off);
-        r.tool_network = Some(OnOff::Off);
+        r.sandbox = OnOff::Off;
+        r.tool_network = OnOff::Off;
         let err = resolve(r).unwrap_err().to_string();
         assert!(err.contains("--tool-network off"), "{err}");
     }
@@ -357,19 +312,5 @@ mod tests {
         } else {
             assert!(err.contains("needs the gateway to run as root"), "{err}");
         }
-    }
-
-    #[test]
-    fn on_off_parses_words_and_booleans() {
-        #[derive(Deserialize)]
-        struct T {
-            v: OnOff,
-        }
-        let parse = |text: &str| toml::from_str::<T>(text).map(|t| t.v);
-        assert_eq!(parse("v = \"on\"").unwrap(), OnOff::On);
-        assert_eq!(parse("v = \"OFF\"").unwrap(), OnOff::Off);
-        assert_eq!(parse("v = false").unwrap(), OnOff::Off);
-        let err = parse("v = \"maybe\"").unwrap_err().to_string();
-        assert!(err.contains("expected \"on\" or \"off\""), "{err}");
     }
 }

@@ -4,47 +4,17 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use super::checks::at_least;
-use super::cli::ServeArgs;
-use super::file::FileConfig;
+use super::settings::{FileConfig, Layers, ServeArgs};
+use super::values::parse_net;
 use super::ConfigError;
 use crate::throttle::{defaults, ThrottlePolicy};
 
-/// Most wrong tokens per second a source may be allowed: beyond this the
-/// budget is no limit at all.
-const MAX_RATE: f64 = 1_000_000.0;
-
-pub(super) fn policy(args: &ServeArgs, file: &FileConfig) -> Result<ThrottlePolicy, ConfigError> {
-    let rate = args
-        .auth_failure_rate
-        .or(file.auth_failure_rate)
-        .unwrap_or(defaults::RATE);
-    if !(rate.is_finite() && rate > 0.0 && rate <= MAX_RATE) {
-        return Err(ConfigError::Invalid {
-            setting: "--auth-failure-rate / auth_failure_rate".into(),
-            reason: format!(
-                "{rate} is not a number of failures per second above 0 and at most {MAX_RATE}"
-            ),
-        });
-    }
-    let burst = at_least(
-        "--auth-failure-burst / auth_failure_burst",
-        args.auth_failure_burst
-            .or(file.auth_failure_burst)
-            .unwrap_or(defaults::BURST),
-        1,
-    )?;
-    let max_sources = at_least(
-        "--max-auth-sources / max_auth_sources",
-        args.max_auth_sources
-            .or(file.max_auth_sources)
-            .unwrap_or(defaults::MAX_SOURCES),
-        1,
-    )?;
+/// The failure budget per source address, each part checked.
+pub(super) fn policy(layers: &Layers) -> Result<ThrottlePolicy, ConfigError> {
     Ok(ThrottlePolicy {
-        rate,
-        burst,
-        max_sources,
+        rate: layers.auth_failure_rate()?,
+        burst: layers.auth_failure_burst()?,
+        max_sources: layers.max_auth_sources()?,
         remembered: defaults::REMEMBERED,
     })
 }
@@ -85,7 +55,7 @@ pub(super) fn trusted_proxies(
             .iter()
             .flatten()
             .map(|text| {
-                super::cli::parse_net(text).map_err(|reason| ConfigError::Invalid {
+                parse_net(text).map_err(|reason| ConfigError::Invalid {
                     setting: "`trusted_proxies` in the config file".into(),
                     reason,
                 })

@@ -6,20 +6,13 @@
 use std::fs;
 use std::path::Path;
 
-use super::file::{FileConfig, TokenList};
-use super::{ConfigError, ServeArgs};
+use super::settings::{FileConfig, ServeArgs, TOKEN_ENV_VARS};
+use super::values::TokenList;
+use super::ConfigError;
 use crate::auth::{Role, Secret, Tokens};
 
 /// Shortest accepted token, in characters: shorter ones can be guessed.
 pub const MIN_TOKEN_CHARS: usize = 16;
-
-/// The environment variables tokens are read from (client, observer,
-/// admin); `corral serve` removes them from its environment once read.
-pub const TOKEN_ENV_VARS: [&str; 3] = [
-    "CORRAL_TOKENS",
-    "CORRAL_OBSERVER_TOKENS",
-    "CORRAL_ADMIN_TOKEN",
-];
 
 /// One role's candidate tokens from one source, each with a description
 /// of where it came from (for errors).

@@ -1,7 +1,8 @@
 //! End-to-end: what `--help` tells a newcomer. `corral serve --help` marks
 //! its required flags and has an example, the environment, the exit codes
 //! and the dialects; `corral-agent --help` names every dialect, the
-//! environment and the exit codes.
+//! environment and the exit codes. Every default `corral serve --help`
+//! shows is the one the README's flag table gives.
 
 #![allow(clippy::unwrap_used)]
 
@@ -73,6 +74,82 @@ fn corral_serve_help() {
     // The short form names the required flags too.
     let short = help("corral", &["--help"]);
     assert_mentions(&short, &["--listen and --projects-root"]);
+}
+
+/// The README's `corral serve` flag table: (first word of the flag cell,
+/// the default cell without backticks).
+fn readme_defaults() -> Vec<(String, String)> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md");
+    let readme = std::fs::read_to_string(path).unwrap();
+    let table = readme
+        .split("\n| flag | TOML key | environment | default |")
+        .nth(1)
+        .expect("the README's flag table");
+    table
+        .lines()
+        .skip(2)
+        .take_while(|line| line.starts_with('|'))
+        .map(|line| {
+            let cells: Vec<String> = line
+                .replace("\\|", "/")
+                .trim_matches('|')
+                .split('|')
+                .map(|cell| cell.trim().replace('`', ""))
+                .collect();
+            let flag = cells[0].split_whitespace().next().unwrap().to_string();
+            (flag, cells[3].clone())
+        })
+        .collect()
+}
+
+/// Each flag of a help text with its description, whitespace collapsed.
+fn help_entries(help: &str) -> Vec<(String, String)> {
+    let mut entries: Vec<(String, String)> = Vec::new();
+    for line in help.lines() {
+        let trimmed = line.trim_start();
+        let indent = line.len() - trimmed.len();
+        if (2..=6).contains(&indent) && trimmed.starts_with('-') {
+            let flag = trimmed.split_whitespace().next().unwrap().to_string();
+            entries.push((flag, String::new()));
+        } else if !line.starts_with(' ') {
+            entries.push((String::new(), String::new()));
+        }
+        if let Some((_, text)) = entries.last_mut() {
+            text.push(' ');
+            text.push_str(trimmed);
+        }
+    }
+    entries
+        .into_iter()
+        .filter(|(flag, _)| !flag.is_empty())
+        .map(|(flag, text)| (flag, text.split_whitespace().collect::<Vec<_>>().join(" ")))
+        .collect()
+}
+
+#[test]
+fn corral_serve_help_shows_the_readme_defaults() {
+    let text = help("corral", &["serve", "--help"]);
+    let entries = help_entries(&text);
+    let readme = readme_defaults();
+    let mut checked = 0;
+    for (flag, description) in &entries {
+        let Some((_, documented)) = readme.iter().find(|(f, _)| f == flag) else {
+            continue;
+        };
+        let shown = match description.split("[default: ").nth(1) {
+            Some(rest) => rest.split(']').next().unwrap().to_string(),
+            None if description.contains("(required)") => "required".to_string(),
+            None => panic!("corral serve --help shows no default for {flag}: {description}"),
+        };
+        assert!(
+            documented.starts_with(&shown),
+            "{flag}: --help shows the default {shown:?}, the README {documented:?}"
+        );
+        checked += 1;
+    }
+    // Every serve flag but -h/--help is in the README's table.
+    assert_eq!(checked + 1, entries.len(), "{entries:?}");
+    assert!(checked > 40, "{checked} flags checked");
 }
 
 #[test]

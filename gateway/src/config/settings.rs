@@ -1,0 +1,312 @@
+//! Every `corral serve` setting, declared once: flag, value name, TOML key,
+//! environment variable, default, check and help (see `declare` for the
+//! grammar and what is generated). Adding a setting is one entry here plus
+//! its use in `config::load`. The order here is the order of `--help`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::bytes::{format_bytes, parse_bytes, FileBytes};
+use super::checks::{at_least, auth_failure_rate, positive};
+use super::declare::{any, declare_settings, enum_name, number, path_text};
+use super::defaults;
+use super::duration::{format_duration, parse_duration, FileDuration};
+use super::serve_help::SERVE_ENV_HELP;
+use super::values::{parse_net, OnOff, TokenList};
+use crate::auth::Secret;
+use crate::dialect::Dialect;
+
+/// The environment variables tokens are read from (client, observer,
+/// admin), comma-separated; `corral serve` removes them from its
+/// environment once read.
+pub const TOKEN_ENV_VARS: [&str; 3] = [
+    "CORRAL_TOKENS",
+    "CORRAL_OBSERVER_TOKENS",
+    "CORRAL_ADMIN_TOKEN",
+];
+
+declare_settings! {
+    after_help: SERVE_ENV_HELP;
+
+    config: Option<PathBuf> = "--config" "FILE",
+        default custom("none"),
+        help "TOML config file (same settings, snake_case keys)";
+
+    listen: Option<SocketAddr> = "--listen" "ADDR",
+        key listen: Option<String>,
+        default custom(required),
+        help "Address to listen on, e.g. 127.0.0.1:7000";
+
+    metrics_listen: Option<SocketAddr> = "--metrics-listen" "ADDR",
+        key metrics_listen: Option<String>,
+        default custom("none"),
+        help "Serve /metrics without a token on this separate address (for a scraper)";
+
+    proxy_listen: Option<SocketAddr> = "--proxy-listen" "ADDR",
+        key proxy_listen: Option<String>,
+        default custom("none"),
+        help "A second address serving everything --listen does, for a trusted load balancer only: on it (and only on it) the client address is the right-most X-Forwarded-For entry";
+
+    trusted_proxy: Vec<ipnet::IpNet> = "--trusted-proxy" "CIDR" [value_parser = parse_net],
+        key trusted_proxies: Option<Vec<String>>,
+        default custom("none"),
+        help "The balancer's address or range (e.g. 10.0.0.5 or 10.0.0.0/24), repeatable; required with --proxy-listen: only connections from there may name the client in X-Forwarded-For. Refused when it covers an address of this host while agents' tools have the network";
+
+    otlp_endpoint: Option<String> = "--otlp-endpoint" "URL",
+        env "OTEL_EXPORTER_OTLP_ENDPOINT",
+        default custom("off"),
+        help "Export OpenTelemetry traces (one per prompt, the gateway's span linked to the agent's) over OTLP/HTTP to this base URL, e.g. http://127.0.0.1:4318; children export there too";
+
+    projects_root: Option<PathBuf> = "--projects-root" "DIR",
+        key projects_root: Option<PathBuf>,
+        default required(PathBuf),
+        help "Directory whose subdirectories are the projects";
+
+    state_dir: Option<PathBuf> = "--state-dir" "DIR",
+        key state_dir: Option<PathBuf>,
+        default value(PathBuf = PathBuf::from(defaults::STATE_DIR), path_text, any),
+        help "Gateway state; sessions go to STATE/sessions/PROJECT.jsonl";
+
+    tokens: Vec<Secret> = "--token" "T",
+        key tokens: Option<TokenList>,
+        reads TOKEN_ENV_VARS[0],
+        default custom("generated on loopback"),
+        help "A client token (repeatable)";
+
+    token_file: Option<PathBuf> = "--token-file" "F",
+        key token_file: Option<PathBuf>,
+        default custom("none"),
+        help "File of client tokens, one per line (`#` comments, blank lines ignored)";
+
+    observer_tokens: Vec<Secret> = "--observer-token" "T",
+        key observer_tokens: Option<TokenList>,
+        reads TOKEN_ENV_VARS[1],
+        default custom("none"),
+        help "An observer (read-only) token (repeatable)";
+
+    observer_token_file: Option<PathBuf> = "--observer-token-file" "F",
+        key observer_token_file: Option<PathBuf>,
+        default custom("none"),
+        help "File of observer tokens, one per line";
+
+    admin_token: Option<Secret> = "--admin-token" "T",
+        key admin_token: Option<Secret>,
+        reads TOKEN_ENV_VARS[2],
+        default custom("generated on loopback"),
+        help "The admin API token";
+
+    admin_token_file: Option<PathBuf> = "--admin-token-file" "F",
+        key admin_token_file: Option<PathBuf>,
+        default custom("none"),
+        help "File of admin tokens, one per line";
+
+    allowed_origins: Vec<String> = "--allowed-origin" "O",
+        key allowed_origins: Option<Vec<String>>,
+        default list(String, "same origin only"),
+        help "A browser origin allowed to connect, `scheme://host[:port]`, or `*` (repeatable)";
+
+    idle_timeout: Option<Duration> = "--idle-timeout" "DUR" [value_parser = parse_duration],
+        key idle_timeout: Option<FileDuration>,
+        default value(Duration = defaults::IDLE_TIMEOUT, format_duration, any),
+        help "Stop a child with no clients after this long; 0 = never";
+
+    max_children: Option<usize> = "--max-children" "N",
+        key max_children: Option<usize>,
+        default value(usize = defaults::MAX_CHILDREN, number, |s, v| at_least(s, v, 1)),
+        help "Most children running at once";
+
+    dialect: Option<Dialect> = "--dialect" "DIALECT" [value_enum],
+        key dialect: Option<Dialect>,
+        default value(Dialect = Dialect::default(), enum_name, any),
+        help "The wire protocol of every child and its clients";
+
+    child_bin: Option<PathBuf> = "--child-bin" "PATH",
+        key child_bin: Option<PathBuf>,
+        default optional(PathBuf, "corral-agent next to corral, else on PATH"),
+        help "The child binary";
+
+    child_command: Option<String> = "--child-command" "'CMD ARGS…'",
+        key child_command: Option<String>,
+        default optional(String, "none"),
+        help "Run this ACP agent as every project's child instead of corral-agent, e.g. 'pi-acp' (split like shell words; a bare name is found on PATH); needs --dialect acp. With the sandbox on it runs under corral-agent sandbox-exec, with a private HOME under the state directory";
+
+    child_env: Vec<String> = "--child-env" "NAME[=VALUE]",
+        key child_env: Option<Vec<String>>,
+        default list(String, "none"),
+        help "Pass NAME from the gateway's environment to children, or set NAME=VALUE (repeatable)";
+
+    replay_events: Option<usize> = "--replay-events" "N",
+        key replay_events: Option<usize>,
+        default value(usize = defaults::REPLAY_EVENTS, number, |s, v| at_least(s, v, 1)),
+        help "Events kept per project for clients that reconnect";
+
+    replay_bytes: Option<usize> = "--replay-bytes" "BYTES" [value_parser = parse_bytes],
+        key replay_bytes: Option<FileBytes>,
+        default value(usize = defaults::REPLAY_BYTES, format_bytes, |s, v| at_least(s, v, 1)),
+        help "Bytes kept per project for clients that reconnect, never below two --max-frame-bytes (so one big event cannot push out the one a client is still sending; 32MiB in effect with the defaults)";
+
+    outbox_frames: Option<usize> = "--outbox-frames" "N",
+        key outbox_frames: Option<usize>,
+        default value(usize = defaults::OUTBOX_FRAMES, number, |s, v| at_least(s, v, 1)),
+        help "Frames queued per client before it counts as too slow";
+
+    client_buffer_bytes: Option<usize> = "--client-buffer-bytes" "BYTES" [value_parser = parse_bytes],
+        key client_buffer_bytes: Option<FileBytes>,
+        default optional(usize, {
+            format!(
+                "{} × --max-frame-bytes ({})",
+                defaults::CLIENT_BUFFER_FRAMES,
+                format_bytes(defaults::MAX_FRAME_BYTES * defaults::CLIENT_BUFFER_FRAMES)
+            )
+        }),
+        help "Bytes queued for one client and not yet written to its socket; a client over it is closed with 4000. At least two --max-frame-bytes";
+
+    total_client_buffer_bytes: Option<usize> = "--total-client-buffer-bytes" "BYTES" [value_parser = parse_bytes],
+        key total_client_buffer_bytes: Option<FileBytes>,
+        default optional(usize, { format_bytes(defaults::TOTAL_CLIENT_BUFFER_BYTES) }),
+        help "Bytes queued for all clients together; over it, the clients holding the most are closed with 4000. At least --client-buffer-bytes";
+
+    max_client_requests: Option<usize> = "--max-client-requests" "N",
+        key max_client_requests: Option<usize>,
+        default value(usize = defaults::MAX_CLIENT_REQUESTS, number, |s, v| at_least(s, v, 1)),
+        help "Requests one client may have waiting for the agent's answer; more get an error";
+
+    max_frame_bytes: Option<usize> = "--max-frame-bytes" "BYTES" [value_parser = parse_bytes],
+        key max_frame_bytes: Option<FileBytes>,
+        default value(usize = defaults::MAX_FRAME_BYTES, format_bytes,
+            |s, v| at_least(s, v, defaults::MIN_FRAME_BYTES)),
+        help "Largest frame accepted from a client or a child";
+
+    ws_buffer_bytes: Option<usize> = "--ws-buffer-bytes" "BYTES" [value_parser = parse_bytes],
+        key ws_buffer_bytes: Option<FileBytes>,
+        default value(usize = defaults::WS_BUFFER_BYTES, format_bytes,
+            |s, v| at_least(s, v, defaults::MIN_WS_BUFFER_BYTES)),
+        help "Read and write buffer of each WebSocket connection; small keeps idle clients cheap, larger frames still pass";
+
+    hello_timeout: Option<Duration> = "--hello-timeout" "DUR" [value_parser = parse_duration],
+        key hello_timeout: Option<FileDuration>,
+        default value(Duration = defaults::HELLO_TIMEOUT, format_duration, positive),
+        help "Time a client has to send its hello";
+
+    max_hello_bytes: Option<usize> = "--max-hello-bytes" "BYTES" [value_parser = parse_bytes],
+        key max_hello_bytes: Option<FileBytes>,
+        default value(usize = defaults::MAX_HELLO_BYTES, format_bytes,
+            |s, v| at_least(s, v, defaults::MIN_HELLO_BYTES)),
+        help "Bytes a WebSocket client may send before it is authenticated; more closes it with 1009";
+
+    header_timeout: Option<Duration> = "--header-timeout" "DUR" [value_parser = parse_duration],
+        key header_timeout: Option<FileDuration>,
+        default value(Duration = defaults::HEADER_TIMEOUT, format_duration, positive),
+        help "Time a connection has to send a request's headers; slower connections are closed";
+
+    max_connections: Option<usize> = "--max-connections" "N",
+        key max_connections: Option<usize>,
+        default optional(usize, "the open-file limit minus headroom"),
+        help "Most connections open at once; more are refused with 503 at accept. By default the open-file limit (raised to its hard limit at start) minus headroom for children and files";
+
+    auth_failure_rate: Option<f64> = "--auth-failure-rate" "PER_SEC",
+        key auth_failure_rate: Option<f64>,
+        default value(f64 = crate::throttle::defaults::RATE, number, auth_failure_rate),
+        help "Wrong tokens one source address may have checked per second, after --auth-failure-burst; more are refused unchecked (429, or close 1013)";
+
+    auth_failure_burst: Option<u32> = "--auth-failure-burst" "N",
+        key auth_failure_burst: Option<u32>,
+        default value(u32 = crate::throttle::defaults::BURST, number, |s, v| at_least(s, v, 1)),
+        help "Wrong tokens one source address may have checked at once before --auth-failure-rate applies";
+
+    max_auth_sources: Option<usize> = "--max-auth-sources" "N",
+        key max_auth_sources: Option<usize>,
+        default value(usize = crate::throttle::defaults::MAX_SOURCES, number, |s, v| at_least(s, v, 1)),
+        help "Source addresses whose failure budget the gateway remembers at once";
+
+    ops_connections: Option<usize> = "--ops-connections" "N",
+        key ops_connections: Option<usize>,
+        default value(usize = defaults::OPS_CONNECTIONS, number, |s, v| at_least(s, v, 1)),
+        help "Places beyond --max-connections for /healthz, /readyz and /metrics when every connection is authenticated: one answer each, then closed";
+
+    max_connections_per_token: Option<usize> = "--max-connections-per-token" "N",
+        key max_connections_per_token: Option<usize>,
+        default value(usize = defaults::MAX_CONNECTIONS_PER_TOKEN, number, any),
+        help "WebSocket sessions one token may hold open at once; more are refused with close 1013 (0 = unlimited)";
+
+    ping_interval: Option<Duration> = "--ping-interval" "DUR" [value_parser = parse_duration],
+        key ping_interval: Option<FileDuration>,
+        default value(Duration = defaults::PING_INTERVAL, format_duration, positive),
+        help "Interval between health pings";
+
+    ping_timeout: Option<Duration> = "--ping-timeout" "DUR" [value_parser = parse_duration],
+        key ping_timeout: Option<FileDuration>,
+        default value(Duration = defaults::PING_TIMEOUT, format_duration, positive),
+        help "Time a ping has to be answered";
+
+    ready_timeout: Option<Duration> = "--ready-timeout" "DUR" [value_parser = parse_duration],
+        key ready_timeout: Option<FileDuration>,
+        default value(Duration = defaults::READY_TIMEOUT, format_duration, positive),
+        help "Time from spawning a child to its answered hello";
+
+    stop_grace: Option<Duration> = "--stop-grace" "DUR" [value_parser = parse_duration],
+        key stop_grace: Option<FileDuration>,
+        default value(Duration = defaults::STOP_GRACE, format_duration, any),
+        help "Grace between each step of stopping a child (close stdin, SIGTERM, SIGKILL)";
+
+    permission_timeout: Option<Duration> = "--permission-timeout" "DUR" [value_parser = parse_duration],
+        key permission_timeout: Option<FileDuration>,
+        default value(Duration = defaults::PERMISSION_TIMEOUT, format_duration, any),
+        help "Time a request of the agent for its clients (an ACP permission request) waits for an answer before the gateway answers it \"cancelled\"";
+
+    shutdown_grace: Option<Duration> = "--shutdown-grace" "DUR" [value_parser = parse_duration],
+        key shutdown_grace: Option<FileDuration>,
+        default value(Duration = defaults::SHUTDOWN_GRACE, format_duration, any),
+        help "Time the gateway waits for children and clients on shutdown";
+
+    crash_limit: Option<u32> = "--crash-limit" "N",
+        key crash_limit: Option<u32>,
+        default value(u32 = defaults::CRASH_LIMIT, number, |s, v| at_least(s, v, 1)),
+        help "Crashes within --crash-window that mark a child failed";
+
+    crash_window: Option<Duration> = "--crash-window" "DUR" [value_parser = parse_duration],
+        key crash_window: Option<FileDuration>,
+        default value(Duration = defaults::CRASH_WINDOW, format_duration, positive),
+        help "Window for counting crashes";
+
+    crash_cooldown: Option<Duration> = "--crash-cooldown" "DUR" [value_parser = parse_duration],
+        key crash_cooldown: Option<FileDuration>,
+        default value(Duration = defaults::CRASH_COOLDOWN, format_duration, any),
+        help "Time a failed project waits before it may be started again";
+
+    sandbox: Option<OnOff> = "--sandbox" "on|off" [value_enum],
+        key sandbox: Option<OnOff>,
+        default value(OnOff = OnOff::On, enum_name, any),
+        help "Confine every agent (namespaces and Landlock: only its project is writable; other projects, the state dir, config and token files are hidden); off runs agents unconfined";
+
+    sandbox_hide: Vec<PathBuf> = "--sandbox-hide" "PATH",
+        key sandbox_hide: Option<Vec<PathBuf>>,
+        default list(PathBuf, "none"),
+        help "Another path children must not see (repeatable); a file is hidden with the directory holding it. The state dir, projects root and the directories of the config and token files are always hidden";
+
+    tool_network: Option<OnOff> = "--tool-network" "on|off" [value_enum],
+        key tool_network: Option<OnOff>,
+        default value(OnOff = OnOff::On, enum_name, any),
+        help "Whether commands run by the agent's tools reach the network (the agent's model calls always do); off needs the sandbox";
+
+    child_user: Option<String> = "--child-user" "USER",
+        key child_user: Option<String>,
+        default optional(String, "the gateway's user"),
+        help "Run children as this user (name or uid) instead of the gateway's; the gateway must run as root";
+
+    child_memory_max: Option<usize> = "--child-memory-max" "SIZE" [value_parser = parse_bytes],
+        key child_memory_max: Option<FileBytes>,
+        default optional(usize, "none"),
+        help "Memory of one child and everything it runs, at least 16MiB; with a cgroup, exceeding it kills and restarts the child (exit reason memory_limit), else RLIMIT_AS caps each process";
+
+    child_pids_max: Option<u64> = "--child-pids-max" "N",
+        key child_pids_max: Option<u64>,
+        default optional(u64, "none"),
+        help "Processes and threads of one child and everything it runs, at least 16; with a cgroup, reaching it kills and restarts the child (exit reason pids_limit), else RLIMIT_NPROC applies";
+
+    child_args: Vec<String> = "--" "CHILD_ARGS" [last = true],
+        key child_args: Option<Vec<String>>,
+        default list(String, "none"),
+        help "Extra arguments for every child, after `--`";
+}
