@@ -3,6 +3,7 @@
 use serde_json::{json, Value};
 
 use super::*;
+use crate::dialect::Dialect;
 use corral_protocol::ndjson::FrameError;
 
 fn answer(frame: StdinFrame) -> Value {
@@ -55,20 +56,28 @@ fn bad_lines_get_an_error_without_id() {
 fn letscode_and_zi_lines() {
     let hello = br#"{"cmd":"hello","id":"h"}"#.to_vec();
     assert!(matches!(
-        Dialect::Letscode.attach_stdin(Ok(hello), &json!({}), 0),
+        Dialect::Letscode
+            .rules()
+            .attach_stdin(Ok(hello), &json!({}), 0),
         StdinFrame::Forward { .. }
     ));
-    let bad = answer(Dialect::Letscode.attach_stdin(Ok(b"{no".to_vec()), &json!({}), 0));
+    let bad = answer(
+        Dialect::Letscode
+            .rules()
+            .attach_stdin(Ok(b"{no".to_vec()), &json!({}), 0),
+    );
     assert_eq!(bad["type"], "error");
     assert_eq!(bad["id"], Value::Null);
     assert_eq!(bad["recoverable"], true);
     // Zi: not JSON, but UTF-8: the gateway answers it in sequence.
     assert!(matches!(
-        Dialect::Zi.attach_stdin(Ok(b"{no".to_vec()), &json!({}), 4),
+        Dialect::Zi
+            .rules()
+            .attach_stdin(Ok(b"{no".to_vec()), &json!({}), 4),
         StdinFrame::Forward { .. }
     ));
     for line in [Ok(vec![0xff, b'{']), Err(FrameError::TooLong { limit: 10 })] {
-        let StdinFrame::Fatal(fatal) = Dialect::Zi.attach_stdin(line, &json!({}), 4) else {
+        let StdinFrame::Fatal(fatal) = Dialect::Zi.rules().attach_stdin(line, &json!({}), 4) else {
             panic!("framing errors are fatal");
         };
         let frame: Value = serde_json::from_slice(&fatal).unwrap();
@@ -81,16 +90,19 @@ fn letscode_and_zi_lines() {
 #[test]
 fn end_of_input_and_frames_seen() {
     assert_eq!(
-        Dialect::Zut.attach_end_of_input(),
+        Dialect::Zut.rules().attach_end_of_input(),
         EndOfInput::DrainInFlight
     );
-    assert_eq!(Dialect::Zi.attach_end_of_input(), EndOfInput::Leave);
-    let EndOfInput::Send(bye) = Dialect::Letscode.attach_end_of_input() else {
+    assert_eq!(Dialect::Zi.rules().attach_end_of_input(), EndOfInput::Leave);
+    let EndOfInput::Send(bye) = Dialect::Letscode.rules().attach_end_of_input() else {
         panic!("letscode says bye");
     };
     let bye: Value = serde_json::from_str(&bye).unwrap();
-    assert_eq!(Dialect::Letscode.attach_seen(&bye), Seen::Hide);
+    assert_eq!(Dialect::Letscode.rules().attach_seen(&bye), Seen::Hide);
     let frame = json!({"version": 1, "sequence": 9, "type": "response"});
-    assert_eq!(Dialect::Zi.attach_seen(&frame), Seen::Sequence(Some(9)));
-    assert_eq!(Dialect::Zut.attach_seen(&frame), Seen::Track);
+    assert_eq!(
+        Dialect::Zi.rules().attach_seen(&frame),
+        Seen::Sequence(Some(9))
+    );
+    assert_eq!(Dialect::Zut.rules().attach_seen(&frame), Seen::Track);
 }

@@ -103,14 +103,16 @@ pub(super) struct Hub {
     pub usage: Option<Value>,
     /// Ids of admin aborts sent to the child.
     pub aborts: u64,
-    /// letscode clients that said `bye`, with its id: dismissed once no
-    /// run is active.
+    /// Clients that said they leave (the dialect's `Leave` capability),
+    /// with the id of that request: dismissed once no run is active.
     pub leaving: Vec<(u64, Option<Value>)>,
-    /// Zi attaches waiting for their `ready`'s state snapshot, by the id
-    /// of the `session.get_state` sent for it.
-    pub snapshots: HashMap<String, WaitingAttach>,
+    /// Attaches waiting for the state snapshot their greeting carries
+    /// (the dialect's `state_request`), by the id of the request sent for
+    /// it.
+    pub awaiting_state: HashMap<String, WaitingAttach>,
     pub snapshot_ids: u64,
-    /// Requests of the child waiting for a client's answer (ACP).
+    /// Requests of the child waiting for a client's answer (the dialect's
+    /// `ChildAsks` capability).
     pub asks: Asks,
 }
 
@@ -154,7 +156,7 @@ impl Hub {
             usage: None,
             aborts: 0,
             leaving: Vec::new(),
-            snapshots: HashMap::new(),
+            awaiting_state: HashMap::new(),
             snapshot_ids: 0,
             asks: Asks::default(),
         }
@@ -179,8 +181,8 @@ impl Hub {
                 _ => {}
             }
         }
-        let snapshots = self.snapshots.drain().map(|(_, w)| w);
-        for waiting in self.waiting_attach.drain(..).chain(snapshots) {
+        let awaiting_state = self.awaiting_state.drain().map(|(_, w)| w);
+        for waiting in self.waiting_attach.drain(..).chain(awaiting_state) {
             let _ = waiting.reply.send(Err(AttachError::Gone));
         }
         for done in self.stopped.drain(..) {
@@ -224,7 +226,7 @@ impl Hub {
         self.ending
             || (self.clients.is_empty()
                 && self.waiting_attach.is_empty()
-                && self.snapshots.is_empty()
+                && self.awaiting_state.is_empty()
                 && self.busy == 0
                 && matches!(
                     self.supervision,
@@ -287,7 +289,7 @@ impl Hub {
         }
         self.aborts += 1;
         let id = format!("corral-abort-{}", self.aborts);
-        let line = self.settings.dialect.abort_line(&id, &self.hello);
+        let line = self.settings.dialect.rules().abort_line(&id, &self.hello);
         self.abort_claim(&id, &line);
         if let Err(refused) = self.send_line(line) {
             tracing::warn!(project = %self.project, ?refused, "could not send an abort to the agent");
@@ -297,7 +299,7 @@ impl Hub {
     /// Notes what an admin abort (request `line`, id `id`) does to runs
     /// (a Zi interrupt discards the runs queued before it).
     fn abort_claim(&mut self, id: &str, line: &str) {
-        let dialect = self.settings.dialect;
+        let dialect = self.settings.dialect.rules();
         let Ok(Value::Object(frame)) = serde_json::from_str::<Value>(line) else {
             return;
         };

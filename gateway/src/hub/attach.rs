@@ -25,7 +25,7 @@ impl Hub {
     /// when the child answers the request sent for it.
     pub(super) fn attach(&mut self, waiting: WaitingAttach) {
         let id = format!("corral-state-{}", self.snapshot_ids + 1);
-        let Some(line) = self.settings.dialect.state_request(&id) else {
+        let Some(line) = self.settings.dialect.rules().state_request(&id) else {
             self.finish_attach(waiting, Value::Null);
             return;
         };
@@ -34,10 +34,10 @@ impl Hub {
             return;
         }
         self.snapshot_ids += 1;
-        self.snapshots.insert(id.clone(), waiting);
+        self.awaiting_state.insert(id.clone(), waiting);
         if let Err(refused) = self.send_line(line) {
             // Not sent: the attach waits for the next child, or fails now.
-            if let Some(waiting) = self.snapshots.remove(&id) {
+            if let Some(waiting) = self.awaiting_state.remove(&id) {
                 match refused {
                     SendError::Gone => self.waiting_attach.push(waiting),
                     SendError::Full => {
@@ -52,8 +52,8 @@ impl Hub {
 
     /// Puts attaches that waited for a snapshot back in line for the next
     /// child (or refuses them when there will be none soon).
-    pub(super) fn requeue_snapshots(&mut self) {
-        for (_, waiting) in std::mem::take(&mut self.snapshots) {
+    pub(super) fn requeue_awaiting_state(&mut self) {
+        for (_, waiting) in std::mem::take(&mut self.awaiting_state) {
             if self.supervision.state() == ChildState::Failed {
                 let _ = waiting.reply.send(Err(AttachError::CrashLoop(
                     self.settings.restart.cooldown.as_secs(),
@@ -144,7 +144,11 @@ impl Hub {
     /// known by.
     fn greeting(&self, owner: u64, join: &Join, gap: bool, state: Value) -> Vec<Bytes> {
         let gateway = self.gateway_info(owner, join.role, gap);
-        let mut frames = self.settings.dialect.greeting(&self.hello, gateway, state);
+        let mut frames = self
+            .settings
+            .dialect
+            .rules()
+            .greeting(&self.hello, gateway, state);
         if let Some(id) = &join.hello {
             frames.extend(self.hello_answer(owner, join.role, id.as_ref(), gap));
         }
@@ -162,6 +166,7 @@ impl Hub {
         let gateway = self.gateway_info(client, role, gap);
         self.settings
             .dialect
+            .rules()
             .hello_answer(id, &self.hello, gateway, gap)
     }
 

@@ -31,7 +31,7 @@ const COOLDOWN: Duration = Duration::from_secs(300);
 
 fn settings() -> HubSettings {
     HubSettings {
-        dialect: Dialect::Zut,
+        dialect: Dialect::default(),
         child_bin: PathBuf::from("corral-agent"),
         child_args: Vec::new(),
         child_command: None,
@@ -665,7 +665,7 @@ async fn a_runaway_agent_cannot_pile_up_requests_for_its_clients() {
     // Room for every request in the client's outbox (a client that lets
     // them pile up unread is disconnected, and asked again on return).
     let mut h = harness(HubSettings {
-        dialect: Dialect::Acp,
+        dialect: Dialect::named("acp").unwrap(),
         outbox_frames: 4 * limit,
         ..settings()
     });
