@@ -25,7 +25,7 @@
 //!   editor is gone).
 
 use corral_protocol::ndjson::{encode_line, parse_object, FrameError};
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 
 pub use super::zut_inflight::InFlight;
 
@@ -103,45 +103,6 @@ pub fn refusal_reason(frame: &Value) -> String {
         .or_else(|| frame["message"].as_str())
         .unwrap_or("the gateway did not send ready")
         .to_string()
-}
-
-/// The answer to a zut-shaped hello (`{"type":"response","command":"hello"}`),
-/// when `frame` is one.
-pub(super) fn zut_hello_answer(frame: &Value) -> Option<Result<Value, String>> {
-    let is_answer =
-        frame["type"] == "response" && (frame["id"] == HELLO_ID || frame["command"] == "hello");
-    if !is_answer {
-        return None;
-    }
-    if frame["success"] == true {
-        return Some(Ok(frame.get("data").cloned().unwrap_or_else(|| json!({}))));
-    }
-    let error = frame["error"].as_str().unwrap_or("no reason given");
-    Some(Err(error.to_string()))
-}
-
-/// Sorts one zut line read from stdin (or the framing error it produced).
-/// `hello` is the `data` of the gateway's hello response.
-pub(super) fn classify(line: Result<Vec<u8>, FrameError>, hello: &Value) -> StdinFrame {
-    let (line, frame) = match object(line) {
-        Ok(parsed) => parsed,
-        Err(error) => return StdinFrame::Answer(response(None, None, Err(error.to_string()))),
-    };
-    if frame.get("type").and_then(Value::as_str) == Some("hello") {
-        let answer = response(frame.get("id"), Some("hello"), Ok(hello));
-        return StdinFrame::Answer(answer);
-    }
-    forward(line, frame)
-}
-
-/// A zut `response` line made up locally, with the tool's `id` echoed as
-/// given.
-fn response(id: Option<&Value>, command: Option<&str>, result: Result<&Value, String>) -> Vec<u8> {
-    let id = id.filter(|id| !id.is_null());
-    let mut line =
-        super::zut::response(id, command, result.map(|data| Some(data.clone()))).to_vec();
-    line.push(b'\n');
-    line
 }
 
 #[cfg(test)]

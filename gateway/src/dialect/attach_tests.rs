@@ -19,7 +19,10 @@ fn answer(frame: StdinFrame) -> Value {
 #[test]
 fn requests_are_forwarded_byte_for_byte() {
     let line = br#"{"id":"1", "type":"prompt","message":"a\u2028b"}"#.to_vec();
-    match classify(Ok(line.clone()), &json!({})) {
+    match Dialect::Zut
+        .rules()
+        .attach_stdin(Ok(line.clone()), &json!({}), 0)
+    {
         StdinFrame::Forward { text, frame } => {
             assert_eq!(text.as_bytes(), line.as_slice());
             assert_eq!(frame["type"], "prompt");
@@ -32,7 +35,7 @@ fn requests_are_forwarded_byte_for_byte() {
 fn hello_is_answered_with_the_gateway_data() {
     let data = json!({"protocol_version": 1, "gateway": {"project": "p"}});
     let line = br#"{"id":7,"type":"hello","token":"local-secret"}"#.to_vec();
-    let reply = answer(classify(Ok(line), &data));
+    let reply = answer(Dialect::Zut.rules().attach_stdin(Ok(line), &data, 0));
     assert_eq!(
         reply,
         json!({"type":"response","id":7,"command":"hello","success":true,"data":data})
@@ -42,13 +45,17 @@ fn hello_is_answered_with_the_gateway_data() {
 #[test]
 fn bad_lines_get_an_error_without_id() {
     for line in [&b"{nope"[..], b"[1,2]", b"\"text\""] {
-        let reply = answer(classify(Ok(line.to_vec()), &json!({})));
+        let reply = answer(
+            Dialect::Zut
+                .rules()
+                .attach_stdin(Ok(line.to_vec()), &json!({}), 0),
+        );
         assert_eq!(reply["success"], false, "{reply}");
         assert!(reply.get("id").is_none() && reply.get("command").is_none());
         assert!(reply["error"].as_str().unwrap().len() > 5);
     }
     let too_long = Err(FrameError::TooLong { limit: 10 });
-    let reply = answer(classify(too_long, &json!({})));
+    let reply = answer(Dialect::Zut.rules().attach_stdin(too_long, &json!({}), 0));
     assert!(reply["error"].as_str().unwrap().contains("maximum length"));
 }
 

@@ -420,7 +420,7 @@ impl DialectRules for Letscode {
     }
 
     fn attach_hello_answer(&self, frame: &Value) -> Option<Result<Value, String>> {
-        super::attach::zut_hello_answer(frame)
+        super::zut::attach_hello_answer(frame)
     }
 
     fn attach_tracks_work(&self) -> bool {

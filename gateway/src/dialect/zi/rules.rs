@@ -264,7 +264,7 @@ impl DialectRules for Zi {
     }
 
     fn attach_hello_answer(&self, frame: &Value) -> Option<Result<Value, String>> {
-        attach::zut_hello_answer(frame)
+        crate::dialect::zut::attach_hello_answer(frame)
     }
 
     fn attach_tracks_work(&self) -> bool {
