@@ -328,3 +328,16 @@ fn each_dialect_carries_the_context_where_its_agent_reads_it() {
     let zi = json!({"version": 1, "id": "1", "method": "prompt", "params": {}});
     assert_eq!(with_context(Dialect::Zi, zi.clone()), zi);
 }
+
+#[test]
+fn every_dialect_is_named_alike_on_the_command_line_in_the_file_and_by_its_rules() {
+    use clap::ValueEnum;
+    for dialect in Dialect::all() {
+        let name = dialect.rules().name();
+        let flag = dialect.to_possible_value().unwrap();
+        assert_eq!(flag.get_name(), name);
+        assert_eq!(Dialect::named(name), Some(*dialect));
+        let from_file: Dialect = serde_json::from_value(json!(name)).unwrap();
+        assert_eq!(from_file, *dialect);
+    }
+}
