@@ -58,7 +58,7 @@ pub fn letscode(line: &[u8]) {
             assert_eq!(refusal.is_some(), child_refuses, "protocol {protocol:?}");
         }
         (Kind::Hello { .. }, Inbound::Reject(_)) => {}
-        (Kind::Bye, Inbound::Bye { .. }) => {}
+        (Kind::Bye, Inbound::Leave { .. }) => {}
         (_, Inbound::Forward { id, .. }) => assert_eq!(id, frame.get("id").cloned()),
         (kind, other) => panic!("the gateway reads {kind:?} as {other:?}"),
     }
@@ -88,7 +88,7 @@ pub fn zi(line: &[u8]) {
             assert_eq!(command, parsed.method);
         }
         Inbound::Hello { id: given, .. } => assert_eq!(given, id),
-        Inbound::SetEvents { id: given, .. } => assert_eq!(Some(given), id),
+        Inbound::SetFilter { id: given, .. } => assert_eq!(Some(given), id),
         // The gateway answers `connection.set_events` itself and checks its
         // mode; the child checks it only when the request is dispatched.
         Inbound::Reject(_) if parsed.method == "connection.set_events" => {}
@@ -99,11 +99,11 @@ pub fn zi(line: &[u8]) {
 /// The gateway's reading of a client frame, for both roles, with the
 /// checks that hold in every dialect; the client role's answer.
 fn gateway_side(dialect: Dialect, frame: &Map<String, Value>) -> Inbound {
-    if let Some(Ok(hello)) = dialect.client_hello(frame) {
+    if let Some(Ok(hello)) = dialect.rules().client_hello(frame) {
         assert_eq!(hello.id, frame.get("id").cloned());
     }
-    let client = dialect.inbound(frame, false);
-    let observer = dialect.inbound(frame, true);
+    let client = dialect.rules().inbound(frame, false);
+    let observer = dialect.rules().inbound(frame, true);
     for inbound in [&client, &observer] {
         match inbound {
             Inbound::Reject(reply) => {

@@ -31,9 +31,11 @@ fn run_field(dialect: Dialect) -> &'static str {
 
 pub fn check(line: &[u8]) {
     for dialect in [Dialect::Zut, Dialect::Letscode, Dialect::Zi] {
-        let verdict = dialect.outbound(line);
-        let _ = dialect.event_bytes(line, SEQ, None);
-        let _ = dialect.restore_id(line, Some(Value::from("client-1")), Some(RUN));
+        let verdict = dialect.rules().outbound(line);
+        let _ = dialect.rules().event_bytes(line, SEQ, None);
+        let _ = dialect
+            .rules()
+            .restore_id(line, Some(Value::from("client-1")), Some(RUN));
         let Ok(Value::Object(frame)) = serde_json::from_slice::<Value>(line) else {
             continue;
         };
@@ -51,8 +53,8 @@ pub fn check(line: &[u8]) {
             continue;
         };
         assert_eq!(
-            dialect.outbound(&canonical),
-            dialect.outbound(&pretty),
+            dialect.rules().outbound(&canonical),
+            dialect.rules().outbound(&pretty),
             "{dialect:?}: the fast path and the full parse disagree on {}",
             String::from_utf8_lossy(&canonical)
         );
@@ -65,7 +67,7 @@ pub fn check(line: &[u8]) {
 /// field of `frame` as the child wrote it (Zi: without the child's
 /// `sequence`).
 fn check_event(dialect: Dialect, line: &[u8], frame: Option<&Map<String, Value>>) {
-    let Some(stamped) = dialect.event_bytes(line, SEQ, Some(RUN)) else {
+    let Some(stamped) = dialect.rules().event_bytes(line, SEQ, Some(RUN)) else {
         panic!("{dialect:?}: a JSON object line was not stamped");
     };
     let mut stamped = produced(&stamped, "a stamped event");
@@ -99,7 +101,7 @@ fn check_reply(dialect: Dialect, line: &[u8]) {
         (Some(Value::from(7)), None),
     ];
     for (original, run) in cases {
-        let Some(restored) = dialect.restore_id(line, original.clone(), run) else {
+        let Some(restored) = dialect.rules().restore_id(line, original.clone(), run) else {
             panic!("{dialect:?}: a JSON object line was not restored");
         };
         let restored = produced(&restored, "a restored reply");

@@ -19,7 +19,7 @@ pub fn check(data: &[u8]) {
         return;
     };
     for dialect in [Dialect::Zut, Dialect::Letscode, Dialect::Zi] {
-        let Some(hello) = dialect.client_hello(&frame) else {
+        let Some(hello) = dialect.rules().client_hello(&frame) else {
             continue;
         };
         let Ok(hello) = hello else {
@@ -27,7 +27,10 @@ pub fn check(data: &[u8]) {
         };
         if dialect != Dialect::Zi {
             assert!(
-                matches!(dialect.inbound(&frame, false), Inbound::Hello { .. }),
+                matches!(
+                    dialect.rules().inbound(&frame, false),
+                    Inbound::Hello { .. }
+                ),
                 "{dialect:?}: a hello accepted before authentication is refused after it"
             );
         }

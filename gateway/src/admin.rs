@@ -455,7 +455,7 @@ async fn stats(
     }
     Json(json!({
         "uptime_secs": state.started.elapsed().as_secs(),
-        "dialect": state.dialect.as_str(),
+        "dialect": state.dialect.rules().name(),
         "children": children,
         "clients": metrics.clients.get(),
         "frames_total": frames,

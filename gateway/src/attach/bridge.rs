@@ -135,7 +135,7 @@ impl Bridge {
     /// runs finish (zut), send a farewell the gateway answers by closing
     /// once no run is active (letscode `bye`), or close at once (Zi).
     async fn stdin_closed(&mut self) -> Step {
-        match self.dialect.attach_end_of_input() {
+        match self.dialect.rules().attach_end_of_input() {
             EndOfInput::DrainInFlight => {}
             EndOfInput::Send(bye) => {
                 if let Err(e) = self.ws.send(Message::text(bye)).await {
@@ -167,7 +167,11 @@ impl Bridge {
     }
 
     async fn on_stdin_line(&mut self, line: Result<Vec<u8>, FrameError>) -> Step {
-        match self.dialect.attach_stdin(line, &self.hello, self.sequence) {
+        match self
+            .dialect
+            .rules()
+            .attach_stdin(line, &self.hello, self.sequence)
+        {
             StdinFrame::Answer(line) => self.write(&line).await,
             StdinFrame::Fatal(line) => match self.write(&line).await {
                 Step::Continue => Step::Close {
@@ -177,7 +181,7 @@ impl Bridge {
                 step => step,
             },
             StdinFrame::Forward { text, frame } => {
-                if self.dialect.attach_tracks_work() {
+                if self.dialect.rules().attach_tracks_work() {
                     self.inflight.sent(&frame);
                 }
                 match self.ws.send(Message::text(text)).await {
@@ -207,7 +211,7 @@ impl Bridge {
         };
         let parsed: Option<Value> = serde_json::from_str(text.as_str()).ok();
         if let Some(frame) = &parsed {
-            match self.dialect.attach_seen(frame) {
+            match self.dialect.rules().attach_seen(frame) {
                 Seen::Track => self.inflight.received(frame),
                 Seen::Hide => return Step::Continue,
                 Seen::Sequence(sequence) => {
@@ -221,7 +225,7 @@ impl Bridge {
                 return step;
             }
         }
-        if self.dialect.attach_tracks_work()
+        if self.dialect.rules().attach_tracks_work()
             && self.drain_until.is_some()
             && self.inflight.is_idle()
         {

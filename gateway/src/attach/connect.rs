@@ -124,8 +124,8 @@ pub async fn open(
     let (mut ws, _) = within(url, "connection", CONNECT_TIMEOUT, connect)
         .await?
         .map_err(|e| connect_error(url, e))?;
-    let Some(hello) = dialect.attach_hello(token.expose()) else {
-        let greeting = ready(&mut ws, dialect);
+    let Some(hello) = dialect.rules().attach_hello(token.expose()) else {
+        let greeting = ready(&mut ws);
         let (hello, text) = within(url, "ready", HELLO_TIMEOUT, greeting).await??;
         return Ok(Session {
             ws,
@@ -211,7 +211,7 @@ async fn hello_answer(
             _ => continue,
         };
         let frame: Value = serde_json::from_str(text.as_str()).unwrap_or(Value::Null);
-        match dialect.attach_hello_answer(&frame) {
+        match dialect.rules().attach_hello_answer(&frame) {
             None => early.push(text.as_str().to_string()),
             Some(answer) => return answer.map_err(AttachError::HelloRefused),
         }
@@ -220,7 +220,7 @@ async fn hello_answer(
 
 /// Reads the first frame of a gateway that greets first: its `ready`
 /// (parsed, and as sent), or its refusal.
-async fn ready(ws: &mut Ws, dialect: Dialect) -> Result<(Value, String), AttachError> {
+async fn ready(ws: &mut Ws) -> Result<(Value, String), AttachError> {
     loop {
         let text = match ws.next().await {
             None => return Err(AttachError::Closed("no close frame".into())),
@@ -235,7 +235,9 @@ async fn ready(ws: &mut Ws, dialect: Dialect) -> Result<(Value, String), AttachE
         if frame["type"] == "ready" {
             return Ok((frame, text.as_str().to_string()));
         }
-        return Err(AttachError::HelloRefused(dialect.attach_refusal(&frame)));
+        return Err(AttachError::HelloRefused(
+            crate::dialect::attach::refusal_reason(&frame),
+        ));
     }
 }
 

@@ -48,12 +48,12 @@ pub(super) fn resolve(
                 .into(),
         ));
     }
-    if context.dialect != Dialect::Acp {
-        return Err(invalid(
-            "it needs --dialect acp: a third-party agent is run as an ACP agent \
-             (the other dialects' child is corral-agent)"
-                .into(),
-        ));
+    if !context.dialect.rules().runs_third_party_agents() {
+        return Err(invalid(format!(
+            "it needs --dialect {}: a third-party agent must speak that dialect itself \
+             (the other dialects' child is corral-agent)",
+            third_party_dialects().join(" or --dialect "),
+        )));
     }
     if !context.child_args.is_empty() {
         return Err(invalid(
@@ -77,6 +77,15 @@ pub(super) fn resolve(
     Ok(Some(words))
 }
 
+/// The names of the dialects third-party agents speak.
+fn third_party_dialects() -> Vec<&'static str> {
+    let dialects = Dialect::all().iter().map(|dialect| dialect.rules());
+    dialects
+        .filter(|rules| rules.runs_third_party_agents())
+        .map(|rules| rules.name())
+        .collect()
+}
+
 /// `name` as an absolute path: a path with a directory part made absolute
 /// (against the current directory), a bare name found on `path_var`. It
 /// must be an executable file.
@@ -98,7 +107,7 @@ mod tests {
 
     fn context(path_var: Option<&str>) -> Context<'_> {
         Context {
-            dialect: Dialect::Acp,
+            dialect: Dialect::named("acp").unwrap(),
             child_args: &[],
             tool_network_off: false,
             path_var,
@@ -165,7 +174,7 @@ mod tests {
             (
                 "my-agent",
                 Context {
-                    dialect: Dialect::Zut,
+                    dialect: Dialect::default(),
                     ..context(Some(&path_var))
                 },
                 "needs --dialect acp",

@@ -211,7 +211,7 @@ fn command_line_beats_env_beats_file_beats_default() {
     assert_eq!(config.supervisor.child_args, ["--from-file"]);
     assert_eq!(
         config.supervisor.dialect,
-        Dialect::Letscode,
+        Dialect::named("letscode").unwrap(),
         "from the file"
     );
     assert_eq!(
@@ -714,7 +714,7 @@ fn child_command_refusals_name_the_setting() {
     let f = Fixture::new();
     let agent = f.path("bin/agent").display().to_string();
     let acp = |command: &str| ServeArgs {
-        dialect: Some(Dialect::Acp),
+        dialect: Dialect::named("acp"),
         child_command: Some(command.into()),
         ..f.args()
     };

@@ -3,6 +3,7 @@
 use serde_json::{json, Map, Value};
 
 use super::*;
+use crate::dialect::{zi, Dialect};
 
 struct Requests {
     ids: Vec<Value>,
@@ -30,6 +31,7 @@ fn zi_admits_an_id_once_and_bounds_operations() {
     };
     let id = json!("a");
     assert!(Dialect::Zi
+        .rules()
         .admit(Some(&id), "session.prompt", &free)
         .is_ok());
     let busy = Requests {
@@ -38,6 +40,7 @@ fn zi_admits_an_id_once_and_bounds_operations() {
     };
     let refusal = parse(
         &Dialect::Zi
+            .rules()
             .admit(Some(&id), "session.prompt", &busy)
             .unwrap_err(),
     );
@@ -45,15 +48,17 @@ fn zi_admits_an_id_once_and_bounds_operations() {
     let other = json!("b");
     let refusal = parse(
         &Dialect::Zi
+            .rules()
             .admit(Some(&other), "session.prompt", &busy)
             .unwrap_err(),
     );
     assert_eq!(refusal["error"]["code"], "capacity");
     assert!(Dialect::Zi
+        .rules()
         .admit(Some(&other), "session.interrupt", &busy)
         .is_ok());
     for dialect in [Dialect::Zut, Dialect::Letscode] {
-        assert!(dialect.admit(Some(&id), "prompt", &busy).is_ok());
+        assert!(dialect.rules().admit(Some(&id), "prompt", &busy).is_ok());
     }
 }
 
@@ -66,14 +71,16 @@ fn letscode_ready_must_name_major_one() {
         frame
     };
     assert!(Dialect::Letscode
+        .rules()
         .check_ready(&ready(json!("letscode-rpc/1.2")))
         .is_ok());
     let error = Dialect::Letscode
+        .rules()
         .check_ready(&ready(json!("letscode-rpc/2")))
         .unwrap_err();
     assert_eq!(error, "the child speaks letscode-rpc/2, not letscode-rpc/1");
-    assert!(Dialect::Letscode.check_ready(&Map::new()).is_err());
-    assert!(Dialect::Zi.check_ready(&Map::new()).is_ok());
+    assert!(Dialect::Letscode.rules().check_ready(&Map::new()).is_err());
+    assert!(Dialect::Zi.rules().check_ready(&Map::new()).is_ok());
 }
 
 #[test]
@@ -81,7 +88,10 @@ fn zut_hello_answer_carries_the_child_hello_and_gap() {
     let mut hello = Map::new();
     hello.insert("protocol_version".into(), json!(1));
     let id = json!(3);
-    let answer = Dialect::Zut.hello_answer(Some(&id), &hello, json!({"project": "p"}), true);
+    let answer =
+        Dialect::Zut
+            .rules()
+            .hello_answer(Some(&id), &hello, json!({"project": "p"}), true);
     let answer = parse(&answer[0]);
     assert_eq!(answer["data"]["protocol_version"], 1);
     assert_eq!(answer["data"]["gateway"]["project"], "p");
@@ -92,19 +102,29 @@ fn zut_hello_answer_carries_the_child_hello_and_gap() {
 #[test]
 fn only_zut_responses_carry_run_and_model_news() {
     let line = br#"{"type":"response","success":true,"data":{"started":true}}"#;
-    assert!(Dialect::Zut.response_news("prompt", line).run_started);
-    assert!(!Dialect::Zut.response_news("steer", line).run_started);
+    assert!(
+        Dialect::Zut
+            .rules()
+            .response_news("prompt", line)
+            .run_started
+    );
+    assert!(
+        !Dialect::Zut
+            .rules()
+            .response_news("steer", line)
+            .run_started
+    );
     assert_eq!(
-        Dialect::Letscode.response_news("prompt", line),
+        Dialect::Letscode.rules().response_news("prompt", line),
         ResponseNews::default()
     );
     let line = br#"{"type":"response","success":true,"data":{"model":"m"}}"#;
-    let news = Dialect::Zut.response_news("set_model", line);
+    let news = Dialect::Zut.rules().response_news("set_model", line);
     assert_eq!(news.model.as_deref(), Some("m"));
 }
 
 #[test]
 fn unknown_commands_share_one_metrics_label() {
-    assert_eq!(Dialect::Zut.command_label("ping"), "ping");
-    assert_eq!(Dialect::Zi.command_label("made-up"), "other");
+    assert_eq!(Dialect::Zut.rules().command_label("ping"), "ping");
+    assert_eq!(Dialect::Zi.rules().command_label("made-up"), "other");
 }

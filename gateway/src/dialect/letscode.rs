@@ -17,10 +17,16 @@
 //!   run carry `run_id`, and so do the `ack` and `done` of the command
 //!   that started or queued it.
 
+use std::ffi::OsString;
+
 use bytes::Bytes;
 use serde_json::{json, Map, Value};
 
-use super::{to_bytes, Answer, Claim, ClientHello, EventKind, Inbound, Outbound};
+use super::attach::{EndOfInput, Seen, StdinFrame};
+use super::hub::{ChildGreeter, ClientRequests, ResponseNews};
+use super::rules::{ChildAsks, DialectRules, EventFilter, Leave, OneSession};
+use super::{to_bytes, Answer, ChildGreeting, Claim, ClientHello, EventKind, Inbound, Outbound};
+use corral_protocol::ndjson::FrameError;
 
 pub use corral_protocol::letscode::PROTOCOL;
 
@@ -66,7 +72,7 @@ pub fn inbound(frame: &Map<String, Value>, observer: bool) -> Inbound {
             },
             Err(e) => Inbound::Reject(error(id.as_ref(), &e, false)),
         },
-        "bye" => Inbound::Bye { id },
+        "bye" => Inbound::Leave { id },
         _ if observer => Inbound::Reject(error(
             id.as_ref(),
             &format!(
@@ -190,4 +196,262 @@ pub fn run_answer(command: &str, line: &[u8]) -> Answer {
 /// `run_id` on a control message.
 pub fn name_run(frame: &mut Map<String, Value>, run: &str) {
     frame.insert(super::zut::RUN_FIELD.into(), json!(run));
+}
+
+/// The `id` of the `bye` `corral attach` sends when stdin closes; its
+/// `ack` and `done` are not the tool's business.
+const ATTACH_BYE_ID: &str = "corral-attach-bye";
+
+/// letscode-rpc/1's rules.
+pub struct Letscode;
+
+impl DialectRules for Letscode {
+    fn name(&self) -> &'static str {
+        "letscode"
+    }
+
+    fn child_args(&self) -> Vec<OsString> {
+        vec!["--dialect".into(), "letscode".into()]
+    }
+
+    fn child_token(&self) -> bool {
+        false
+    }
+
+    fn child_greeting(&self) -> ChildGreeting {
+        ChildGreeting::Ready
+    }
+
+    fn greeter(&self, _cwd: &str, _kept: Option<String>) -> Option<Box<dyn ChildGreeter>> {
+        None
+    }
+
+    /// The child must speak letscode-rpc/1 (any 1.x).
+    fn check_ready(&self, ready: &Map<String, Value>) -> Result<(), String> {
+        let protocol = ready.get("protocol").and_then(Value::as_str);
+        if protocol.is_some_and(corral_protocol::letscode::speaks) {
+            return Ok(());
+        }
+        Err(format!(
+            "the child speaks {}, not {PROTOCOL}",
+            protocol.unwrap_or("an unnamed protocol"),
+        ))
+    }
+
+    fn runs_third_party_agents(&self) -> bool {
+        false
+    }
+
+    fn model_of(&self, hello: &Map<String, Value>) -> Option<String> {
+        super::model_field(hello).map(str::to_string)
+    }
+
+    fn ping_line(&self, id: &str) -> String {
+        format!(
+            "{}\n",
+            json!({"cmd": "hello", "id": id, "protocol": PROTOCOL})
+        )
+    }
+
+    fn abort_line(&self, id: &str, _hello: &Map<String, Value>) -> String {
+        format!("{}\n", json!({"cmd": "abort", "id": id}))
+    }
+
+    fn state_request(&self, _id: &str) -> Option<String> {
+        None
+    }
+
+    fn hello_shape(&self) -> &'static str {
+        r#"{"cmd":"hello","token":…}"#
+    }
+
+    /// Clients wait for `ready` before writing.
+    fn greets_first(&self) -> bool {
+        true
+    }
+
+    fn client_hello(&self, frame: &Map<String, Value>) -> Option<Result<ClientHello, String>> {
+        client_hello(frame)
+    }
+
+    fn inbound(&self, frame: &Map<String, Value>, observer: bool) -> Inbound {
+        inbound(frame, observer)
+    }
+
+    fn admit(
+        &self,
+        _id: Option<&Value>,
+        _command: &str,
+        _requests: &dyn ClientRequests,
+    ) -> Result<(), Bytes> {
+        Ok(())
+    }
+
+    fn command_label<'a>(&self, command: &'a str) -> &'a str {
+        super::known_command_label(command)
+    }
+
+    fn put_trace_context(&self, frame: &mut Map<String, Value>, traceparent: String) {
+        let field = corral_telemetry::TRACEPARENT.to_string();
+        frame.insert(field, Value::String(traceparent));
+    }
+
+    fn outbound(&self, line: &[u8]) -> Option<Outbound> {
+        outbound(line)
+    }
+
+    fn restore_id(&self, line: &[u8], original: Option<Value>, run: Option<&str>) -> Option<Bytes> {
+        let mut frame = super::object_line(line)?;
+        if let Some(run) = run {
+            name_run(&mut frame, run);
+        }
+        frame.insert("id".into(), original.unwrap_or(Value::Null));
+        Some(to_bytes(&Value::Object(frame)))
+    }
+
+    fn event_bytes(&self, line: &[u8], seq: u64, run: Option<&str>) -> Option<Bytes> {
+        super::zut::stamp(line, seq, run.map(|run| (super::zut::RUN_FIELD, run)))
+    }
+
+    fn hello_after(&self, _hello: &mut Map<String, Value>, _line: &[u8]) {}
+
+    /// Runs start and end in events.
+    fn response_news(&self, _command: &str, _line: &[u8]) -> ResponseNews {
+        ResponseNews::default()
+    }
+
+    fn run_claim(&self, command: &str, _frame: &Map<String, Value>) -> Claim {
+        run_claim(command)
+    }
+
+    fn run_answer(&self, command: &str, line: &[u8]) -> Answer {
+        run_answer(command, line)
+    }
+
+    fn request_is_run(&self, _command: &str) -> bool {
+        false
+    }
+
+    fn run_aborted(&self, error: &str) -> Vec<(&'static str, Value)> {
+        run_aborted(error)
+    }
+
+    fn gateway_event(&self, kind: &str, fields: Value, seq: u64, run: Option<&str>) -> Bytes {
+        super::zut::event(kind, fields, seq, run)
+    }
+
+    /// A prompt whose run started ends with `done`; anything else fails
+    /// with a recoverable `error`.
+    fn request_failed(&self, id: Option<&Value>, command: &str, acked: bool, error: &str) -> Bytes {
+        if acked && command == "prompt" {
+            return done(id);
+        }
+        self::error(id, error, false)
+    }
+
+    fn malformed(&self, error: &str) -> Bytes {
+        self::error(None, error, false)
+    }
+
+    fn refusal(&self, id: Option<&Value>, _code: &str, error: &str) -> Bytes {
+        self::error(id, error, true)
+    }
+
+    /// `ready`, built from the child's `hello`.
+    fn greeting(&self, hello: &Map<String, Value>, gateway: Value, _state: Value) -> Vec<Bytes> {
+        vec![ready(hello, gateway)]
+    }
+
+    fn hello_answer(
+        &self,
+        id: Option<&Value>,
+        _hello: &Map<String, Value>,
+        _gateway: Value,
+        _gap: bool,
+    ) -> Vec<Bytes> {
+        vec![ack(id), done(id)]
+    }
+
+    fn sequenced(&self) -> bool {
+        false
+    }
+
+    fn stamp(&self, frame: &[u8], _sequence: u64) -> Bytes {
+        Bytes::copy_from_slice(frame)
+    }
+
+    /// `bye`.
+    fn leave(&self) -> Option<&dyn Leave> {
+        Some(self)
+    }
+
+    fn event_filter(&self) -> Option<&dyn EventFilter> {
+        None
+    }
+
+    fn one_session(&self) -> Option<&dyn OneSession> {
+        None
+    }
+
+    fn child_asks(&self) -> Option<&dyn ChildAsks> {
+        None
+    }
+
+    /// A line that is not a JSON object gets a recoverable
+    /// `error{id:null}`; everything else (`hello` included: the gateway
+    /// answers it) is forwarded.
+    fn attach_stdin(
+        &self,
+        line: Result<Vec<u8>, FrameError>,
+        _hello: &Value,
+        _sequence: u64,
+    ) -> StdinFrame {
+        match super::attach::object(line) {
+            Ok((line, frame)) => super::attach::forward(line, frame),
+            Err(error) => StdinFrame::Answer(super::attach::line_of(
+                &json!({"type": "error", "id": null, "error": error.to_string(), "recoverable": true}),
+            )),
+        }
+    }
+
+    /// The gateway greets first (`ready`).
+    fn attach_hello(&self, _token: &str) -> Option<String> {
+        None
+    }
+
+    fn attach_hello_answer(&self, frame: &Value) -> Option<Result<Value, String>> {
+        super::zut::attach_hello_answer(frame)
+    }
+
+    fn attach_tracks_work(&self) -> bool {
+        false
+    }
+
+    /// A `bye`.
+    fn attach_end_of_input(&self) -> EndOfInput {
+        EndOfInput::Send(json!({"cmd": "bye", "id": ATTACH_BYE_ID}).to_string())
+    }
+
+    fn attach_seen(&self, frame: &Value) -> Seen {
+        if frame["id"] == ATTACH_BYE_ID {
+            Seen::Hide
+        } else {
+            Seen::Sequence(None)
+        }
+    }
+}
+
+/// `bye` is answered `ack`, then, once no run is active, `done` and `bye`.
+impl Leave for Letscode {
+    fn ack(&self, id: Option<&Value>) -> Bytes {
+        ack(id)
+    }
+
+    fn after_leave(&self, id: Option<&Value>) -> Bytes {
+        error(id, "this client said bye; no more commands", false)
+    }
+
+    fn farewell(&self, id: Option<&Value>) -> Vec<Bytes> {
+        vec![done(id), bye()]
+    }
 }

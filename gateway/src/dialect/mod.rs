@@ -1,20 +1,27 @@
 //! The wire dialects a child and its clients may speak: zut RPC v1 (the
 //! default), letscode-rpc/1, Zi RPC v1 and the Agent Client Protocol.
 //!
-//! The hub, the WebSocket layer, the supervisor and `corral attach` name no
-//! dialect; this module tells them, for a project's dialect, what a client
-//! frame asks for ([`Inbound`]), what a child line is ([`Outbound`]), and
-//! how to write every frame the gateway makes up itself: greetings, hello
-//! answers, refusals, failed requests, lifecycle events and the end of a
-//! run the child can no longer finish ([`hub`]), how the child is greeted
-//! ([`token_hello`], [`Dialect::check_ready`]) and what `corral attach`
-//! answers itself ([`attach`]). Each dialect's shapes are in its own module
-//! ([`zut`], [`letscode`], [`zi`], [`acp`]); the `match` on [`Dialect`] that picks
-//! one lives only here. Everything here is pure (no I/O).
+//! A dialect is one type: a [`DialectRules`] implementation in the
+//! dialect's own module ([`zut`], [`letscode`], [`zi`], [`acp`]) holds
+//! everything it means to the gateway: hello parsing, what a client frame
+//! asks for ([`Inbound`]), what a child line is ([`Outbound`]), ids, runs,
+//! replay stamping, every frame the gateway makes up itself, how the child
+//! is started and greeted, and what `corral attach` answers itself. The
+//! hub, the WebSocket layer, the supervisor and `corral attach` name no
+//! dialect: they ask the project's rules, and the capabilities only some
+//! dialects have ([`rules::Leave`], [`rules::EventFilter`],
+//! [`rules::OneSession`], [`rules::ChildAsks`]).
+//!
+//! **Adding a dialect** = implement [`DialectRules`] in one file, and add
+//! one line to the list: a variant of [`Dialect`] and its arm in
+//! [`Dialect::rules`]. The trait has no default bodies, so the compiler
+//! lists what the new dialect must decide. (`toy`, a test-only dialect,
+//! shows it.) Everything here is pure (no I/O).
 //!
 //! Zi frames carry a connection-local `sequence`, so the hub stores and
 //! queues Zi frames *unstamped* (`{"version":1,…}` without `sequence`) and
-//! each client's feed stamps them on the way out ([`zi::stamp`]).
+//! each client's feed stamps them on the way out
+//! ([`DialectRules::sequenced`]).
 //!
 //! The own-runs extension ([`runs`]): every event of a run carries the
 //! gateway's run id, the answer that starts or queues a run names it, and a
@@ -24,21 +31,24 @@ pub mod acp;
 pub mod attach;
 pub mod hub;
 pub mod letscode;
+pub mod rules;
 pub mod runs;
 pub mod token_hello;
+#[cfg(test)]
+mod toy;
 pub mod zi;
 pub mod zut;
 mod zut_inflight;
-
-use std::ffi::OsString;
 
 use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+pub use rules::DialectRules;
 pub use runs::{Answer, Claim, OwnRuns};
 
-/// A wire protocol.
+/// A wire protocol: the one list of dialects. It only selects a
+/// dialect's [`DialectRules`] ([`Dialect::rules`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Dialect {
@@ -51,6 +61,9 @@ pub enum Dialect {
     Zi,
     /// Agent Client Protocol v1.
     Acp,
+    /// A dialect for the hub's unit tests, in `toy.rs`.
+    #[cfg(test)]
+    Toy,
 }
 
 /// What a client frame asks of the hub.
@@ -67,13 +80,16 @@ pub enum Inbound {
         refusal: Option<Bytes>,
         own_runs: OwnRuns,
     },
-    /// letscode `bye`: this client leaves, the child stays.
-    Bye { id: Option<Value> },
-    /// Zi `connection.set_events`: this client's event mode.
-    SetEvents { id: Value, all: bool },
-    /// ACP `session/new` or `session/load` (of `session`): answered by
-    /// the gateway with the project's one session.
-    Session {
+    /// This client leaves, the child stays ([`rules::Leave`]; letscode
+    /// `bye`).
+    Leave { id: Option<Value> },
+    /// This client's choice of events ([`rules::EventFilter`]; Zi
+    /// `connection.set_events`): `all`, or without the optional ones.
+    SetFilter { id: Value, all: bool },
+    /// Opens (or, `load`, loads `session`) the project's one session,
+    /// answered by the gateway ([`rules::OneSession`]; ACP `session/new`,
+    /// `session/load`). A load replays the history once per connection.
+    OpenSession {
         id: Value,
         load: bool,
         session: Option<String>,
@@ -81,9 +97,10 @@ pub enum Inbound {
     /// A notification for the child (no id, no answer): ACP
     /// `session/cancel`.
     Notify { command: String },
-    /// The client's answer to a request of the child (ACP
-    /// `session/request_permission`), by the gateway id it was sent under.
-    Answer { id: Value },
+    /// The client's answer to a request of the child
+    /// ([`rules::ChildAsks`]; ACP `session/request_permission`), by the
+    /// gateway id it was sent under.
+    AnswerAsk { id: Value },
     /// Nothing to do and nothing to say (a notification an observer may
     /// not send).
     Ignore,
@@ -99,7 +116,8 @@ pub enum Outbound {
     Reply { id: String, last: bool },
     /// An event for every client.
     Event(EventKind),
-    /// A request of the child for its clients (ACP), with the child's id.
+    /// A request of the child for its clients ([`rules::ChildAsks`]),
+    /// with the child's id.
     Ask { id: Value },
     /// Not for clients (handshake frames, `bye`, answers without a
     /// routable id); the reason, for a debug log.
@@ -125,7 +143,7 @@ pub enum EventKind {
 pub enum ChildGreeting {
     TokenHello,
     Ready,
-    /// The gateway's own requests ([`acp::Greeter`]).
+    /// The gateway's own requests ([`DialectRules::greeter`]).
     Requests,
 }
 
@@ -139,202 +157,55 @@ pub struct ClientHello {
 }
 
 impl Dialect {
+    /// The rules of this dialect: the one place a dialect is picked.
+    pub fn rules(self) -> &'static dyn DialectRules {
+        match self {
+            Dialect::Zut => &zut::Zut,
+            Dialect::Letscode => &letscode::Letscode,
+            Dialect::Zi => &zi::Zi,
+            Dialect::Acp => &acp::Acp,
+            #[cfg(test)]
+            Dialect::Toy => &toy::Toy,
+        }
+    }
+
+    /// The dialect's name (`--dialect NAME`).
     pub fn as_str(self) -> &'static str {
-        match self {
-            Dialect::Zut => "zut",
-            Dialect::Letscode => "letscode",
-            Dialect::Zi => "zi",
-            Dialect::Acp => "acp",
-        }
+        self.rules().name()
     }
 
-    /// Arguments that select the dialect in `corral-agent rpc`.
-    pub fn child_args(self) -> Vec<OsString> {
-        match self {
-            Dialect::Zut => Vec::new(),
-            Dialect::Letscode => vec!["--dialect".into(), "letscode".into()],
-            // The gateway bounds each client; the child serves them all.
-            Dialect::Zi => vec![
-                "--dialect".into(),
-                "zi".into(),
-                "--max-in-flight".into(),
-                zi::CHILD_IN_FLIGHT.to_string().into(),
-            ],
-            Dialect::Acp => vec!["--dialect".into(), "acp".into()],
-        }
+    /// The dialect called `name` (as `--dialect` spells it).
+    pub fn named(name: &str) -> Option<Dialect> {
+        <Dialect as clap::ValueEnum>::from_str(name, false).ok()
     }
 
-    /// Whether the child authenticates the gateway with a token hello
-    /// (zut); the other dialects trust their stdio pipes.
-    pub fn child_token(self) -> bool {
-        self == Dialect::Zut
+    /// Every dialect.
+    pub fn all() -> &'static [Dialect] {
+        <Dialect as clap::ValueEnum>::value_variants()
     }
+}
 
-    /// How the gateway greets a child: a token hello (zut), waiting for
-    /// its `ready` (letscode, Zi), or requests of its own (ACP).
-    pub fn child_greeting(self) -> ChildGreeting {
-        match self {
-            Dialect::Zut => ChildGreeting::TokenHello,
-            Dialect::Letscode | Dialect::Zi => ChildGreeting::Ready,
-            Dialect::Acp => ChildGreeting::Requests,
-        }
+/// A child line as a JSON object, when it is one.
+fn object_line(line: &[u8]) -> Option<Map<String, Value>> {
+    match serde_json::from_slice::<Value>(line) {
+        Ok(Value::Object(frame)) => Some(frame),
+        _ => None,
     }
+}
 
-    /// Whether a client authenticated by its upgrade request is greeted
-    /// at once (letscode and Zi clients wait for `ready` before writing),
-    /// rather than after its first frame (zut).
-    pub fn greets_first(self) -> bool {
-        self != Dialect::Zut
-    }
+/// The `model` a child's hello data names.
+fn model_field(hello: &Map<String, Value>) -> Option<&str> {
+    hello.get("model").and_then(Value::as_str)
+}
 
-    /// Reads a client's first frame as this dialect's hello; `None` when it
-    /// is not one; `Err` with a message when it is one but malformed.
-    pub fn client_hello(self, frame: &Map<String, Value>) -> Option<Result<ClientHello, String>> {
-        match self {
-            Dialect::Zut => zut::client_hello(frame),
-            Dialect::Letscode => letscode::client_hello(frame),
-            Dialect::Zi => zi::client_hello(frame),
-            Dialect::Acp => acp::client_hello(frame),
-        }
-    }
-
-    /// What a client frame asks for; `observer` limits it to reading.
-    pub fn inbound(self, frame: &Map<String, Value>, observer: bool) -> Inbound {
-        match self {
-            Dialect::Zut => zut::inbound(frame, observer),
-            Dialect::Letscode => letscode::inbound(frame, observer),
-            Dialect::Zi => zi::inbound(frame, observer),
-            Dialect::Acp => acp::inbound(frame, observer),
-        }
-    }
-
-    /// Classifies a child line; `None` when it is not a JSON object with a
-    /// `type`.
-    pub fn outbound(self, line: &[u8]) -> Option<Outbound> {
-        match self {
-            Dialect::Zut => zut::outbound(line),
-            Dialect::Letscode => letscode::outbound(line),
-            Dialect::Zi => zi::outbound(line),
-            Dialect::Acp => acp::outbound(line),
-        }
-    }
-
-    /// A child's answer as its client should see it: the client's own id
-    /// back, and the run it started or queued (`run`). `None` when the
-    /// line is not a JSON object.
-    pub fn restore_id(
-        self,
-        line: &[u8],
-        original: Option<Value>,
-        run: Option<&str>,
-    ) -> Option<Bytes> {
-        let Ok(Value::Object(mut frame)) = serde_json::from_slice::<Value>(line) else {
-            return None;
-        };
-        if let Some(run) = run {
-            match self {
-                Dialect::Zut => zut::name_run(&mut frame, run),
-                Dialect::Letscode => letscode::name_run(&mut frame, run),
-                Dialect::Zi => zi::name_run(&mut frame, run),
-                Dialect::Acp => {}
-            }
-        }
-        Some(match self {
-            Dialect::Zut => {
-                match original {
-                    Some(id) => frame.insert("id".into(), id),
-                    None => frame.shift_remove("id"),
-                };
-                to_bytes(&Value::Object(frame))
-            }
-            Dialect::Letscode | Dialect::Acp => {
-                frame.insert("id".into(), original.unwrap_or(Value::Null));
-                to_bytes(&Value::Object(frame))
-            }
-            Dialect::Zi => {
-                frame.insert("id".into(), original.unwrap_or(Value::Null));
-                zi::unstamped(frame)
-            }
-        })
-    }
-
-    /// A child event as it goes into the replay ring: with the project's
-    /// `seq`, the id of the run it belongs to (`run`), and, for Zi,
-    /// without the child's own `sequence`.
-    pub fn event_bytes(self, line: &[u8], seq: u64, run: Option<&str>) -> Option<Bytes> {
-        match self {
-            Dialect::Zi => zi::event_bytes(line, seq, run),
-            Dialect::Acp => acp::event_bytes(line, seq),
-            _ => zut::stamp(line, seq, run.map(|run| (zut::RUN_FIELD, run))),
-        }
-    }
-
-    /// An event the gateway makes up (`child_started`, `child_exited`,
-    /// `error`, the end of a run cut short), with its `seq` and its run.
-    pub fn gateway_event(self, kind: &str, fields: Value, seq: u64, run: Option<&str>) -> Bytes {
-        match self {
-            Dialect::Zi => zi::session_event(kind, fields, seq, run),
-            Dialect::Acp => acp::gateway_event(kind, fields, seq),
-            _ => zut::event(kind, fields, seq, run),
-        }
-    }
-
-    /// Puts a W3C `traceparent` into a run-starting request for the child:
-    /// top-level in zut and letscode, in `params._meta` in ACP. Zi records
-    /// are decoded strictly (unknown fields are refused), so they carry none.
-    pub fn put_trace_context(self, frame: &mut Map<String, Value>, traceparent: String) {
-        let field = corral_telemetry::TRACEPARENT.to_string();
-        match self {
-            Dialect::Zut | Dialect::Letscode => {
-                frame.insert(field, Value::String(traceparent));
-            }
-            Dialect::Acp => {
-                let meta = frame
-                    .get_mut("params")
-                    .and_then(Value::as_object_mut)
-                    .map(|params| {
-                        params
-                            .entry("_meta")
-                            .or_insert_with(|| Value::Object(Map::new()))
-                    })
-                    .and_then(Value::as_object_mut);
-                if let Some(meta) = meta {
-                    meta.insert(field, Value::String(traceparent));
-                }
-            }
-            Dialect::Zi => {}
-        }
-    }
-
-    /// What a request for the child may do to runs.
-    pub fn run_claim(self, command: &str, frame: &Map<String, Value>) -> Claim {
-        match self {
-            Dialect::Zut => zut::run_claim(command),
-            Dialect::Letscode => letscode::run_claim(command),
-            Dialect::Zi => zi::run_claim(command, frame),
-            Dialect::Acp => Claim::None,
-        }
-    }
-
-    /// What the child's answer `line` to a `command` says of runs.
-    pub fn run_answer(self, command: &str, line: &[u8]) -> Answer {
-        match self {
-            Dialect::Zut => zut::run_answer(command, line),
-            Dialect::Letscode => letscode::run_answer(command, line),
-            Dialect::Zi => zi::run_answer(command, line),
-            Dialect::Acp => Answer::Nothing,
-        }
-    }
-
-    /// The events that end a run its child cannot finish (it died or was
-    /// stopped), as `(type, fields)` for [`Dialect::gateway_event`].
-    pub fn run_aborted(self, error: &str) -> Vec<(&'static str, Value)> {
-        match self {
-            Dialect::Zut => zut::run_aborted(error),
-            Dialect::Letscode => letscode::run_aborted(error),
-            Dialect::Zi => zi::run_aborted(error),
-            Dialect::Acp => vec![("error", serde_json::json!({ "message": error }))],
-        }
+/// The metrics label of a request for `command`: the command itself when
+/// it is one of zut's command names (which cover letscode's too), `other`
+/// for the rest, so labels stay few.
+fn known_command_label(command: &str) -> &str {
+    if corral_protocol::zut::COMMAND_NAMES.contains(&command) {
+        command
+    } else {
+        "other"
     }
 }
 

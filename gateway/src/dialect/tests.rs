@@ -27,7 +27,9 @@ fn zut_stamps_seq_without_touching_other_bytes() {
 
 #[test]
 fn zut_lines_and_requests() {
-    let reply = Dialect::Zut.outbound(br#"{"type":"response","id":"corral-3","data":{}}"#);
+    let reply = Dialect::Zut
+        .rules()
+        .outbound(br#"{"type":"response","id":"corral-3","data":{}}"#);
     assert_eq!(
         reply,
         Some(Outbound::Reply {
@@ -36,24 +38,25 @@ fn zut_lines_and_requests() {
         })
     );
     assert_eq!(
-        Dialect::Zut.outbound(br#"{"type":"done","seq":1}"#),
+        Dialect::Zut.rules().outbound(br#"{"type":"done","seq":1}"#),
         Some(Outbound::Event(EventKind::RunEnd))
     );
-    assert_eq!(Dialect::Zut.outbound(b"not json"), None);
-    assert_eq!(Dialect::Zut.outbound(b"[]"), None);
+    assert_eq!(Dialect::Zut.rules().outbound(b"not json"), None);
+    assert_eq!(Dialect::Zut.rules().outbound(b"[]"), None);
     let prompt = object(json!({"id": 5, "type": "prompt", "message": "hi"}));
     assert_eq!(
-        Dialect::Zut.inbound(&prompt, false),
+        Dialect::Zut.rules().inbound(&prompt, false),
         Inbound::Forward {
             id: Some(json!(5)),
             command: "prompt".into()
         }
     );
-    let Inbound::Reject(refused) = Dialect::Zut.inbound(&prompt, true) else {
+    let Inbound::Reject(refused) = Dialect::Zut.rules().inbound(&prompt, true) else {
         panic!("observers may not prompt");
     };
     assert!(text(&refused).contains(r#""success":false"#));
     let restored = Dialect::Zut
+        .rules()
         .restore_id(
             br#"{"type":"response","id":"corral-9","success":true}"#,
             None,
@@ -83,7 +86,7 @@ fn zut_made_up_frames() {
 
 #[test]
 fn letscode_tells_control_messages_from_events() {
-    let d = Dialect::Letscode;
+    let d = Dialect::Letscode.rules();
     assert_eq!(
         d.outbound(br#"{"type":"ack","id":"corral-1"}"#),
         Some(Outbound::Reply {
@@ -124,7 +127,7 @@ fn letscode_tells_control_messages_from_events() {
 
 #[test]
 fn letscode_commands_hello_and_bye() {
-    let d = Dialect::Letscode;
+    let d = Dialect::Letscode.rules();
     let hello = object(json!({"cmd": "hello", "id": "h", "token": "t", "resume_after": 4}));
     assert_eq!(
         d.client_hello(&hello),
@@ -147,7 +150,7 @@ fn letscode_commands_hello_and_bye() {
     assert!(text(&refusal).contains(r#""fatal":true"#));
     assert_eq!(
         d.inbound(&object(json!({"cmd": "bye"})), true),
-        Inbound::Bye { id: None }
+        Inbound::Leave { id: None }
     );
     assert!(matches!(
         d.inbound(&object(json!({"cmd": "prompt", "text": "x"})), true),
@@ -185,10 +188,10 @@ fn zi_frames_are_stamped_per_connection() {
     let line =
         br#"{"version":1,"sequence":41,"type":"session_event","event":{"type":"agent_end"}}"#;
     assert_eq!(
-        Dialect::Zi.outbound(line),
+        Dialect::Zi.rules().outbound(line),
         Some(Outbound::Event(EventKind::RunEnd))
     );
-    let event = Dialect::Zi.event_bytes(line, 7, None).unwrap();
+    let event = Dialect::Zi.rules().event_bytes(line, 7, None).unwrap();
     assert_eq!(
         text(&event),
         r#"{"version":1,"type":"session_event","event":{"type":"agent_end"},"seq":7}"#
@@ -197,10 +200,11 @@ fn zi_frames_are_stamped_per_connection() {
     // Another field order takes the slow path to the same form.
     let other = br#"{"type":"session_event","sequence":3,"version":1,"event":{}}"#;
     assert_eq!(
-        text(&Dialect::Zi.event_bytes(other, 8, None).unwrap()),
+        text(&Dialect::Zi.rules().event_bytes(other, 8, None).unwrap()),
         r#"{"version":1,"type":"session_event","event":{},"seq":8}"#
     );
     let restored = Dialect::Zi
+        .rules()
         .restore_id(
             br#"{"version":1,"sequence":5,"type":"response","id":"corral-2","ok":true}"#,
             Some(json!("mine")),
@@ -215,7 +219,7 @@ fn zi_frames_are_stamped_per_connection() {
 
 #[test]
 fn zi_requests() {
-    let d = Dialect::Zi;
+    let d = Dialect::Zi.rules();
     let hello = object(
         json!({"version": 1, "id": "a", "method": "connection.hello",
         "params": {"token": "t", "resumeAfter": 3}}),
@@ -235,7 +239,7 @@ fn zi_requests() {
     );
     assert_eq!(
         d.inbound(&set, true),
-        Inbound::SetEvents {
+        Inbound::SetFilter {
             id: json!("e"),
             all: false
         }
@@ -270,7 +274,9 @@ fn events_are_routed_by_their_leading_type_without_a_full_parse() {
     assert_eq!(leading_type(br#"{"id":"1","type":"response"}"#), None);
     // A letscode control message still gets its id read.
     assert_eq!(
-        Dialect::Letscode.outbound(br#"{"type":"done","id":"corral-7"}"#),
+        Dialect::Letscode
+            .rules()
+            .outbound(br#"{"type":"done","id":"corral-7"}"#),
         Some(Outbound::Reply {
             id: "corral-7".into(),
             last: true
@@ -282,12 +288,56 @@ fn events_are_routed_by_their_leading_type_without_a_full_parse() {
         "x".repeat(100_000)
     );
     assert_eq!(
-        Dialect::Letscode.outbound(update.as_bytes()),
+        Dialect::Letscode.rules().outbound(update.as_bytes()),
         Some(Outbound::Event(EventKind::Other))
     );
     let start = br#"{"version":1,"sequence":12,"type":"session_event","event":{"type":"agent_start","x":1}}"#;
     assert_eq!(
-        Dialect::Zi.outbound(start),
+        Dialect::Zi.rules().outbound(start),
         Some(Outbound::Event(EventKind::RunStart))
     );
+}
+
+/// A W3C trace parent, as a forwarded request carries it.
+const PARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+fn with_context(dialect: Dialect, frame: Value) -> Value {
+    let mut frame = object(frame);
+    dialect.rules().put_trace_context(&mut frame, PARENT.into());
+    Value::Object(frame)
+}
+
+#[test]
+fn each_dialect_carries_the_context_where_its_agent_reads_it() {
+    let zut = with_context(Dialect::Zut, json!({"type": "prompt", "message": "m"}));
+    assert_eq!(zut["traceparent"], PARENT);
+    let letscode = with_context(Dialect::Letscode, json!({"cmd": "prompt", "text": "t"}));
+    assert_eq!(letscode["traceparent"], PARENT);
+    let acp = json!({"jsonrpc": "2.0", "id": 1, "method": "session/prompt",
+        "params": {"sessionId": "s", "_meta": {"x": 1}}});
+    let acp = with_context(Dialect::Acp, acp);
+    assert_eq!(
+        acp["params"]["_meta"],
+        json!({"x": 1, "traceparent": PARENT})
+    );
+    let bare = json!({"jsonrpc": "2.0", "id": 1, "method": "session/prompt",
+        "params": {"sessionId": "s"}});
+    let bare = with_context(Dialect::Acp, bare);
+    assert_eq!(bare["params"]["_meta"]["traceparent"], PARENT);
+    // Zi refuses unknown fields: its records stay as they are.
+    let zi = json!({"version": 1, "id": "1", "method": "prompt", "params": {}});
+    assert_eq!(with_context(Dialect::Zi, zi.clone()), zi);
+}
+
+#[test]
+fn every_dialect_is_named_alike_on_the_command_line_in_the_file_and_by_its_rules() {
+    use clap::ValueEnum;
+    for dialect in Dialect::all() {
+        let name = dialect.rules().name();
+        let flag = dialect.to_possible_value().unwrap();
+        assert_eq!(flag.get_name(), name);
+        assert_eq!(Dialect::named(name), Some(*dialect));
+        let from_file: Dialect = serde_json::from_value(json!(name)).unwrap();
+        assert_eq!(from_file, *dialect);
+    }
 }

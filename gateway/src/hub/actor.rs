@@ -69,13 +69,15 @@ pub(super) struct Hub {
     pub model: Option<String>,
     /// The latest cumulative usage reported by the child.
     pub usage: Option<Value>,
-    /// letscode clients that said `bye`, with its id: dismissed once no
-    /// run is active.
+    /// Clients that said they leave (the dialect's `Leave` capability),
+    /// with the id of that request: dismissed once no run is active.
     pub leaving: Vec<(ClientId, Option<Value>)>,
-    /// Zi attaches waiting for their `ready`'s state snapshot, by the id
-    /// of the `session.get_state` sent for it.
-    pub snapshots: HashMap<GatewayId, WaitingAttach>,
-    /// Requests of the child waiting for a client's answer (ACP).
+    /// Attaches waiting for the state snapshot their greeting carries
+    /// (the dialect's `state_request`), by the id of the request sent for
+    /// it.
+    pub awaiting_state: HashMap<GatewayId, WaitingAttach>,
+    /// Requests of the child waiting for a client's answer (the dialect's
+    /// `ChildAsks` capability).
     pub asks: Asks,
 }
 
@@ -115,7 +117,7 @@ impl Hub {
             model: None,
             usage: None,
             leaving: Vec::new(),
-            snapshots: HashMap::new(),
+            awaiting_state: HashMap::new(),
             asks: Asks::default(),
         }
     }
@@ -139,8 +141,13 @@ impl Hub {
                 _ => {}
             }
         }
-        let snapshots = self.snapshots.drain().map(|(_, w)| w);
-        for waiting in self.waiting.take_attaches().into_iter().chain(snapshots) {
+        let awaiting_state = self.awaiting_state.drain().map(|(_, w)| w);
+        for waiting in self
+            .waiting
+            .take_attaches()
+            .into_iter()
+            .chain(awaiting_state)
+        {
             let _ = waiting.reply.send(Err(AttachError::Gone));
         }
         for done in self.stopped.drain(..) {
@@ -184,7 +191,7 @@ impl Hub {
         self.ending
             || (self.clients.is_empty()
                 && !self.waiting.has_attaches()
-                && self.snapshots.is_empty()
+                && self.awaiting_state.is_empty()
                 && !self.runs.busy()
                 && matches!(
                     self.supervision,
@@ -247,6 +254,7 @@ impl Hub {
         let line = self
             .settings
             .dialect
+            .rules()
             .abort_line(&id.to_string(), &self.hello);
         self.abort_claim(id, &line);
         if let Err(refused) = self.send_line(line) {
@@ -257,7 +265,7 @@ impl Hub {
     /// Notes what an admin abort (request `line`, id `id`) does to runs
     /// (a Zi interrupt discards the runs queued before it).
     fn abort_claim(&mut self, id: GatewayId, line: &str) {
-        let dialect = self.settings.dialect;
+        let dialect = self.settings.dialect.rules();
         let Ok(Value::Object(frame)) = serde_json::from_str::<Value>(line) else {
             return;
         };

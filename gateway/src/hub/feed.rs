@@ -231,15 +231,22 @@ impl ClientFeed {
 
     /// Whether this client is sent `event`.
     fn wants(&self, bytes: &Bytes, audience: &Audience) -> bool {
-        (self.events || !self.dialect.is_optional_event(bytes))
+        (self.events || !self.is_optional_event(bytes))
             && self.owner.is_none_or(|owner| audience.includes(owner))
+    }
+
+    /// Whether a stored frame is an event this client may have turned off
+    /// (the dialect's event filter).
+    fn is_optional_event(&self, bytes: &[u8]) -> bool {
+        let filter = self.dialect.rules().event_filter();
+        filter.is_some_and(|filter| filter.is_optional_event(bytes))
     }
 
     /// Speaks `dialect`: when it numbers frames per connection (Zi
     /// `sequence`), every frame sent is numbered from 1.
     pub fn with_dialect(mut self, dialect: Dialect) -> ClientFeed {
         self.dialect = dialect;
-        self.sequence = dialect.sequenced().then_some(0);
+        self.sequence = dialect.rules().sequenced().then_some(0);
         self
     }
 
@@ -249,7 +256,7 @@ impl ClientFeed {
         match self.sequence.as_mut() {
             Some(sequence) => {
                 *sequence += 1;
-                self.dialect.stamp(&bytes, *sequence)
+                self.dialect.rules().stamp(&bytes, *sequence)
             }
             None => bytes,
         }

@@ -223,7 +223,9 @@ async fn own_runs_skip_other_clients_runs_live_and_on_replay() {
 fn sequenced() -> crate::dialect::Dialect {
     use clap::ValueEnum;
     let all = crate::dialect::Dialect::value_variants();
-    *all.iter().find(|dialect| dialect.sequenced()).unwrap()
+    *all.iter()
+        .find(|dialect| dialect.rules().sequenced())
+        .unwrap()
 }
 
 #[tokio::test]

@@ -24,7 +24,7 @@ impl Hub {
         // Minted before it is known to be needed: a number skipped is
         // never seen.
         let id = self.mint.state();
-        let Some(line) = self.settings.dialect.state_request(&id.to_string()) else {
+        let Some(line) = self.settings.dialect.rules().state_request(&id.to_string()) else {
             self.finish_attach(waiting, Value::Null);
             return;
         };
@@ -32,10 +32,10 @@ impl Hub {
             self.waiting.push_attach(waiting);
             return;
         }
-        self.snapshots.insert(id, waiting);
+        self.awaiting_state.insert(id, waiting);
         if let Err(refused) = self.send_line(line) {
             // Not sent: the attach waits for the next child, or fails now.
-            if let Some(waiting) = self.snapshots.remove(&id) {
+            if let Some(waiting) = self.awaiting_state.remove(&id) {
                 match refused {
                     SendError::Gone => self.waiting.push_attach(waiting),
                     SendError::Full => {
@@ -50,8 +50,8 @@ impl Hub {
 
     /// Puts attaches that waited for a snapshot back in line for the next
     /// child (or refuses them when there will be none soon).
-    pub(super) fn requeue_snapshots(&mut self) {
-        for (_, waiting) in std::mem::take(&mut self.snapshots) {
+    pub(super) fn requeue_awaiting_state(&mut self) {
+        for (_, waiting) in std::mem::take(&mut self.awaiting_state) {
             if self.supervision.state() == ChildState::Failed {
                 let _ = waiting.reply.send(Err(AttachError::CrashLoop(
                     self.settings.restart.cooldown.as_secs(),
@@ -142,7 +142,11 @@ impl Hub {
     /// known by.
     fn greeting(&self, owner: ClientId, join: &Join, gap: bool, state: Value) -> Vec<Bytes> {
         let gateway = self.gateway_info(owner, join.role, gap);
-        let mut frames = self.settings.dialect.greeting(&self.hello, gateway, state);
+        let mut frames = self
+            .settings
+            .dialect
+            .rules()
+            .greeting(&self.hello, gateway, state);
         if let Some(id) = &join.hello {
             frames.extend(self.hello_answer(owner, join.role, id.as_ref(), gap));
         }
@@ -160,6 +164,7 @@ impl Hub {
         let gateway = self.gateway_info(client, role, gap);
         self.settings
             .dialect
+            .rules()
             .hello_answer(id, &self.hello, gateway, gap)
     }
 

@@ -102,10 +102,12 @@ async fn spawn_and_greet(
     })?;
     settings.metrics.child_spawns.inc();
     let timeout = settings.ready_timeout;
-    let dialect = settings.dialect;
+    let dialect = settings.dialect.rules();
     let greeted = match dialect.child_greeting() {
         ChildGreeting::TokenHello => handshake::hello(&process, &mut output, &token, timeout).await,
-        ChildGreeting::Ready => handshake::ready(&process, &mut output, dialect, timeout).await,
+        ChildGreeting::Ready => {
+            handshake::ready(&process, &mut output, settings.dialect, timeout).await
+        }
         ChildGreeting::Requests => {
             let kept = off_loop(project, settings, |project, settings| {
                 kept_session(&settings.sessions_dir, project)
@@ -118,7 +120,7 @@ async fn spawn_and_greet(
                     let hello =
                         handshake::requests(&process, &mut output, greeter.as_mut(), timeout).await;
                     if let Ok(hello) = &hello {
-                        let session = dialect.kept_session(hello);
+                        let session = dialect.one_session().and_then(|s| s.kept(hello));
                         if session.is_some() && session != kept {
                             let kept = off_loop(project, settings, move |project, settings| {
                                 keep_session(&settings.sessions_dir, project, session.as_deref());
@@ -245,7 +247,7 @@ fn spawn_spec(
         Some(command) => third_party(project, &dir, settings, command)?,
         None => {
             let mut args: Vec<OsString> = vec!["rpc".into()];
-            args.extend(settings.dialect.child_args());
+            args.extend(settings.dialect.rules().child_args());
             args.extend(settings.sandbox_args.iter().cloned());
             args.extend([
                 "--cwd".into(),
@@ -255,7 +257,7 @@ fn spawn_spec(
             ]);
             args.extend(settings.child_args.iter().cloned());
             let mut env = settings.child_env.clone();
-            if settings.dialect.child_token() {
+            if settings.dialect.rules().child_token() {
                 env.push((crate::supervisor::env::TOKEN_VAR.into(), token.into()));
             }
             (settings.child_bin.clone(), args, env)

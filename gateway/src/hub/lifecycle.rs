@@ -7,7 +7,7 @@ use std::mem;
 use std::time::SystemTime;
 
 use nix::sys::signal::Signal;
-use serde_json::{json, Value};
+use serde_json::json;
 use tokio::time::Instant;
 
 use super::actor::Hub;
@@ -47,7 +47,7 @@ impl Hub {
     fn started(&mut self, launched: Launched) {
         let pid = launched.control.pid();
         tracing::info!(project = %self.project, pid, restarts = self.restarts, "agent ready");
-        self.model = model_of(&launched.hello);
+        self.model = self.settings.dialect.rules().model_of(&launched.hello);
         self.hello = launched.hello.clone();
         self.supervision = Supervision::Ready(Running::new(launched));
         self.status
@@ -99,7 +99,7 @@ impl Hub {
 
     /// Answers the requests that waited for a child that will not come.
     fn refuse_waiting_requests(&mut self, error: &str) {
-        let dialect = self.settings.dialect;
+        let dialect = self.settings.dialect.rules();
         for (client, frame) in self.waiting.take_requests() {
             // Only requests for the child wait for it.
             let command = match dialect.inbound(&frame, false) {
@@ -167,7 +167,7 @@ impl Hub {
         self.fail_pending(&format!(
             "the agent process exited before answering ({what})"
         ));
-        self.requeue_snapshots();
+        self.requeue_awaiting_state();
     }
 
     /// Records a crash and schedules the restart (`Backoff`), or marks a
@@ -270,7 +270,7 @@ impl Hub {
                 );
                 self.end_runs("the agent was restarted by an administrator");
                 self.fail_pending("the agent was restarted by an administrator");
-                self.requeue_snapshots();
+                self.requeue_awaiting_state();
                 self.restarts += 1;
                 self.settings.metrics.child_restarts.inc();
                 self.start_child();
@@ -304,7 +304,7 @@ impl Hub {
         self.end_runs(&error);
         self.fail_pending(&error);
         self.refuse_waiting_requests(&error);
-        self.requeue_snapshots();
+        self.requeue_awaiting_state();
         let message = match reason {
             StopReason::Shutdown => "the gateway is shutting down",
             StopReason::Admin => "the agent was stopped by an administrator",
@@ -329,7 +329,7 @@ impl Hub {
         // A child that does not read its input does not answer either:
         // the deadline holds whether or not the ping got through.
         child.ping_deadline = Some(Instant::now() + timeout);
-        let line = self.settings.dialect.ping_line(&id.to_string());
+        let line = self.settings.dialect.rules().ping_line(&id.to_string());
         let _ = self.send_line(line);
     }
 
@@ -357,18 +357,6 @@ impl Hub {
             child.control.kill();
         }
     }
-}
-
-/// The model a child's greeting names.
-fn model_of(hello: &serde_json::Map<String, Value>) -> Option<String> {
-    hello
-        .get("model")
-        .and_then(Value::as_str)
-        .or_else(|| {
-            let state = hello.get("state")?;
-            state.pointer("/model/model/id")?.as_str()
-        })
-        .map(str::to_string)
 }
 
 fn describe(exit: ExitInfo) -> String {

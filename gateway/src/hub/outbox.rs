@@ -35,6 +35,7 @@ impl Hub {
             bytes: self
                 .settings
                 .dialect
+                .rules()
                 .gateway_event(kind, fields, seq, run_id),
             audience: run.map_or(Audience::Everyone, Run::audience),
         });
@@ -116,7 +117,7 @@ impl Hub {
     /// Fails every request still waiting for the child.
     pub(super) fn fail_pending(&mut self, error: &str) {
         self.asks_dropped();
-        let dialect = self.settings.dialect;
+        let dialect = self.settings.dialect.rules();
         for pending in self.pending.drain() {
             let reply = dialect.request_failed(
                 pending.original.as_ref(),
@@ -132,7 +133,7 @@ impl Hub {
     /// Ends the run in flight for clients: the child cannot any more.
     pub(super) fn end_runs(&mut self, error: &str) {
         if let Some(cut) = self.runs.reset() {
-            for (kind, fields) in self.settings.dialect.run_aborted(error) {
+            for (kind, fields) in self.settings.dialect.rules().run_aborted(error) {
                 self.emit_for(cut.run.as_ref(), kind, fields);
             }
         }

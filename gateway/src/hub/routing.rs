@@ -34,11 +34,12 @@ impl Hub {
         let Some(role) = self.clients.get(client).map(|c| c.role) else {
             return;
         };
-        let dialect = self.settings.dialect;
-        if self.leaving.iter().any(|(c, _)| *c == client) {
-            let reply = dialect.after_bye(frame.get("id"));
-            self.unicast(client, reply);
-            return;
+        let dialect = self.settings.dialect.rules();
+        if let Some(leave) = dialect.leave() {
+            if self.leaving.iter().any(|(c, _)| *c == client) {
+                self.unicast(client, leave.after_leave(frame.get("id")));
+                return;
+            }
         }
         match dialect.inbound(&frame, role == Role::Observer) {
             Inbound::Reject(reply) => self.unicast(client, reply),
@@ -47,14 +48,20 @@ impl Hub {
                 refusal,
                 own_runs,
             } => self.hello(client, role, id, refusal, own_runs),
-            Inbound::Bye { id } => {
-                self.unicast(client, dialect.bye_ack(id.as_ref()));
+            Inbound::Leave { id } => {
+                // Only a dialect that can leave asks to.
+                let Some(leave) = dialect.leave() else { return };
+                self.unicast(client, leave.ack(id.as_ref()));
                 self.leaving.push((client, id));
                 self.dismiss_leaving();
             }
-            Inbound::Session { id, load, session } => {
-                let answer = dialect.session_answer(&id, &self.hello, load, session.as_deref());
-                let known = dialect.kept_session(&self.hello);
+            Inbound::OpenSession { id, load, session } => {
+                // Only a dialect with one session opens it.
+                let Some(sessions) = dialect.one_session() else {
+                    return;
+                };
+                let answer = sessions.answer(&id, &self.hello, load, session.as_deref());
+                let known = sessions.kept(&self.hello);
                 // Once per connection (a load cannot be repeated to make the
                 // gateway send its ring over and over).
                 let replay = load
@@ -72,12 +79,16 @@ impl Hub {
                 self.unicast(client, answer);
             }
             Inbound::Notify { command } => self.notify(client, frame, &command),
-            Inbound::Answer { id } => self.client_answer(client, &frame, &id),
+            Inbound::AnswerAsk { id } => self.client_answer(client, &frame, &id),
             Inbound::Ignore => {}
-            Inbound::SetEvents { id, all } => {
+            Inbound::SetFilter { id, all } => {
+                // Only a dialect with optional events filters them.
+                let Some(filter) = dialect.event_filter() else {
+                    return;
+                };
                 let after_seq = self.feed.last_seq();
                 self.unicast_item(client, Unicast::Events { after_seq, all });
-                self.unicast(client, dialect.events_set(&id, all));
+                self.unicast(client, filter.filter_set(&id, all));
             }
             Inbound::Forward { id, command } => {
                 let requests = ClientIds {
@@ -134,7 +145,7 @@ impl Hub {
         id: Option<Value>,
         command: String,
     ) {
-        let dialect = self.settings.dialect;
+        let dialect = self.settings.dialect.rules();
         if self.supervision.ready().is_none() {
             if self.supervision.state() == ChildState::Failed {
                 let error = "the agent is in a crash loop and was not restarted";
@@ -251,7 +262,7 @@ impl Hub {
         let metrics = self.settings.metrics.clone();
         metrics.frame(Direction::ChildToGateway, line.len());
         self.heard_from_child();
-        let dialect = self.settings.dialect;
+        let dialect = self.settings.dialect.rules();
         match dialect.outbound(line) {
             None => {
                 metrics.invalid_frame("child", "malformed");
@@ -279,7 +290,7 @@ impl Hub {
                     });
                 }
                 // After the push: what a run's end releases (a leaving
-                // letscode client's `done`) comes after its last event.
+                // client's farewell) comes after its last event.
                 match kind {
                     EventKind::RunStart => self.run_started(RequestSpan::default()),
                     EventKind::RunEnd => {
@@ -323,11 +334,14 @@ impl Hub {
         self.publish();
     }
 
-    /// Clients that said they leave (letscode `bye`) get the dialect's
+    /// Clients that said they leave ([`Inbound::Leave`]) get the dialect's
     /// farewell and a close once no run is active and their own commands
     /// are answered (a prompt's `done` comes just after its run's
     /// `agent_end`).
     pub(super) fn dismiss_leaving(&mut self) {
+        let Some(leave) = self.settings.dialect.rules().leave() else {
+            return;
+        };
         if self.leaving.is_empty() || self.runs.busy() {
             return;
         }
@@ -336,7 +350,7 @@ impl Hub {
             .partition(|(client, _)| !self.pending.has_client(*client));
         self.leaving = waiting;
         for (client, id) in ready {
-            for frame in self.settings.dialect.farewell(id.as_ref()) {
+            for frame in leave.farewell(id.as_ref()) {
                 self.unicast(client, frame);
             }
             self.close_client(client, CLOSE_NORMAL, "bye");
@@ -373,7 +387,7 @@ impl Hub {
 
     /// The state snapshot a waiting attach asked for.
     fn state_snapshot(&mut self, line: &[u8], id: GatewayId) {
-        let Some(waiting) = self.snapshots.remove(&id) else {
+        let Some(waiting) = self.awaiting_state.remove(&id) else {
             tracing::debug!(project = %self.project, %id, "dropped a state nobody waits for");
             return;
         };
@@ -386,7 +400,7 @@ impl Hub {
 
     /// An answer to a client's request or an admin abort.
     fn request_answered(&mut self, line: &[u8], id: GatewayId, last: bool) {
-        let dialect = self.settings.dialect;
+        let dialect = self.settings.dialect.rules();
         let pending = if last {
             self.pending.take(id)
         } else {

@@ -31,7 +31,7 @@ const COOLDOWN: Duration = Duration::from_secs(300);
 
 fn settings() -> HubSettings {
     HubSettings {
-        dialect: Dialect::Zut,
+        dialect: Dialect::default(),
         child_bin: PathBuf::from("corral-agent"),
         child_args: Vec::new(),
         child_command: None,
@@ -665,7 +665,7 @@ async fn a_runaway_agent_cannot_pile_up_requests_for_its_clients() {
     // Room for every request in the client's outbox (a client that lets
     // them pile up unread is disconnected, and asked again on return).
     let mut h = harness(HubSettings {
-        dialect: Dialect::Acp,
+        dialect: Dialect::named("acp").unwrap(),
         outbox_frames: 4 * limit,
         ..settings()
     });
@@ -733,4 +733,57 @@ async fn answers_under_ids_the_hub_never_sent_reach_no_client() {
     assert_eq!(answers[0]["id"], "corral-ping-1");
     assert_eq!(answers[0]["data"]["for"], gateway_id.as_str());
     assert_eq!(h.state(), ChildState::Ready);
+}
+
+/// A dialect the hub has never heard of (the test-only `toy`, which only
+/// implements the dialect rules) carries a whole conversation: a hello,
+/// a request under a gateway id and its answer under the client's, and a
+/// run's events to every client.
+#[tokio::test(start_paused = true)]
+async fn a_dialect_that_only_implements_the_rules_carries_a_conversation() {
+    let mut h = harness(HubSettings {
+        dialect: Dialect::named("toy").unwrap(),
+        ..settings()
+    });
+    let start = h.next_start().await;
+    let (first, second) = (attach_later(&h.hub), attach_later(&h.hub));
+    let mut child = FakeChild::start(start, true);
+    let mut asker = first.await.unwrap().unwrap();
+    let mut watcher = second.await.unwrap().unwrap();
+
+    h.hub
+        .request(asker.client, request(json!({"type": "hello", "id": "h"})))
+        .await;
+    let (frames, close) = received(&mut asker).await;
+    assert_eq!(close, None);
+    assert_eq!(frames.len(), 1, "{frames:?}");
+    assert_eq!(frames[0]["id"], "h");
+    assert_eq!(frames[0]["welcome"]["project"], "alpha");
+
+    h.hub
+        .request(asker.client, request(json!({"type": "work", "id": "mine"})))
+        .await;
+    let sent = child.next_request().await;
+    assert_eq!(sent["type"], "work");
+    let gateway_id = sent["id"].as_str().unwrap().to_string();
+    assert_ne!(gateway_id, "mine");
+    child.say(json!({"id": gateway_id, "result": 42})).await;
+    let (frames, _) = received(&mut asker).await;
+    assert_eq!(frames, [json!({"id": "mine", "result": 42})]);
+
+    child.say(json!({"event": "run_start"})).await;
+    child.say(json!({"event": "note", "text": "hi"})).await;
+    let mut seen = vec![received(&mut asker).await.0, received(&mut watcher).await.0];
+    assert!(h.hub.status().busy, "a run is active");
+    child.say(json!({"event": "run_end"})).await;
+    seen[0].extend(received(&mut asker).await.0);
+    seen[1].extend(received(&mut watcher).await.0);
+    for frames in seen {
+        let events: Vec<&str> = frames.iter().filter_map(|f| f["event"].as_str()).collect();
+        assert_eq!(events, ["run_start", "note", "run_end"], "{frames:?}");
+        let run = &frames[0]["run"];
+        assert!(run.is_string(), "the run's events name it: {frames:?}");
+        assert!(frames.iter().all(|f| &f["run"] == run && f["seq"].is_u64()));
+    }
+    assert!(!h.hub.status().busy, "the run ended");
 }

@@ -94,6 +94,7 @@ pub async fn ready(
         |frame: &Map<String, Value>| frame.get("type").and_then(Value::as_str) == Some("ready");
     let frame = next_object(child, output, deadline, timeout, is_ready).await?;
     dialect
+        .rules()
         .check_ready(&frame)
         .map_err(HandshakeError::Refused)?;
     Ok(frame)

@@ -81,14 +81,14 @@ pub async fn read_hello(
         Refusal::new(None, AuthFailure::NotHello, error)
     })?;
     let id = frame.get("id").cloned();
-    let hello = match state.dialect.client_hello(&frame) {
+    let hello = match state.dialect.rules().client_hello(&frame) {
         Some(Ok(hello)) => hello,
         Some(Err(error)) => return Err(Refusal::new(id, AuthFailure::NotHello, error)),
         None => {
             return Err(Refusal::new(
                 id,
                 AuthFailure::NotHello,
-                state.dialect.hello_required(),
+                state.dialect.rules().hello_required(),
             ))
         }
     };

@@ -248,7 +248,7 @@ async fn refuse(
     message: &str,
     code: u16,
 ) {
-    let reply = state.dialect.refusal(id, kind, message);
+    let reply = state.dialect.rules().refusal(id, kind, message);
     let _ = preauth::send_text(io, &reply).await;
     preauth::close(io, code, message).await;
 }
@@ -344,7 +344,10 @@ async fn refuse_attached(
     message: &str,
 ) {
     let id = hello.answer.clone().flatten();
-    let reply = state.dialect.refusal(id.as_ref(), "unavailable", message);
+    let reply = state
+        .dialect
+        .rules()
+        .refusal(id.as_ref(), "unavailable", message);
     let _ = sink.send(session::text(reply)).await;
     session::close(sink, code, message).await;
 }

@@ -119,7 +119,10 @@ pub async fn read_loop(
             Next::End => return ReadEnd::Closed,
             Next::TooLarge => return ReadEnd::TooLarge,
             Next::Frame(frame) => hub.request(client, frame).await,
-            Next::Malformed(error) => hub.reply(client, state.dialect.malformed(&error)).await,
+            Next::Malformed(error) => {
+                hub.reply(client, state.dialect.rules().malformed(&error))
+                    .await
+            }
         }
     }
 }

@@ -56,7 +56,7 @@ fn set_events_is_as_strict_as_the_childs() {
         );
         assert_eq!(
             inbound(&frame, false),
-            Inbound::SetEvents {
+            Inbound::SetFilter {
                 id: json!("e"),
                 all
             }

@@ -21,6 +21,8 @@
 //!   clients get `$/cancel_request` and a `_corral/request_resolved`
 //!   notification with the outcome.
 
+mod rules;
+
 use bytes::Bytes;
 use serde_json::{json, Map, Value};
 
@@ -28,6 +30,7 @@ use super::{to_bytes, ClientHello, EventKind, Inbound, Outbound, OwnRuns};
 
 pub use corral_protocol::acp::error_code;
 use corral_protocol::acp::{method, JSONRPC, PROTOCOL_VERSION};
+pub use rules::Acp;
 
 /// Methods an observer may call (the gateway answers them all).
 pub const OBSERVER_METHODS: [&str; 3] = [
@@ -77,7 +80,7 @@ pub fn inbound(frame: &Map<String, Value>, observer: bool) -> Inbound {
             if observer {
                 return Inbound::Ignore;
             }
-            return Inbound::Answer { id };
+            return Inbound::AnswerAsk { id };
         }
         return Inbound::Reject(error(
             None,
@@ -109,7 +112,7 @@ pub fn inbound(frame: &Map<String, Value>, observer: bool) -> Inbound {
             own_runs: OwnRuns::default(),
         },
         method::SESSION_NEW | method::SESSION_LOAD => match id {
-            Some(id) => Inbound::Session {
+            Some(id) => Inbound::OpenSession {
                 id,
                 load: method == method::SESSION_LOAD,
                 session: frame
@@ -466,5 +469,4 @@ impl Greeter {
 }
 
 #[cfg(test)]
-#[path = "acp_tests.rs"]
 mod tests;

@@ -40,7 +40,7 @@ fn client_messages_are_sorted() {
             json!({"jsonrpc": "2.0", "id": 2, "method": "session/load", "params": {"sessionId": "s"}}),
             false
         ),
-        Inbound::Session {
+        Inbound::OpenSession {
             id: json!(2),
             load: true,
             session: Some("s".into())
@@ -70,7 +70,7 @@ fn client_messages_are_sorted() {
             json!({"jsonrpc": "2.0", "id": "corral-ask-1", "result": {}}),
             false
         ),
-        Inbound::Answer {
+        Inbound::AnswerAsk {
             id: json!("corral-ask-1")
         }
     );

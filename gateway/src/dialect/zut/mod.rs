@@ -7,11 +7,16 @@
 //! a run carries `run_id` (before `seq`), and a `prompt`/`compact`
 //! response with `started:true` names it in `data.run_id`.
 
+mod rules;
+
 use bytes::Bytes;
 use serde_json::{json, Map, Value};
 
 use super::{to_bytes, trim, Answer, Claim, ClientHello, OwnRuns};
 use super::{EventKind, Inbound, Outbound};
+
+pub(super) use rules::attach_hello_answer;
+pub use rules::Zut;
 
 /// The run id field of events (and of a response's `data`).
 pub const RUN_FIELD: &str = "run_id";

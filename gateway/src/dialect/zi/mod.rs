@@ -24,12 +24,15 @@
 //!   `session.prompt` (or `command.invoke compact`) response that started
 //!   or queued a run names it in `result.runId`.
 
+mod rules;
+
 use bytes::Bytes;
 use serde_json::{json, Map, Value};
 
 use super::{to_bytes, Answer, Claim, ClientHello, EventKind, Inbound, Outbound, OwnRuns};
 
 pub use corral_protocol::zi::MAX_ID_BYTES;
+pub use rules::Zi;
 /// Ordinary operations one client may have in flight (the document's
 /// bound, per connection).
 pub const CLIENT_IN_FLIGHT: usize = corral_protocol::zi::MAX_IN_FLIGHT;
@@ -122,7 +125,7 @@ pub fn inbound(frame: &Map<String, Value>, observer: bool) -> Inbound {
             Err(e) => reject(Some(id), e),
         },
         "connection.set_events" => match event_mode(frame) {
-            Ok(mode) => Inbound::SetEvents {
+            Ok(mode) => Inbound::SetFilter {
                 id: id_value,
                 all: mode != "none",
             },
@@ -420,5 +423,4 @@ pub fn name_run(frame: &mut Map<String, Value>, run: &str) {
 }
 
 #[cfg(test)]
-#[path = "zi_tests.rs"]
 mod tests;
