@@ -9,8 +9,10 @@
 //! Agent Client Protocol in [`acp`].
 
 pub mod acp;
+pub mod dialects;
 pub mod letscode;
 mod trace_context;
+pub mod transcript_wire;
 pub mod zi;
 pub mod zut;
 
