@@ -34,7 +34,7 @@ use crate::metrics::{Direction, Metrics, CHILD_STATES, TOKEN_KINDS};
 use crate::procfs;
 use crate::projects;
 use crate::registry::RegistryError;
-use crate::server::AppState;
+use crate::state::AppState;
 
 const OPENAPI: &str = include_str!("openapi.json");
 
@@ -44,27 +44,6 @@ const MAX_LISTED_DIRS: usize = 10_000;
 /// How long `start` waits for the child to be ready before answering 202
 /// (it keeps starting): under the HTTP timeout of every admin request.
 const START_WAIT: Duration = Duration::from_secs(20);
-
-/// How children are confined, as `/v1/stats` reports it under `sandbox`.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct ConfinementStatus {
-    /// The agent sandbox is on.
-    pub enabled: bool,
-    /// Tool commands reach the network.
-    pub tool_network: bool,
-    /// The account children run as, when not the gateway's.
-    pub child_user: Option<String>,
-    pub limits: LimitsStatus,
-}
-
-/// The per-child resource limits and what enforces them.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct LimitsStatus {
-    /// `cgroup2`, `cgroup1`, `rlimit` or `none`.
-    pub backend: &'static str,
-    pub memory_max: Option<u64>,
-    pub pids_max: Option<u64>,
-}
 
 pub fn router() -> Router<Arc<AppState>> {
     Router::new()
@@ -76,7 +55,7 @@ pub fn router() -> Router<Arc<AppState>> {
         // Every route above answers only the admin token (a success
         // proves it); the description below is public.
         .route_layer(axum::middleware::from_fn(
-            crate::server::protect_admin_connection,
+            crate::layers::protect_admin_connection,
         ))
         .route("/v1/openapi.json", get(openapi))
 }

@@ -33,7 +33,7 @@ use super::{
 };
 use crate::auth::Role;
 use crate::dialect::Inbound;
-use crate::supervisor::backoff::CrashHistory;
+use crate::process::backoff::CrashHistory;
 
 /// An attached client.
 pub(super) struct Client {

@@ -18,7 +18,7 @@
 //! Every frame queued for a client or handed to its writer is charged to
 //! its [`ClientBudget`] until written (events when they are taken from the
 //! ring, at most [`BATCH_BYTES`] or one frame at a time); a client over
-//! its byte bound is closed with [`CLOSE_LAGGED`] at once.
+//! its byte bound is closed with [`CloseCode::Lagged`] at once.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,6 +32,7 @@ use super::ring::{Evicted, Frame, ReplayRing};
 use super::runs::Audience;
 use crate::dialect::Dialect;
 use crate::metrics::Metrics;
+use crate::ws::close::CloseCode;
 
 /// Events handed to a client writer per wake-up, at most.
 const BATCH: usize = 256;
@@ -108,7 +109,7 @@ pub enum Unicast {
     /// Close the connection (after everything before it).
     Close {
         after_seq: u64,
-        code: u16,
+        code: CloseCode,
         reason: String,
     },
     /// Zi `connection.set_events`: from here on, send `session_event`s
@@ -141,12 +142,8 @@ pub enum Delivery {
     /// Frames to write, each charged until it is.
     Frames(Vec<Outgoing>),
     /// Stop: close the socket with this code and reason.
-    Close { code: u16, reason: String },
+    Close { code: CloseCode, reason: String },
 }
-
-/// Close code for a slow client: it fell out of the replay ring, or more
-/// bytes waited for it than its bound (or the total bound) allows.
-pub const CLOSE_LAGGED: u16 = 4000;
 
 /// One client's view of the feed.
 pub struct ClientFeed {
@@ -271,7 +268,7 @@ impl ClientFeed {
         self.unicast.close();
         while self.unicast.try_recv().is_ok() {}
         Delivery::Close {
-            code: CLOSE_LAGGED,
+            code: CloseCode::Lagged,
             reason: self.budget.message(why),
         }
     }
@@ -315,7 +312,7 @@ impl ClientFeed {
                 Err(Evicted { first_retained }) => {
                     self.metrics.slow_client_disconnects.inc();
                     return Delivery::Close {
-                        code: CLOSE_LAGGED,
+                        code: CloseCode::Lagged,
                         reason: format!(
                             "client fell behind: events {}..{} were dropped from the replay buffer; reconnect with resume_after and refetch get_messages",
                             self.cursor + 1,
@@ -387,7 +384,7 @@ impl ClientFeed {
 
     /// Moves held unicast items due at or before `upto` into `out`;
     /// returns a close that came due.
-    fn release(&mut self, upto: u64, out: &mut Vec<Outgoing>) -> Option<(u16, String)> {
+    fn release(&mut self, upto: u64, out: &mut Vec<Outgoing>) -> Option<(CloseCode, String)> {
         while self
             .held
             .front()
@@ -417,7 +414,7 @@ impl ClientFeed {
 fn close_after(
     held: &mut VecDeque<Unicast>,
     out: Vec<Outgoing>,
-    (code, reason): (u16, String),
+    (code, reason): (CloseCode, String),
 ) -> Delivery {
     if out.is_empty() {
         Delivery::Close { code, reason }
@@ -433,7 +430,7 @@ fn close_after(
 
 fn hub_gone() -> Delivery {
     Delivery::Close {
-        code: 1001,
+        code: CloseCode::GoingAway,
         reason: "the project's agent was stopped".into(),
     }
 }

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::hub::budget::Outgoing;
+use crate::ws::close::CloseCode;
 
 fn test_metrics() -> Arc<Metrics> {
     Arc::new(Metrics::new().unwrap())
@@ -72,7 +73,7 @@ async fn waits_for_new_events_and_closes_on_request() {
     push(&feed, 2);
     tx.send(Unicast::Close {
         after_seq: 1,
-        code: 1001,
+        code: CloseCode::GoingAway,
         reason: "bye".into(),
     })
     .await
@@ -81,7 +82,7 @@ async fn waits_for_new_events_and_closes_on_request() {
     assert_eq!(
         client.next().await,
         Delivery::Close {
-            code: 1001,
+            code: CloseCode::GoingAway,
             reason: "bye".into()
         }
     );
@@ -107,7 +108,7 @@ async fn a_lagging_client_is_caught_up_then_dropped_once_evicted() {
     }
     match slow.next().await {
         Delivery::Close { code, reason } => {
-            assert_eq!(code, CLOSE_LAGGED);
+            assert_eq!(code, CloseCode::Lagged);
             assert!(reason.contains("fell behind"), "{reason}");
             assert_eq!(metrics.slow_client_disconnects.get(), 1);
         }
@@ -182,7 +183,10 @@ async fn hub_gone_closes_the_client() {
     drop(tx);
     assert!(matches!(
         client.next().await,
-        Delivery::Close { code: 1001, .. }
+        Delivery::Close {
+            code: CloseCode::GoingAway,
+            ..
+        }
     ));
 }
 
@@ -292,7 +296,7 @@ async fn a_client_over_its_bytes_is_closed_with_the_slow_client_code_and_freed()
     assert!(budget.charge(30).is_err());
     match client.next().await {
         Delivery::Close { code, reason } => {
-            assert_eq!(code, CLOSE_LAGGED);
+            assert_eq!(code, CloseCode::Lagged);
             assert!(reason.contains("--client-buffer-bytes"), "{reason}");
         }
         other => panic!("expected a close, got {other:?}"),
@@ -317,7 +321,7 @@ async fn a_waiting_writer_is_woken_when_its_client_goes_over() {
     assert!(matches!(
         delivery,
         Delivery::Close {
-            code: CLOSE_LAGGED,
+            code: CloseCode::Lagged,
             ..
         }
     ));
@@ -337,7 +341,7 @@ async fn an_event_the_client_cannot_take_closes_it() {
     assert!(matches!(
         client.next().await,
         Delivery::Close {
-            code: CLOSE_LAGGED,
+            code: CloseCode::Lagged,
             ..
         }
     ));

@@ -46,9 +46,9 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::auth::Role;
 use crate::dialect::{Dialect, OwnRuns};
 use crate::metrics::Metrics;
-use crate::supervisor::backoff::RestartPolicy;
-use crate::supervisor::{Credentials, Limits, StderrTail};
-pub use feed::{ClientFeed, Delivery, Unicast, CLOSE_LAGGED};
+use crate::process::backoff::RestartPolicy;
+use crate::process::{Credentials, Limits, StderrTail};
+pub use feed::{ClientFeed, Delivery, Unicast};
 
 /// Commands a hub may have waiting before senders are slowed down.
 const COMMAND_QUEUE: usize = 1024;

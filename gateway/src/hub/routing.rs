@@ -22,11 +22,7 @@ use crate::auth::Role;
 use crate::dialect::hub::ClientRequests;
 use crate::dialect::{to_bytes, Claim, EventKind, Inbound, Outbound, OwnRuns};
 use crate::metrics::Direction;
-
-/// Close code for a client dismissed after it said it leaves.
-const CLOSE_NORMAL: u16 = 1000;
-/// Close code for a client whose protocol version the gateway lacks.
-const CLOSE_PROTOCOL: u16 = 1002;
+use crate::ws::close::CloseCode;
 
 impl Hub {
     pub(super) fn request(&mut self, client: u64, frame: Map<String, Value>) {
@@ -104,7 +100,7 @@ impl Hub {
     ) {
         if let Some(refusal) = refusal {
             self.unicast(client, refusal);
-            self.close_client(client, CLOSE_PROTOCOL, "protocol version mismatch");
+            self.close_client(client, CloseCode::Protocol, "protocol version mismatch");
             return;
         }
         let Some(entry) = self.clients.get_mut(&client) else {
@@ -342,7 +338,7 @@ impl Hub {
             for frame in self.settings.dialect.farewell(id.as_ref()) {
                 self.unicast(client, frame);
             }
-            self.close_client(client, CLOSE_NORMAL, "bye");
+            self.close_client(client, CloseCode::Normal, "bye");
         }
     }
 
