@@ -7,7 +7,9 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 use corral_protocol::ndjson::DEFAULT_MAX_LINE;
 use corral_protocol::permission::PermissionMode;
-use corral_protocol::zut::ReasoningLevel;
+
+pub use crate::agent_args::{AgentArgs, ToolNetwork};
+use crate::rpc::dialects::{Dialect, DEFAULT_MAX_IN_FLIGHT};
 
 /// What `corral-agent --help` says after the commands.
 const AFTER_HELP: &str = "\
@@ -58,7 +60,7 @@ pub enum Mode {
         agent: AgentArgs,
         /// Wire dialect on stdio: zut (zut RPC v1), letscode (letscode-rpc/1), zi (Zi RPC v1)
         /// or acp (Agent Client Protocol v1).
-        #[arg(long, value_enum, default_value_t = Dialect::Zut)]
+        #[arg(long, value_enum, default_value_t = Dialect::default())]
         dialect: Dialect,
         /// Tool calls that write files or run commands: auto (run them), ask (wait for the
         /// client's approval; not with zi) or read-only (refuse them). Clients change it at run
@@ -73,7 +75,7 @@ pub enum Mode {
         eof_grace: u64,
         /// Zi: ordinary operations that may be in flight at once (a gateway
         /// that bounds each of its clients raises it).
-        #[arg(long, default_value_t = crate::rpc::zi::MAX_IN_FLIGHT, value_name = "N",
+        #[arg(long, default_value_t = DEFAULT_MAX_IN_FLIGHT, value_name = "N",
             value_parser = clap::value_parser!(usize))]
         max_in_flight: usize,
     },
@@ -152,94 +154,6 @@ impl Mode {
     }
 }
 
-/// Whether tool commands may use the network.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum ToolNetwork {
-    On,
-    Off,
-}
-
-/// The RPC dialects the child speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Dialect {
-    Zut,
-    Letscode,
-    Zi,
-    Acp,
-}
-
-/// Flags shared by every mode.
-#[derive(Debug, Clone, Args)]
-pub struct AgentArgs {
-    /// LLM backend: anthropic, openai, or echo (offline: replies with the prompt's text).
-    #[arg(long, default_value = "anthropic")]
-    pub provider: String,
-    /// Model id (defaults to the provider's default model).
-    #[arg(long)]
-    pub model: Option<String>,
-    /// Working directory for tools and context files (default: the current directory).
-    #[arg(long)]
-    pub cwd: Option<PathBuf>,
-    /// API key (default: ANTHROPIC_API_KEY or OPENAI_API_KEY).
-    #[arg(long)]
-    pub api_key: Option<String>,
-    /// API base URL (default: ANTHROPIC_BASE_URL or OPENAI_BASE_URL, then the official endpoint).
-    /// Anthropic's has no /v1; OpenAI's includes it (e.g. http://127.0.0.1:11434/v1).
-    #[arg(long)]
-    pub base_url: Option<String>,
-    /// Replace the built-in system prompt (addenda are still appended).
-    #[arg(long)]
-    pub system_prompt: Option<String>,
-    /// Text appended to the system prompt.
-    #[arg(long)]
-    pub append_system_prompt: Option<String>,
-    /// Reasoning level: off, minimum, low, medium, high, xhigh, max.
-    #[arg(long, default_value = "off")]
-    pub reasoning: ReasoningLevel,
-    /// Model calls one prompt may make before it stops.
-    #[arg(long, default_value_t = 50)]
-    pub max_steps: u32,
-    /// Offer no tools to the model.
-    #[arg(long, conflicts_with = "tools")]
-    pub no_tools: bool,
-    /// Comma-separated tools to offer (default: all).
-    #[arg(long, value_delimiter = ',')]
-    pub tools: Option<Vec<String>>,
-    /// Do not load AGENTS.md / CLAUDE.md context files.
-    #[arg(long)]
-    pub no_context_files: bool,
-    /// Session journal (JSONL): loaded at start, appended on every change.
-    #[arg(long, value_name = "FILE", overrides_with = "no_session")]
-    pub session: Option<PathBuf>,
-    /// Keep no journal (the default; Zi's spelling). The later of
-    /// --session and --no-session wins.
-    #[arg(long, overrides_with = "session")]
-    pub no_session: bool,
-    /// Confine the agent and its tools to the project (Landlock + user,
-    /// mount, pid and ipc namespaces): writes only in the project and a
-    /// private /tmp, no view of other processes. Off unless given: a
-    /// standalone agent acts for its own user, who chose the project; the
-    /// gateway turns it on for every child.
-    #[arg(long)]
-    pub sandbox: bool,
-    /// With --sandbox: a path made empty and unreadable inside (repeatable).
-    /// The directory of --session is hidden too. A directory stays hidden
-    /// whatever happens to the files in it; a file is covered where it is,
-    /// which a host rename over it (mv, sed -i, an editor) undoes for a
-    /// running agent, so name the directory holding it instead.
-    #[arg(long = "sandbox-hide", value_name = "PATH", requires = "sandbox")]
-    pub sandbox_hide: Vec<PathBuf>,
-    /// Network for tool commands; off (needs --sandbox) runs each command
-    /// in an empty network namespace. The agent's model calls keep the network.
-    #[arg(long, value_enum, default_value_t = ToolNetwork::On, requires_if("off", "sandbox"))]
-    pub tool_network: ToolNetwork,
-    /// Export OpenTelemetry traces (one per prompt: model calls, tool calls,
-    /// waits) over OTLP/HTTP to this base URL, e.g. http://127.0.0.1:4318.
-    /// Off unless given.
-    #[arg(long, value_name = "URL", env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
-    pub otlp_endpoint: Option<String>,
-}
-
 /// `corral-agent --mode rpc …` (letscode's and Zi's spelling, also
 /// `--mode=rpc`) means `corral-agent rpc …`. Other arguments keep their
 /// order; every other command line is left alone.
@@ -262,6 +176,7 @@ pub fn mode_flag_as_subcommand(mut args: Vec<OsString>) -> Vec<OsString> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::ValueEnum;
 
     #[test]
     fn sandbox_exec_takes_the_sandbox_flags_and_a_command_after_dashes() {
@@ -346,7 +261,7 @@ mod tests {
             let Mode::Rpc { agent, dialect, .. } = cli.mode else {
                 panic!("{args:?} is not rpc");
             };
-            assert_eq!(dialect, Dialect::Zi);
+            assert_eq!(dialect.to_possible_value().unwrap().get_name(), "zi");
             assert_eq!(agent.cwd, Some(PathBuf::from("/d")));
             assert!(agent.no_session && agent.session.is_none(), "{args:?}");
         }

@@ -3,6 +3,7 @@
 //! sandbox.
 
 pub mod agent;
+pub mod agent_args;
 pub mod cli;
 pub mod prompt;
 pub mod provider;

@@ -14,7 +14,8 @@ use std::time::Duration;
 
 use clap::Parser;
 use corral_agent::agent::{Agent, AgentEvent, Output, PermissionMode, RunKind, RunRequest};
-use corral_agent::cli::{self, AgentArgs, Cli, Dialect, Mode, SandboxExecArgs, ToolNetwork};
+use corral_agent::cli::{self, AgentArgs, Cli, Mode, SandboxExecArgs, ToolNetwork};
+use corral_agent::rpc::dialects::Dialect;
 use corral_agent::rpc::{self, TransportOptions};
 use corral_agent::sandbox::{self, SandboxConfig, ToolConfinement};
 use corral_agent::setup::{self, Prepared, SetupError};
@@ -203,7 +204,7 @@ async fn rpc_mode(
     token: Option<String>,
     transport: TransportOptions,
 ) -> u8 {
-    if choice.dialect == Dialect::Zi && choice.permission_mode == PermissionMode::Ask {
+    if !choice.dialect.can_ask_permission() && choice.permission_mode == PermissionMode::Ask {
         eprintln!(
             "corral-agent: --permission-mode ask needs a dialect that can ask the client \
              (acp, zut or letscode); Zi RPC has no permission request"
@@ -218,12 +219,7 @@ async fn rpc_mode(
         }
     };
     setup.settings.permission_mode = choice.permission_mode;
-    match choice.dialect {
-        Dialect::Zut => rpc::zut::serve_stdio(setup, token, transport).await,
-        Dialect::Letscode => rpc::letscode::serve_stdio(setup, transport).await,
-        Dialect::Zi => rpc::zi::serve_stdio(setup, transport).await,
-        Dialect::Acp => rpc::acp::serve_stdio(setup, transport).await,
-    }
+    choice.dialect.serve_stdio(setup, token, transport).await
 }
 
 async fn run_mode(args: &AgentArgs, prepared: Prepared, prompt: String) -> u8 {

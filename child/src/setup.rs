@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use crate::agent::journal::Journal;
 use crate::agent::{Session, Settings};
-use crate::cli::AgentArgs;
+use crate::agent_args::AgentArgs;
 use crate::prompt::{system_prompt, PromptOptions};
 use crate::provider::{self, catalogue, Provider};
 use crate::sandbox::ToolConfinement;

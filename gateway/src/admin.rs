@@ -35,7 +35,7 @@ use crate::offload::{self, Lane, WorkLost};
 use crate::procfs;
 use crate::projects;
 use crate::registry::RegistryError;
-use crate::server::AppState;
+use crate::state::AppState;
 
 const OPENAPI: &str = include_str!("openapi.json");
 
@@ -45,27 +45,6 @@ const MAX_LISTED_DIRS: usize = 10_000;
 /// How long `start` waits for the child to be ready before answering 202
 /// (it keeps starting): under the HTTP timeout of every admin request.
 const START_WAIT: Duration = Duration::from_secs(20);
-
-/// How children are confined, as `/v1/stats` reports it under `sandbox`.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct ConfinementStatus {
-    /// The agent sandbox is on.
-    pub enabled: bool,
-    /// Tool commands reach the network.
-    pub tool_network: bool,
-    /// The account children run as, when not the gateway's.
-    pub child_user: Option<String>,
-    pub limits: LimitsStatus,
-}
-
-/// The per-child resource limits and what enforces them.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct LimitsStatus {
-    /// `cgroup2`, `cgroup1`, `rlimit` or `none`.
-    pub backend: &'static str,
-    pub memory_max: Option<u64>,
-    pub pids_max: Option<u64>,
-}
 
 pub fn router() -> Router<Arc<AppState>> {
     Router::new()
@@ -77,7 +56,7 @@ pub fn router() -> Router<Arc<AppState>> {
         // Every route above answers only the admin token (a success
         // proves it); the description below is public.
         .route_layer(axum::middleware::from_fn(
-            crate::server::protect_admin_connection,
+            crate::layers::protect_admin_connection,
         ))
         .route("/v1/openapi.json", get(openapi))
 }
@@ -379,36 +358,71 @@ async fn detail(
     }
 }
 
-/// `POST /v1/projects/{project}/{action}`: restart, stop or abort.
+/// What `POST /v1/projects/{project}/{action}` asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Action {
+    /// Start the child without a client (no hub needed beforehand).
+    Start,
+    /// Something the project's running hub does.
+    OnHub(HubAction),
+}
+
+/// An action on a running project's hub.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HubAction {
+    Restart,
+    Stop,
+    Abort,
+}
+
+impl Action {
+    /// The action named by the path segment, if it is one.
+    fn parse(name: &str) -> Option<Action> {
+        Some(match name {
+            "start" => Action::Start,
+            "restart" => Action::OnHub(HubAction::Restart),
+            "stop" => Action::OnHub(HubAction::Stop),
+            "abort" => Action::OnHub(HubAction::Abort),
+            _ => return None,
+        })
+    }
+}
+
+/// `POST /v1/projects/{project}/{action}`: start, restart, stop or abort.
+/// An unknown action is said only to the admin token, after the project.
 async fn action(
     State(state): State<Arc<AppState>>,
     Path((project, action)): Path<(String, String)>,
     addr: ClientAddr,
     headers: HeaderMap,
 ) -> Response {
-    if action == "start" {
-        if let Some(refused) = admin_refusal(&state, &headers, addr) {
-            return refused;
+    let on_hub = match Action::parse(&action) {
+        Some(Action::Start) => {
+            if let Some(refused) = admin_refusal(&state, &headers, addr) {
+                return refused;
+            }
+            return start(&state, project).await;
         }
-        return start(&state, project).await;
-    }
+        Some(Action::OnHub(on_hub)) => Some(on_hub),
+        None => None,
+    };
     let hub = match hub(&state, &headers, addr, &project) {
         Ok(hub) => hub,
         Err(response) => return *response,
     };
-    match action.as_str() {
-        "restart" => hub.restart().await,
+    let Some(on_hub) = on_hub else {
+        let error = format!("unknown action {action:?}; use start, restart, stop or abort");
+        return (StatusCode::NOT_FOUND, Json(json!({ "error": error }))).into_response();
+    };
+    match on_hub {
+        HubAction::Restart => hub.restart().await,
         // The stop is graceful and may take the stop grace; answer now.
-        "stop" => drop(
+        HubAction::Stop => drop(
             state
                 .shutdown
                 .spawn(async move { hub.stop(StopReason::Admin).await }),
         ),
-        "abort" => hub.abort().await,
-        _ => {
-            let error = format!("unknown action {action:?}; use start, restart, stop or abort");
-            return (StatusCode::NOT_FOUND, Json(json!({ "error": error }))).into_response();
-        }
+        HubAction::Abort => hub.abort().await,
     }
     tracing::info!(%project, %action, "admin action");
     (StatusCode::ACCEPTED, Json(json!({"ok": true}))).into_response()
@@ -491,4 +505,26 @@ async fn events(
 
 async fn openapi() -> Response {
     ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_four_actions_are_parsed_and_nothing_else() {
+        assert_eq!(Action::parse("start"), Some(Action::Start));
+        assert_eq!(
+            Action::parse("restart"),
+            Some(Action::OnHub(HubAction::Restart))
+        );
+        assert_eq!(Action::parse("stop"), Some(Action::OnHub(HubAction::Stop)));
+        assert_eq!(
+            Action::parse("abort"),
+            Some(Action::OnHub(HubAction::Abort))
+        );
+        for unknown in ["", "Stop", "kill", "start "] {
+            assert_eq!(Action::parse(unknown), None, "{unknown:?}");
+        }
+    }
 }

@@ -15,7 +15,7 @@ use serde_json::json;
 
 use crate::auth::{self, AuthFailure, Role, Tokens};
 use crate::client_addr::ClientAddr;
-use crate::server::AppState;
+use crate::state::AppState;
 use crate::throttle::Checked;
 
 /// A presented token that was refused.

@@ -2,16 +2,24 @@
 //! `/readyz`, `/metrics`, the admin API, the dashboard): a request span
 //! ([`TraceLayer`]), a timeout ([`HTTP_TIMEOUT`]) and the fixed response
 //! headers. The WebSocket endpoint is not under them: a WebSocket lives
-//! for hours and has its own limits ([`crate::ws`]).
+//! for hours and has its own limits ([`crate::ws`]). Also the middleware
+//! that keeps an admin's connection from being evicted
+//! ([`protect_admin_connection`]).
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use axum::extract::Request;
 use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::Response;
 use axum::Router;
 use tower_http::set_header::SetResponseHeaderLayer;
 use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::{DefaultMakeSpan, DefaultOnFailure, DefaultOnResponse, TraceLayer};
 use tracing::Level;
+
+use crate::listener::ConnectionSlot;
 
 /// How long a plain HTTP request may take before it is answered `503`:
 /// every such handler answers from memory (or `/proc`) well within it.
@@ -40,11 +48,27 @@ pub fn http<S: Clone + Send + Sync + 'static>(router: Router<S>) -> Router<S> {
         .layer(trace)
 }
 
+/// Keeps the connection of a request the admin token was accepted for
+/// from being closed to make room ([`crate::listener`]). Layered only on
+/// routes that answer nothing but refusals without that token, so a
+/// success proves it, and this adds no token check of its own (none that
+/// could bypass the throttle). Every other request leaves its connection
+/// evictable.
+pub async fn protect_admin_connection(request: Request, next: Next) -> Response {
+    let slot = request.extensions().get::<Arc<ConnectionSlot>>().cloned();
+    let response = next.run(request).await;
+    if let (Some(slot), true) = (slot, response.status().is_success()) {
+        slot.protect();
+    }
+    response
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::metrics::Metrics;
     use axum::body::Body;
-    use axum::http::Request;
+    use axum::middleware::from_fn;
     use axum::routing::get;
     use tower::ServiceExt;
 
@@ -78,5 +102,34 @@ mod tests {
         let (status, nosniff) = get_status("/fast").await;
         assert_eq!(status, StatusCode::OK);
         assert_eq!(nosniff.unwrap(), "nosniff");
+    }
+
+    /// Whether a request answered `status` by a route under
+    /// [`protect_admin_connection`] protects its connection.
+    async fn protects(status: StatusCode) -> bool {
+        let metrics = Arc::new(Metrics::new().unwrap());
+        let slot = ConnectionSlot::unpooled(&metrics);
+        let app: Router = Router::new()
+            .route("/", get(move || async move { status }))
+            .route_layer(from_fn(protect_admin_connection));
+        let mut request = Request::get("/").body(Body::empty()).unwrap();
+        request.extensions_mut().insert(slot.clone());
+        let response = app.oneshot(request).await.unwrap();
+        assert_eq!(response.status(), status);
+        slot.is_protected()
+    }
+
+    #[tokio::test]
+    async fn only_an_accepted_admin_request_protects_its_connection() {
+        assert!(protects(StatusCode::OK).await);
+        assert!(protects(StatusCode::ACCEPTED).await);
+        for refused in [
+            StatusCode::UNAUTHORIZED,
+            StatusCode::FORBIDDEN,
+            StatusCode::TOO_MANY_REQUESTS,
+            StatusCode::NOT_FOUND,
+        ] {
+            assert!(!protects(refused).await, "{refused}");
+        }
     }
 }

@@ -2,7 +2,7 @@
 //! supervises it, and multiplexes it to many WebSocket clients.
 
 pub mod admin;
-pub mod attach;
+pub mod attach_cli;
 pub mod auth;
 pub mod client_addr;
 pub mod config;
@@ -18,14 +18,15 @@ pub mod listener;
 pub mod metrics;
 pub mod notify;
 pub mod offload;
+pub mod process;
 pub mod procfs;
 pub mod projects;
 pub mod registry;
 pub mod scrub;
 pub mod server;
 pub mod shutdown;
+pub mod state;
 pub mod statefs;
-pub mod supervisor;
 pub mod throttle;
 pub mod token_slots;
 pub mod ws;

@@ -11,19 +11,19 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
-use corral::admin::{ConfinementStatus, LimitsStatus};
 use corral::client_addr::Listeners;
 use corral::config::{self, ChildUser, Cli, Command, Config, LogFormat};
 use corral::hub::HubSettings;
 use corral::listener::ListenerLimits;
 use corral::metrics::Metrics;
+use corral::process::backoff::RestartPolicy;
+use corral::process::env::child_env;
+use corral::process::probe::Probe;
+use corral::process::{Credentials, Limits};
 use corral::registry::Registry;
-use corral::server::{self, AppState};
+use corral::server;
 use corral::shutdown::Shutdown;
-use corral::supervisor::backoff::RestartPolicy;
-use corral::supervisor::env::child_env;
-use corral::supervisor::probe::Probe;
-use corral::supervisor::{Credentials, Limits};
+use corral::state::{AppState, ConfinementStatus, LimitsStatus};
 use corral::throttle::AuthThrottle;
 use corral::token_slots::TokenSlots;
 use corral_telemetry::Telemetry;
@@ -46,7 +46,7 @@ fn main() -> ExitCode {
     let telemetry = init_logging(cli.log_format, otlp_endpoint.as_deref());
     match cli.command {
         Command::Serve(args) => serve_main(args, telemetry),
-        Command::Attach(args) => run_async(corral::attach::run(args)),
+        Command::Attach(args) => run_async(corral::attach_cli::run(args)),
         Command::Journal(args) => journal_main(args),
     }
 }
@@ -271,9 +271,9 @@ async fn serve(config: Config, limits: Arc<Limits>) -> anyhow::Result<()> {
     }
     // Orphans of the children's tools become the gateway's, so they can
     // be killed and reaped (the children were already checked by the probe).
-    match corral::supervisor::leftovers::become_subreaper() {
+    match corral::process::leftovers::become_subreaper() {
         Ok(()) => {
-            shutdown.spawn(corral::supervisor::leftovers::watch_orphans(
+            shutdown.spawn(corral::process::leftovers::watch_orphans(
                 shutdown.token().clone(),
             ));
         }
@@ -438,7 +438,7 @@ fn hub_settings(
             let env = child_env(pass, set, std::env::vars_os());
             // A third-party agent gets provider keys only when named.
             let env = match supervisor.child_command {
-                Some(_) => corral::supervisor::env::third_party_env(env, pass, set),
+                Some(_) => corral::process::env::third_party_env(env, pass, set),
                 None => env,
             };
             with_user_env(env, config.confinement.child_user.as_ref())

@@ -22,6 +22,7 @@ use crate::hub::{
     AttachError, Attached, ChildState, HubHandle, HubSettings, HubStatus, Join, StopReason,
 };
 use crate::shutdown::Shutdown;
+use crate::ws::close::CloseCode;
 
 /// Why a client could not be attached.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -39,13 +40,13 @@ pub enum RegistryError {
 impl RegistryError {
     /// The WebSocket close code a refused client gets: 1013 (try again
     /// later) when waiting may help, 1011 otherwise.
-    pub fn close_code(&self) -> u16 {
+    pub fn close_code(&self) -> CloseCode {
         match self {
             RegistryError::Full(_)
             | RegistryError::ShuttingDown
             | RegistryError::Attach(AttachError::Elsewhere(_))
-            | RegistryError::Attach(AttachError::Unavailable(_)) => 1013,
-            RegistryError::Attach(_) => 1011,
+            | RegistryError::Attach(AttachError::Unavailable(_)) => CloseCode::TryAgain,
+            RegistryError::Attach(_) => CloseCode::Internal,
         }
     }
 }
@@ -358,11 +359,20 @@ mod tests {
 
     #[test]
     fn refusals_say_when_to_try_again() {
-        assert_eq!(RegistryError::Full(2).close_code(), 1013);
-        assert_eq!(RegistryError::ShuttingDown.close_code(), 1013);
+        assert_eq!(RegistryError::Full(2).close_code(), CloseCode::TryAgain);
+        assert_eq!(
+            RegistryError::ShuttingDown.close_code(),
+            CloseCode::TryAgain
+        );
         let elsewhere = AttachError::Elsewhere("in use".into());
-        assert_eq!(RegistryError::Attach(elsewhere).close_code(), 1013);
+        assert_eq!(
+            RegistryError::Attach(elsewhere).close_code(),
+            CloseCode::TryAgain
+        );
         let failed = AttachError::StartFailed("exit 3".into());
-        assert_eq!(RegistryError::Attach(failed).close_code(), 1011);
+        assert_eq!(
+            RegistryError::Attach(failed).close_code(),
+            CloseCode::Internal
+        );
     }
 }

@@ -13,6 +13,7 @@ pub mod gateway;
 pub mod harness;
 pub mod http;
 pub mod mock_llm;
+pub mod module_graph;
 pub mod otlp;
 pub mod prerequisites;
 pub mod raw_ws;

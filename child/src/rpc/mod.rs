@@ -6,11 +6,16 @@
 //! how it wants EOF handled) and an [`Encoder`] (how agent events and the
 //! frontend's own frames become stdout lines, in order). zut RPC v1 is in
 //! [`zut`], letscode-rpc/1 in [`letscode`], Zi RPC v1 in [`zi`] and the
-//! Agent Client Protocol in [`acp`].
+//! Agent Client Protocol in [`acp`]; [`dialects`] is the one list of them
+//! (which front-end serves each), and no dialect imports another's: what
+//! two share, such as the transcript's wire shape ([`transcript_wire`]),
+//! lives here.
 
 pub mod acp;
+pub mod dialects;
 pub mod letscode;
 mod trace_context;
+pub mod transcript_wire;
 pub mod zi;
 pub mod zut;
 

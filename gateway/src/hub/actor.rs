@@ -30,7 +30,7 @@ use super::supervision::{far_future, Supervision};
 use super::waiting::{Waiting, WaitingAttach};
 use super::{AttachError, HubCommand, HubSettings, HubStatus, LastExit, StopReason};
 use crate::dialect::Inbound;
-use crate::supervisor::backoff::CrashHistory;
+use crate::process::backoff::CrashHistory;
 
 /// All state of one project. Owned by its task; nothing else touches it.
 pub(super) struct Hub {

@@ -19,7 +19,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::gateway_id::GatewayId;
-use crate::supervisor::{ChildOutput, ChildProcess, ExitInfo, LimitHit, LineRefused, StderrTail};
+use crate::process::{ChildOutput, ChildProcess, ExitInfo, LimitHit, LineRefused, StderrTail};
 
 /// A future the hub owns and polls in its loop.
 pub(super) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;

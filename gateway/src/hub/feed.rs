@@ -18,7 +18,7 @@
 //! Every frame queued for a client or handed to its writer is charged to
 //! its [`ClientBudget`] until written (events when they are taken from the
 //! ring, at most [`BATCH_BYTES`] or one frame at a time); a client over
-//! its byte bound is closed with [`CLOSE_LAGGED`] at once.
+//! its byte bound is closed with [`CloseCode::Lagged`] at once.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -33,6 +33,7 @@ use super::ring::{Evicted, Frame, ReplayRing};
 use super::runs::Audience;
 use crate::dialect::Dialect;
 use crate::metrics::Metrics;
+use crate::ws::close::CloseCode;
 
 /// Events handed to a client writer per wake-up, at most.
 const BATCH: usize = 256;
@@ -109,7 +110,7 @@ pub enum Unicast {
     /// Close the connection (after everything before it).
     Close {
         after_seq: u64,
-        code: u16,
+        code: CloseCode,
         reason: String,
     },
     /// Zi `connection.set_events`: from here on, send `session_event`s
@@ -145,12 +146,8 @@ pub enum Delivery {
     /// Frames to write, each charged until it is.
     Frames(Vec<Outgoing>),
     /// Stop: close the socket with this code and reason.
-    Close { code: u16, reason: String },
+    Close { code: CloseCode, reason: String },
 }
-
-/// Close code for a slow client: it fell out of the replay ring, or more
-/// bytes waited for it than its bound (or the total bound) allows.
-pub const CLOSE_LAGGED: u16 = 4000;
 
 /// One client's view of the feed.
 pub struct ClientFeed {
@@ -282,7 +279,7 @@ impl ClientFeed {
         self.unicast.close();
         while self.unicast.try_recv().is_ok() {}
         Delivery::Close {
-            code: CLOSE_LAGGED,
+            code: CloseCode::Lagged,
             reason: self.budget.message(why),
         }
     }
@@ -326,7 +323,7 @@ impl ClientFeed {
                 Err(Evicted { first_retained }) => {
                     self.metrics.slow_client_disconnects.inc();
                     return Delivery::Close {
-                        code: CLOSE_LAGGED,
+                        code: CloseCode::Lagged,
                         reason: format!(
                             "client fell behind: events {}..{} were dropped from the replay buffer; reconnect with resume_after and refetch get_messages",
                             self.cursor + 1,
@@ -398,7 +395,7 @@ impl ClientFeed {
 
     /// Moves held unicast items due at or before `upto` into `out`;
     /// returns a close that came due.
-    fn release(&mut self, upto: u64, out: &mut Vec<Outgoing>) -> Option<(u16, String)> {
+    fn release(&mut self, upto: u64, out: &mut Vec<Outgoing>) -> Option<(CloseCode, String)> {
         while self
             .held
             .front()
@@ -428,7 +425,7 @@ impl ClientFeed {
 fn close_after(
     held: &mut VecDeque<Unicast>,
     out: Vec<Outgoing>,
-    (code, reason): (u16, String),
+    (code, reason): (CloseCode, String),
 ) -> Delivery {
     if out.is_empty() {
         Delivery::Close { code, reason }
@@ -444,7 +441,7 @@ fn close_after(
 
 fn hub_gone() -> Delivery {
     Delivery::Close {
-        code: 1001,
+        code: CloseCode::GoingAway,
         reason: "the project's agent was stopped".into(),
     }
 }

@@ -3,6 +3,7 @@
 use super::*;
 use crate::hub::budget::Outgoing;
 use crate::hub::ClientId;
+use crate::ws::close::CloseCode;
 
 fn test_metrics() -> Arc<Metrics> {
     Arc::new(Metrics::new().unwrap())
@@ -73,7 +74,7 @@ async fn waits_for_new_events_and_closes_on_request() {
     push(&feed, 2);
     tx.send(Unicast::Close {
         after_seq: 1,
-        code: 1001,
+        code: CloseCode::GoingAway,
         reason: "bye".into(),
     })
     .await
@@ -82,7 +83,7 @@ async fn waits_for_new_events_and_closes_on_request() {
     assert_eq!(
         client.next().await,
         Delivery::Close {
-            code: 1001,
+            code: CloseCode::GoingAway,
             reason: "bye".into()
         }
     );
@@ -108,7 +109,7 @@ async fn a_lagging_client_is_caught_up_then_dropped_once_evicted() {
     }
     match slow.next().await {
         Delivery::Close { code, reason } => {
-            assert_eq!(code, CLOSE_LAGGED);
+            assert_eq!(code, CloseCode::Lagged);
             assert!(reason.contains("fell behind"), "{reason}");
             assert_eq!(metrics.slow_client_disconnects.get(), 1);
         }
@@ -183,7 +184,10 @@ async fn hub_gone_closes_the_client() {
     drop(tx);
     assert!(matches!(
         client.next().await,
-        Delivery::Close { code: 1001, .. }
+        Delivery::Close {
+            code: CloseCode::GoingAway,
+            ..
+        }
     ));
 }
 
@@ -295,7 +299,7 @@ async fn a_client_over_its_bytes_is_closed_with_the_slow_client_code_and_freed()
     assert!(budget.charge(30).is_err());
     match client.next().await {
         Delivery::Close { code, reason } => {
-            assert_eq!(code, CLOSE_LAGGED);
+            assert_eq!(code, CloseCode::Lagged);
             assert!(reason.contains("--client-buffer-bytes"), "{reason}");
         }
         other => panic!("expected a close, got {other:?}"),
@@ -320,7 +324,7 @@ async fn a_waiting_writer_is_woken_when_its_client_goes_over() {
     assert!(matches!(
         delivery,
         Delivery::Close {
-            code: CLOSE_LAGGED,
+            code: CloseCode::Lagged,
             ..
         }
     ));
@@ -340,7 +344,7 @@ async fn an_event_the_client_cannot_take_closes_it() {
     assert!(matches!(
         client.next().await,
         Delivery::Close {
-            code: CLOSE_LAGGED,
+            code: CloseCode::Lagged,
             ..
         }
     ));

@@ -26,10 +26,10 @@ use super::child::{BoxFuture, Launched, Launcher, StartError, StartFailure};
 use super::HubSettings;
 use crate::dialect::ChildGreeting;
 use crate::offload::{self, Lane, WorkLost};
+use crate::process::{handshake, spawner};
+use crate::process::{ChildProcess, Confine, Credentials, SpawnError, SpawnSpec};
 use crate::projects;
 use crate::statefs::{self, StateFsError};
-use crate::supervisor::{handshake, spawner};
-use crate::supervisor::{ChildProcess, Confine, Credentials, SpawnError, SpawnSpec};
 
 /// The child's exit code when its session journal is held by another
 /// agent process (`corral-agent` exits with `EX_TEMPFAIL` then).
@@ -258,7 +258,7 @@ fn spawn_spec(
             args.extend(settings.child_args.iter().cloned());
             let mut env = settings.child_env.clone();
             if settings.dialect.rules().child_token() {
-                env.push((crate::supervisor::env::TOKEN_VAR.into(), token.into()));
+                env.push((crate::process::env::TOKEN_VAR.into(), token.into()));
             }
             (settings.child_bin.clone(), args, env)
         }

@@ -15,8 +15,9 @@ use super::child::{Launched, Running, StartError, StartFailure};
 use super::supervision::{AfterStop, Stopping, Supervision, Wake};
 use super::{AttachError, LastExit, StopReason};
 use crate::dialect::Inbound;
-use crate::supervisor::backoff::{self, Decision};
-use crate::supervisor::{ChildOutput, ExitInfo};
+use crate::process::backoff::{self, Decision};
+use crate::process::{ChildOutput, ExitInfo};
+use crate::ws::close::CloseCode;
 
 impl Hub {
     /// Begins a start: the launch is polled by the hub's loop.
@@ -81,15 +82,18 @@ impl Hub {
                 // Another agent process (another gateway) runs this
                 // session: not a crash, nothing to restart here.
                 self.supervision = Supervision::Exited;
-                self.close_clients(1013, "the session is in use by another agent process");
+                self.close_clients(
+                    CloseCode::TryAgain,
+                    "the session is in use by another agent process",
+                );
             }
             StartFailure::Unavailable => {
                 self.supervision = Supervision::Exited;
-                self.close_clients(1013, &error);
+                self.close_clients(CloseCode::TryAgain, &error);
             }
             StartFailure::Refused => {
                 self.supervision = Supervision::Exited;
-                self.close_clients(1011, &error);
+                self.close_clients(CloseCode::Internal, &error);
             }
             StartFailure::Crash => {
                 self.after_crash(&format!("failed to start: {error}"));
@@ -312,7 +316,7 @@ impl Hub {
         };
         self.supervision = Supervision::Exited;
         self.ending = true;
-        self.close_clients(1001, message);
+        self.close_clients(CloseCode::GoingAway, message);
     }
 
     /// Sends a health ping when none is outstanding.

@@ -60,10 +60,10 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::auth::Role;
 use crate::dialect::{Dialect, OwnRuns};
 use crate::metrics::Metrics;
-use crate::supervisor::backoff::RestartPolicy;
-use crate::supervisor::{Credentials, Limits, StderrTail};
+use crate::process::backoff::RestartPolicy;
+use crate::process::{Credentials, Limits, StderrTail};
 pub use client_id::ClientId;
-pub use feed::{ClientFeed, Delivery, Unicast, CLOSE_LAGGED};
+pub use feed::{ClientFeed, Delivery, Unicast};
 pub use gateway_id::GatewayId;
 
 /// Commands a hub may have waiting before senders are slowed down.

@@ -15,6 +15,7 @@ use super::client_id::ClientId;
 use super::feed::Unicast;
 use super::ring::Frame;
 use super::runs::{Audience, Run};
+use crate::ws::close::CloseCode;
 
 impl Hub {
     pub(super) fn next_seq(&self) -> u64 {
@@ -106,7 +107,7 @@ impl Hub {
             // The last slot carries the reason.
             let _ = entry.unicast.try_send(Unicast::Close {
                 after_seq,
-                code: 1008,
+                code: CloseCode::Policy,
                 reason: "too many unread responses; the client must read its socket".into(),
             });
         }
@@ -141,7 +142,7 @@ impl Hub {
     }
 
     /// Tells one client to close (after everything queued for it).
-    pub(super) fn close_client(&mut self, client: ClientId, code: u16, reason: &str) {
+    pub(super) fn close_client(&mut self, client: ClientId, code: CloseCode, reason: &str) {
         if let Some(entry) = self.clients.get(client) {
             let _ = entry.unicast.try_send(Unicast::Close {
                 after_seq: self.feed.last_seq(),
@@ -152,7 +153,7 @@ impl Hub {
     }
 
     /// Tells every client to close, and forgets them.
-    pub(super) fn close_clients(&mut self, code: u16, reason: &str) {
+    pub(super) fn close_clients(&mut self, code: CloseCode, reason: &str) {
         let after_seq = self.feed.last_seq();
         for client in self.clients.drain() {
             let _ = client.unicast.try_send(Unicast::Close {

@@ -23,11 +23,7 @@ use crate::auth::Role;
 use crate::dialect::hub::ClientRequests;
 use crate::dialect::{to_bytes, Claim, EventKind, Inbound, Outbound, OwnRuns};
 use crate::metrics::Direction;
-
-/// Close code for a client dismissed after it said it leaves.
-const CLOSE_NORMAL: u16 = 1000;
-/// Close code for a client whose protocol version the gateway lacks.
-const CLOSE_PROTOCOL: u16 = 1002;
+use crate::ws::close::CloseCode;
 
 impl Hub {
     pub(super) fn request(&mut self, client: ClientId, frame: Map<String, Value>) {
@@ -116,7 +112,7 @@ impl Hub {
     ) {
         if let Some(refusal) = refusal {
             self.unicast(client, refusal);
-            self.close_client(client, CLOSE_PROTOCOL, "protocol version mismatch");
+            self.close_client(client, CloseCode::Protocol, "protocol version mismatch");
             return;
         }
         let Some(entry) = self.clients.get_mut(client) else {
@@ -353,7 +349,7 @@ impl Hub {
             for frame in leave.farewell(id.as_ref()) {
                 self.unicast(client, frame);
             }
-            self.close_client(client, CLOSE_NORMAL, "bye");
+            self.close_client(client, CloseCode::Normal, "bye");
         }
     }
 

@@ -13,7 +13,7 @@ use tokio::time::{sleep_until, Instant};
 use super::child::StartError;
 use super::child::{BoxFuture, Launched, Running};
 use super::{ChildState, StopReason};
-use crate::supervisor::{ChildOutput, ExitInfo};
+use crate::process::{ChildOutput, ExitInfo};
 
 /// Where a project's child is.
 pub(super) enum Supervision {

@@ -21,8 +21,9 @@ use super::{
 use crate::auth::Role;
 use crate::dialect::{Dialect, OwnRuns};
 use crate::metrics::Metrics;
-use crate::supervisor::backoff::RestartPolicy;
-use crate::supervisor::{ChildOutput, ExitInfo, LimitHit, StderrTail};
+use crate::process::backoff::RestartPolicy;
+use crate::process::{ChildOutput, ExitInfo, LimitHit, StderrTail};
+use crate::ws::close::CloseCode;
 
 const PING_INTERVAL: Duration = Duration::from_secs(30);
 const PING_TIMEOUT: Duration = Duration::from_secs(10);
@@ -287,7 +288,7 @@ fn attach_later(hub: &HubHandle) -> oneshot::Receiver<Result<Attached, AttachErr
 
 /// Everything a client is sent until nothing more comes within a (paused)
 /// second, as JSON; a close ends it.
-async fn received(attached: &mut Attached) -> (Vec<Value>, Option<(u16, String)>) {
+async fn received(attached: &mut Attached) -> (Vec<Value>, Option<(CloseCode, String)>) {
     let mut frames = Vec::new();
     loop {
         match timeout(Duration::from_secs(1), attached.feed.next()).await {
@@ -438,7 +439,7 @@ async fn an_abort_during_a_stop_is_answered_and_the_stop_completes() {
     h.hub.closed().await;
     let (frames, close) = received(&mut attached).await;
     let (code, reason) = close.expect("the client is told to close");
-    assert_eq!(code, 1001);
+    assert_eq!(code, CloseCode::GoingAway);
     assert_eq!(reason, "the agent was stopped by an administrator");
     assert!(types(&frames).contains(&"done"));
     let refused = frames

@@ -12,7 +12,7 @@ use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
 use prometheus::{IntGauge, Opts};
 
-use crate::supervisor::limits::parse::{mountinfo, proc_cgroup};
+use crate::process::limits::parse::{mountinfo, proc_cgroup};
 
 /// A memory budget and what is left of it, in bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -129,6 +129,7 @@ pub fn close(code: u16, reason: &str) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ws::close::CloseCode;
 
     /// A masked client frame, as a browser would send it.
     fn client_frame(first: u8, payload: &[u8], mask: [u8; 4]) -> Vec<u8> {
@@ -184,11 +185,11 @@ mod tests {
 
     #[test]
     fn close_frames_carry_code_and_a_cut_reason() {
-        let frame = close(1009, "too big");
+        let frame = close(CloseCode::TooBig.code(), "too big");
         assert_eq!(frame[..4], [0x88, 9, 0x03, 0xF1]);
         assert_eq!(&frame[4..], b"too big");
         let long = "é".repeat(100);
-        let frame = close(1008, &long);
+        let frame = close(CloseCode::Policy.code(), &long);
         assert_eq!(frame[1] as usize, 2 + 122);
         assert!(std::str::from_utf8(&frame[4..]).is_ok());
     }

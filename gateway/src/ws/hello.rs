@@ -8,23 +8,15 @@ use std::net::IpAddr;
 
 use serde_json::Value;
 
+use super::close::CloseCode;
 use super::handshake::Io;
 use super::preauth::{self, PreAuthError};
 use super::session::parse;
 use crate::auth::{AuthFailure, Role};
 use crate::dialect::OwnRuns;
 use crate::guard::{self, Refused};
-use crate::server::AppState;
+use crate::state::AppState;
 use crate::token_slots::Credential;
-
-/// Policy violation: authentication failed.
-pub const CLOSE_POLICY: u16 = 1008;
-/// The client sent more than the gateway accepts.
-pub const CLOSE_TOO_BIG: u16 = 1009;
-/// Invalid WebSocket framing.
-pub const CLOSE_PROTOCOL: u16 = 1002;
-/// Try again later.
-pub const CLOSE_AGAIN: u16 = 1013;
 
 /// An authenticated client, before it is attached.
 #[derive(Debug)]
@@ -46,7 +38,7 @@ pub struct Refusal {
     pub id: Option<Value>,
     pub reason: AuthFailure,
     pub message: String,
-    pub code: u16,
+    pub code: CloseCode,
 }
 
 impl Refusal {
@@ -55,7 +47,7 @@ impl Refusal {
             id,
             reason,
             message: message.into(),
-            code: CLOSE_POLICY,
+            code: CloseCode::Policy,
         }
     }
 }
@@ -101,7 +93,7 @@ pub async fn read_hello(
         Err(refused) => {
             let mut refusal = Refusal::new(id, refused.failure(), refused.message());
             if let Refused::Throttled { .. } = refused {
-                refusal.code = CLOSE_AGAIN;
+                refusal.code = CloseCode::TryAgain;
             }
             return Err(refusal);
         }
@@ -123,7 +115,7 @@ fn unreadable(state: &AppState, error: PreAuthError) -> Refusal {
         PreAuthError::TooLarge(_) => {
             state.metrics.invalid_frame("client", "too_large");
             Refusal {
-                code: CLOSE_TOO_BIG,
+                code: CloseCode::TooBig,
                 ..Refusal::new(None, AuthFailure::HelloTooLarge, message)
             }
         }
@@ -132,7 +124,7 @@ fn unreadable(state: &AppState, error: PreAuthError) -> Refusal {
             Refusal::new(None, AuthFailure::NotHello, message)
         }
         PreAuthError::Protocol(_) => Refusal {
-            code: CLOSE_PROTOCOL,
+            code: CloseCode::Protocol,
             ..Refusal::new(None, AuthFailure::NotHello, message)
         },
         PreAuthError::NotUtf8 => {

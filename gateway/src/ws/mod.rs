@@ -33,6 +33,7 @@
 //! `--total-client-buffer-bytes`), 4004 no such project (after a valid
 //! hello).
 
+pub mod close;
 mod frame;
 mod handshake;
 mod hello;
@@ -54,18 +55,14 @@ use crate::auth::{self, AuthFailure};
 use crate::client_addr::ClientAddr;
 use crate::dialect::OwnRuns;
 use crate::guard;
-use crate::hub::{Join, CLOSE_LAGGED};
+use crate::hub::Join;
 use crate::listener::ConnectionSlot;
 use crate::projects;
-use crate::server::AppState;
+use crate::state::AppState;
+use close::CloseCode;
 use handshake::Io;
-use hello::{Hello, CLOSE_AGAIN, CLOSE_TOO_BIG};
+use hello::Hello;
 use session::ReadEnd;
-
-const CLOSE_GOING_AWAY: u16 = 1001;
-/// An authenticated client asked for a project that does not exist (or a
-/// name that cannot be one).
-pub const CLOSE_NO_PROJECT: u16 = 4004;
 
 /// The upgrade request's query.
 #[derive(Debug, serde::Deserialize)]
@@ -185,14 +182,14 @@ async fn connection(
                 () = evicted(slot) => {
                     preauth::close(
                         &mut io,
-                        CLOSE_AGAIN,
+                        CloseCode::TryAgain,
                         "the gateway is at --max-connections: unauthenticated connections are closed first",
                     )
                     .await;
                     return;
                 }
                 () = state.shutdown.started() => {
-                    preauth::close(&mut io, CLOSE_GOING_AWAY, "the gateway is shutting down").await;
+                    preauth::close(&mut io, CloseCode::GoingAway, "the gateway is shutting down").await;
                     return;
                 }
             };
@@ -220,8 +217,8 @@ async fn connection(
                 Err(error) => {
                     tracing::info!(%project, %peer, "client refused: {error}");
                     let code = match error.http_status() {
-                        503 => hello::CLOSE_AGAIN,
-                        _ => CLOSE_NO_PROJECT,
+                        503 => CloseCode::TryAgain,
+                        _ => CloseCode::NoProject,
                     };
                     let id = hello.answer.clone().flatten();
                     let message = error.to_string();
@@ -246,7 +243,7 @@ async fn refuse(
     id: Option<&serde_json::Value>,
     kind: &str,
     message: &str,
-    code: u16,
+    code: CloseCode,
 ) {
     let reply = state.dialect.rules().refusal(id, kind, message);
     let _ = preauth::send_text(io, &reply).await;
@@ -276,7 +273,14 @@ async fn attached(
         Err(full) => {
             state.metrics.connection_refused("per_token");
             tracing::info!(%project, "client refused: {full}");
-            refuse_attached(&mut sink, &state, &hello, CLOSE_AGAIN, &full.to_string()).await;
+            refuse_attached(
+                &mut sink,
+                &state,
+                &hello,
+                CloseCode::TryAgain,
+                &full.to_string(),
+            )
+            .await;
             return;
         }
     };
@@ -312,7 +316,7 @@ async fn attached(
     tracing::debug!(%project, %client, role = hello.role.as_str(), "client attached");
     let end = tokio::select! {
         closed = session::write_loop(&mut sink, attached.feed, state.metrics.clone()) => {
-            if closed == Some(CLOSE_LAGGED) {
+            if closed == Some(CloseCode::Lagged) {
                 state.registry.events().slow_client_closed(&project);
             }
             ReadEnd::Closed
@@ -327,7 +331,7 @@ async fn attached(
             max = state.max_frame_bytes
         );
         tracing::info!(%project, %client, "{reason}");
-        session::close(&mut sink, CLOSE_TOO_BIG, &reason).await;
+        session::close(&mut sink, CloseCode::TooBig, &reason).await;
         if let Ok(mut socket) = stream.reunite(sink) {
             preauth::linger(socket.get_mut()).await;
         }
@@ -340,7 +344,7 @@ async fn refuse_attached(
     sink: &mut session::Sink,
     state: &AppState,
     hello: &Hello,
-    code: u16,
+    code: CloseCode,
     message: &str,
 ) {
     let id = hello.answer.clone().flatten();

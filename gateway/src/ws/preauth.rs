@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
+use super::close::CloseCode;
 use super::frame::{self, Header};
 
 /// Bytes read per call (the budget bounds the total).
@@ -142,11 +143,15 @@ pub async fn send_text<S: AsyncWrite + Unpin>(io: &mut S, text: &[u8]) -> std::i
 }
 
 /// Writes a close frame, then [`linger`]s.
-pub async fn close<S>(io: &mut S, code: u16, reason: &str)
+pub async fn close<S>(io: &mut S, code: CloseCode, reason: &str)
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    if io.write_all(&frame::close(code, reason)).await.is_ok() {
+    if io
+        .write_all(&frame::close(code.code(), reason))
+        .await
+        .is_ok()
+    {
         linger(io).await;
     }
 }

@@ -19,16 +19,17 @@ use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Map, Value};
 use tokio_tungstenite::tungstenite::error::{CapacityError, Error as WsError};
-use tokio_tungstenite::tungstenite::protocol::frame::coding::{CloseCode, Data, OpCode};
+use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
 use tokio_tungstenite::tungstenite::protocol::frame::Frame;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
 use tokio_tungstenite::WebSocketStream;
 
+use super::close::CloseCode;
 use super::handshake::Io;
 use crate::hub::{ClientId, Delivery, HubHandle};
 use crate::metrics::{Direction, Metrics};
-use crate::server::AppState;
+use crate::state::AppState;
 
 pub type Socket = WebSocketStream<Io>;
 pub type Sink = SplitSink<Socket, Message>;
@@ -133,7 +134,7 @@ pub async fn write_loop(
     sink: &mut Sink,
     mut feed: crate::hub::ClientFeed,
     metrics: Arc<Metrics>,
-) -> Option<u16> {
+) -> Option<CloseCode> {
     let budget = feed.budget();
     loop {
         match feed.next().await {
@@ -195,14 +196,14 @@ pub fn text(bytes: bytes::Bytes) -> Message {
     }
 }
 
-pub async fn close(sink: &mut Sink, code: u16, reason: &str) {
+pub async fn close(sink: &mut Sink, code: CloseCode, reason: &str) {
     // Close reasons are limited to 123 bytes.
     let mut reason = reason.to_string();
     while reason.len() > super::frame::MAX_CLOSE_REASON {
         reason.pop();
     }
     let frame = CloseFrame {
-        code: CloseCode::from(code),
+        code: code.code().into(),
         reason: Utf8Bytes::from(reason),
     };
     let _ = sink.send(Message::Close(Some(frame))).await;

@@ -327,6 +327,18 @@ async fn admin_api_reports_and_acts() {
         "conversation kept"
     );
 
+    // An unknown action: refused like any admin route without the admin
+    // token, named only to it, and nothing happens to the child.
+    let post = |path: &'static str, token: Option<&'static str>| gateway.http_post(path, token);
+    assert_eq!(post("/v1/projects/alpha/kill", None).await.0, 401);
+    let (status, body) = post("/v1/projects/alpha/kill", Some(ADMIN_TOKEN)).await;
+    assert_eq!(status, 404, "{body}");
+    assert!(body.contains("unknown action"), "{body}");
+    assert_eq!(
+        admin_json(&gateway, "/v1/projects/alpha").await["pid"],
+        after["pid"]
+    );
+
     // Stop: the client is closed with 1001 and the project disappears.
     assert_eq!(
         gateway

@@ -36,6 +36,7 @@ mod journal_faults;
 mod journal_lock;
 mod letscode_rpc;
 mod mock_llm;
+mod module_graph;
 mod otel_traces;
 mod sandbox_exec;
 mod zi_conformance;

@@ -604,3 +604,41 @@ async fn interrupt_discards_queued_work() {
     assert_eq!(mock.requests().len(), 1, "the queued prompt never ran");
     assert_eq!(mock.remaining(), 1);
 }
+
+/// Zi RPC has no permission request: asking the client is refused at start
+/// (usage error, exit 2) with a line saying which dialects can ask, while
+/// a dialect that can ask starts in that mode.
+#[tokio::test]
+async fn permission_mode_ask_is_refused_for_zi_only() {
+    let mut zi = AgentSpawn::rpc(&[
+        "--dialect",
+        "zi",
+        "--provider",
+        "echo",
+        "--permission-mode",
+        "ask",
+    ])
+    .spawn()
+    .await;
+    assert_eq!(zi.wait().await, Some(2));
+    let stderr = zi.stderr();
+    assert!(
+        stderr.contains("--permission-mode ask needs a dialect that can ask the client"),
+        "{stderr}"
+    );
+    let mut acp = AgentSpawn::rpc(&[
+        "--dialect",
+        "acp",
+        "--provider",
+        "echo",
+        "--permission-mode",
+        "ask",
+    ])
+    .spawn()
+    .await;
+    let answer = acp
+        .send_recv(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}}))
+        .await;
+    assert_eq!(answer["id"], 1, "{answer}");
+    assert!(answer.get("result").is_some(), "{answer}");
+}

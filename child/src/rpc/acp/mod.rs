@@ -340,6 +340,10 @@ impl Frontend for AcpServer {
     }
 }
 
+/// Whether this dialect can ask the client to approve a tool call:
+/// ACP asks with `session/request_permission`.
+pub const CAN_ASK_PERMISSION: bool = true;
+
 /// Serves ACP on stdin/stdout; returns the exit code.
 pub async fn serve_stdio(setup: crate::setup::Setup, transport: super::TransportOptions) -> u8 {
     let (out, out_rx) = mpsc::channel(super::OUTPUT_QUEUE);

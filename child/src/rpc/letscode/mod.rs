@@ -236,6 +236,10 @@ impl Frontend for LetscodeServer {
     }
 }
 
+/// Whether this dialect can ask the client to approve a tool call:
+/// letscode asks with a `permission_request` extension event.
+pub const CAN_ASK_PERMISSION: bool = true;
+
 /// Serves letscode-rpc/1 on stdin/stdout; returns the exit code.
 pub async fn serve_stdio(setup: crate::setup::Setup, transport: super::TransportOptions) -> u8 {
     let (out, out_rx) = mpsc::channel(super::OUTPUT_QUEUE);

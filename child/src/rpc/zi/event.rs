@@ -33,7 +33,7 @@ use corral_protocol::zut::Stop;
 
 use super::message::{self, failed_step};
 use crate::agent::{AgentEvent, ABORTED};
-use crate::rpc::zut::wire_blocks;
+use crate::rpc::transcript_wire::wire_blocks;
 use crate::transcript::StopReason;
 
 /// Remembers tool calls so execution events can name their tool and args,

@@ -1,13 +1,13 @@
 //! Transcript messages as Zi shows them, and the completion evidence a
 //! watch keeps of them. Pure; no I/O.
 //!
-//! A message is the transcript wire shape (see `zut::wire_message`); an
+//! A message is the transcript wire shape (see [`crate::rpc::transcript_wire`]); an
 //! assistant message adds `stopReason` (`stop`, `length`, `toolUse`,
 //! `error` or `aborted`) and, for a failed or aborted step, `errorMessage`.
 
 use serde_json::{json, Value};
 
-use crate::rpc::zut::wire_message;
+use crate::rpc::transcript_wire::wire_message;
 use crate::transcript::{Message, Role, StopReason};
 
 /// Completion text projection bound.

@@ -331,6 +331,10 @@ impl Frontend for ZiServer {
     }
 }
 
+/// Whether this dialect can ask the client to approve a tool call:
+/// Zi RPC has no permission request: `--permission-mode ask` is refused.
+pub const CAN_ASK_PERMISSION: bool = false;
+
 /// Serves Zi RPC v1 on stdin/stdout; returns the exit code.
 pub async fn serve_stdio(setup: crate::setup::Setup, transport: super::TransportOptions) -> u8 {
     let connection = Connection::new();

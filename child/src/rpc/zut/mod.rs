@@ -21,9 +21,10 @@ mod encoder;
 mod wire;
 
 pub use encoder::ZutEncoder;
-pub use wire::{wire_blocks, wire_event, wire_message};
+pub use wire::wire_event;
 
 use self::auth::{Parsed, Unreadable, Verdict};
+use super::transcript_wire::wire_message;
 use super::{trace_context, Flow, Frontend};
 use crate::agent::{Agent, Output, RunKind, RunRequest};
 use crate::provider::catalogue;
@@ -301,6 +302,10 @@ fn decode_images(images: Vec<zut::ImageInput>) -> Result<Vec<Block>, String> {
         })
         .collect()
 }
+
+/// Whether this dialect can ask the client to approve a tool call:
+/// zut asks with a `permission_request` extension event.
+pub const CAN_ASK_PERMISSION: bool = true;
 
 /// Serves zut RPC v1 on stdin/stdout; returns the exit code.
 pub async fn serve_stdio(

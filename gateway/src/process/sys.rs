@@ -1,4 +1,4 @@
-//! The supervisor's only `unsafe`: the `pre_exec` hook that runs in the
+//! The process layer's only `unsafe`: the `pre_exec` hook that runs in the
 //! forked child before `exec`. In order it starts a session of its own
 //! (so everything it starts can be found and killed: `leftovers`), enters
 //! the project directory (a descriptor opened without following symlinks),

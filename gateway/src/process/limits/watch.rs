@@ -9,7 +9,7 @@ use nix::unistd::Pid;
 use tokio::sync::watch;
 
 use super::{ChildLimits, POLL_INTERVAL};
-use crate::supervisor::ExitInfo;
+use crate::process::ExitInfo;
 
 /// Polls `limits` every [`POLL_INTERVAL`] until the exit is published; a
 /// hit limit SIGKILLs the process group `pgid` and every process in the

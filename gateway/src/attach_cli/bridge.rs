@@ -12,7 +12,6 @@ use serde_json::Value;
 use tokio::io::{AsyncWriteExt, BufReader, Stdout};
 use tokio::sync::mpsc;
 use tokio::time::{sleep_until, timeout, Instant};
-use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 
@@ -21,6 +20,7 @@ use super::local;
 use super::{Signals, CLOSE_GRACE, DRAIN_GRACE, EXIT_FAILURE, EXIT_OK, MAX_LINE};
 use crate::dialect::attach::{EndOfInput, InFlight, Seen, StdinFrame};
 use crate::dialect::Dialect;
+use crate::ws::close::CloseCode;
 
 /// Stdin lines read ahead of the loop.
 const STDIN_QUEUE: usize = 64;
@@ -272,7 +272,12 @@ impl Bridge {
         })
         .await;
         match frame {
-            Some(f) if matches!(f.code, CloseCode::Normal | CloseCode::Away) => {
+            Some(f)
+                if matches!(
+                    CloseCode::from_code(u16::from(f.code)),
+                    Some(CloseCode::Normal | CloseCode::GoingAway)
+                ) =>
+            {
                 tracing::debug!(code = u16::from(f.code), reason = %f.reason, "the gateway closed the session");
                 Step::Exit(EXIT_OK)
             }
@@ -298,7 +303,7 @@ impl Bridge {
     /// A normal close (1000), waiting a little for the gateway's reply.
     async fn close(&mut self, reason: &'static str) {
         let frame = CloseFrame {
-            code: CloseCode::Normal,
+            code: CloseCode::Normal.code().into(),
             reason: reason.into(),
         };
         let handshake = async {

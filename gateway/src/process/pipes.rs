@@ -8,7 +8,7 @@ use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{ChildStderr, ChildStdin, ChildStdout};
 use tokio::sync::mpsc;
 
-use super::process::ChildOutput;
+use super::spec::ChildOutput;
 
 /// Longest stderr line logged, in bytes; the rest of the line is dropped.
 pub(super) const STDERR_LINE_CAP: usize = 4 * 1024;

@@ -1,4 +1,4 @@
-//! Helpers for the supervisor tests: fake children written as `sh` scripts,
+//! Helpers for the process tests: fake children written as `sh` scripts,
 //! and reads that time out instead of hanging.
 
 use std::path::Path;
@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use super::process::{ChildOutput, SpawnSpec};
+use super::child::SpawnSpec;
+use super::spec::ChildOutput;
 
 /// Upper bound on any single wait in a test.
 pub(crate) const PATIENCE: Duration = Duration::from_secs(10);

@@ -4,9 +4,9 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::*;
-use crate::supervisor::env::{child_env, TOKEN_VAR};
-use crate::supervisor::process::SpawnSpec;
-use crate::supervisor::test_support::{next, sh};
+use crate::process::child::SpawnSpec;
+use crate::process::env::{child_env, TOKEN_VAR};
+use crate::process::test_support::{next, sh};
 
 /// A fake child that checks the token like `corral-agent rpc` does, after
 /// printing some output the handshake must skip.

@@ -4,8 +4,8 @@ use bytes::Bytes;
 use nix::sys::signal::Signal;
 
 use super::*;
-use crate::supervisor::env::child_env;
-use crate::supervisor::test_support::{gone_within, is_gone, next, next_line, sh, PATIENCE};
+use crate::process::env::child_env;
+use crate::process::test_support::{gone_within, is_gone, next, next_line, sh, PATIENCE};
 
 fn exited(code: Option<i32>, signal: Option<i32>) -> ChildOutput {
     ChildOutput::Exited(ExitInfo { code, signal })

@@ -6,7 +6,7 @@
 //! rlimits (`RLIMIT_AS`, `RLIMIT_NPROC`). Each spawn gets a
 //! [`ChildLimits`]: its own cgroup, joined by the child before `exec`
 //! through a `cgroup.procs` descriptor opened before the fork, whose
-//! counters the supervisor polls ([`watch`]) to kill a child that hit a
+//! counters the process layer polls ([`watch`]) to kill a child that hit a
 //! limit and name the reason. The cgroup is removed once the child is gone.
 
 mod cgroup_v1;
@@ -230,12 +230,12 @@ pub struct ChildLimits {
 impl ChildLimits {
     /// Takes the descriptors the child writes "0" to, joining its cgroups
     /// (they go to the fork hook and are closed once the child exists).
-    pub(in crate::supervisor) fn take_join_fds(&mut self) -> Vec<OwnedFd> {
+    pub(in crate::process) fn take_join_fds(&mut self) -> Vec<OwnedFd> {
         std::mem::take(&mut self.procs)
     }
 
     /// rlimits the child sets on itself.
-    pub(in crate::supervisor) fn rlimits(&self) -> &[(Resource, u64)] {
+    pub(in crate::process) fn rlimits(&self) -> &[(Resource, u64)] {
         &self.rlimits
     }
 

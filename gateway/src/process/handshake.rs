@@ -1,4 +1,4 @@
-//! The supervisor's handshake with a freshly spawned child: either the
+//! The gateway's handshake with a freshly spawned child: either the
 //! token hello ([`token_hello`]), which proves the gateway holds the
 //! child's `ZUTCORE_RPC_TOKEN` (the token itself is never logged), or,
 //! for dialects that trust their stdio pipes, the child's own `ready`
@@ -12,11 +12,11 @@ use corral_protocol::ndjson::{encode_line, parse_object};
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
-use super::process::{ChildOutput, ChildProcess, ExitInfo};
+use super::child::{ChildOutput, ChildProcess, ExitInfo};
 use crate::dialect::hub::{ChildGreeter, Greeting};
 use crate::dialect::token_hello::{self, HelloFailure};
 
-/// The `id` of the supervisor's hello; clients never see it.
+/// The `id` of the gateway's hello; clients never see it.
 pub const HELLO_ID: &str = "corral-hello";
 
 /// Why a child did not become ready.

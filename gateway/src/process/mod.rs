@@ -1,14 +1,14 @@
-//! The child-process layer of the supervisor: spawning `corral-agent rpc` in
-//! its own process group with a scrubbed environment, its stdio pumps, the
-//! `hello` handshake, graceful stop, and the pure restart policy. Policy
-//! (when to restart, idle reaping, state) belongs to the hub, which drives
-//! these pieces.
+//! Child-process plumbing: spawning `corral-agent rpc` in its own process
+//! group with a scrubbed environment, its stdio pumps, the `hello`
+//! handshake, graceful stop, and the pure restart policy. Supervision
+//! (when to restart, idle reaping, state) belongs to the hub
+//! ([`crate::hub`]), which drives these pieces.
 //!
-//! - [`process`] – [`ChildProcess`]: spawn, send lines, signal, stop, wait.
+//! - [`child`] – [`ChildProcess`]: spawn, send lines, signal, stop, wait.
 //! - [`mod@env`] – the allowlisted environment a child gets.
 //! - [`backoff`] – [`RestartPolicy`] and [`CrashHistory`]: jittered
 //!   exponential backoff with a crash-loop cutoff (no I/O).
-//! - [`handshake`] – the supervisor's `hello` and its random token.
+//! - [`handshake`] – the gateway's `hello` and its random token.
 //! - [`limits`] – per-child memory and pids limits (cgroup v2, cgroup v1
 //!   or rlimits) and the task that kills a child that hit one.
 //! - [`leftovers`] – finds and kills every process an ended child started
@@ -20,25 +20,25 @@
 //!   no-new-privileges, parent-death signal.
 
 pub mod backoff;
+pub mod child;
 pub mod env;
 pub mod handshake;
 pub mod leftovers;
 pub mod limits;
 mod pipes;
 pub mod probe;
-pub mod process;
 pub mod spawner;
 mod spec;
 mod sys;
 
 pub use backoff::{CrashHistory, Decision, InvalidPolicy, RestartPolicy};
+pub use child::{
+    ChildGone, ChildOutput, ChildProcess, Confine, ExitInfo, LineRefused, SpawnError, SpawnSpec,
+};
 pub use env::{child_env, DEFAULT_ALLOWED, TOKEN_VAR};
 pub use handshake::{hello, random_token, HandshakeError, HELLO_ID};
 pub use limits::{LimitHit, Limits};
 pub use pipes::{StderrTail, STDERR_TAIL_LINES};
-pub use process::{
-    ChildGone, ChildOutput, ChildProcess, Confine, ExitInfo, LineRefused, SpawnError, SpawnSpec,
-};
 pub use sys::Credentials;
 
 #[cfg(test)]
