@@ -77,7 +77,7 @@ impl Wire {
             Wire::Zut => json!({"id": id, "type": "prompt", "message": text}),
             Wire::Letscode => json!({"cmd": "prompt", "id": id, "text": text}),
             Wire::Zi => json!({"version": 1, "id": id, "method": "session.prompt",
-                "params": {"delivery": "prompt", "text": text}}),
+                "params": {"delivery": "direct", "text": text}}),
         }
     }
 

@@ -11,6 +11,7 @@ mod agent_protocol;
 mod agent_rpc;
 mod agent_run;
 mod agent_sandbox;
+mod benchmarks;
 mod chaos;
 mod cli_help;
 mod dashboard_browser;

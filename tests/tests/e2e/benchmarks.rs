@@ -1,0 +1,71 @@
+//! The benchmark programs still run: each, with tiny counts, against the
+//! binaries of this build, exits 0 and prints its tables. (A benchmark
+//! that rots unnoticed measures nothing the next time it matters; the
+//! numbers themselves are the README's, from release builds.)
+
+#![allow(clippy::unwrap_used)]
+
+use std::process::Command;
+
+use corral_e2e::harness::workspace_bin;
+
+fn run(bench: &str, args: &[&str]) -> String {
+    let bin = workspace_bin(bench);
+    let dir = bin.parent().unwrap().to_path_buf();
+    let output = Command::new(&bin)
+        .args(args)
+        .arg("--bin-dir")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "{bench} {args:?} failed: {}\n{stdout}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
+#[test]
+fn bench_gateway_measures_every_path_and_dialect() {
+    let out = run(
+        "bench-gateway",
+        &["--pings", "20", "--events", "40", "--clients", "2"],
+    );
+    assert!(out.contains("| stdio → corral-agent |"), "{out}");
+    assert!(
+        out.contains("| WebSocket → corral → corral-agent |"),
+        "{out}"
+    );
+    for dialect in ["zut", "letscode", "zi"] {
+        let section = format!("## Event fan-out, {dialect} ");
+        let table = out
+            .split(&section)
+            .nth(1)
+            .unwrap_or_else(|| panic!("no {dialect}: {out}"));
+        assert!(table.contains("\n| 2 | "), "{dialect}: {out}");
+    }
+}
+
+#[test]
+fn bench_scale_runs_its_sections() {
+    let out = run(
+        "bench-scale",
+        &[
+            "--projects",
+            "4",
+            "--burst",
+            "3",
+            "--idle-clients",
+            "10",
+            "--fanout",
+            "5",
+            "--only",
+            "burst,pings,clients",
+        ],
+    );
+    assert!(out.contains("| projects | ready | failed |"), "{out}");
+    assert!(out.contains("| idle clients |"), "{out}");
+}
