@@ -114,8 +114,14 @@ fn state_label(status: &HubStatus) -> Option<&'static str> {
 }
 
 /// Sets the gauges that describe the current children (reads `/proc`:
-/// call it off the event loop).
+/// call it off the event loop). One refresh at a time: the CPU counter is
+/// advanced by what it lacks, and two refreshes at once (two scrapes, or a
+/// scrape and the dashboard's stats) would both add the same difference.
 fn refresh_gauges(state: &AppState) {
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let metrics: &Metrics = &state.metrics;
     let statuses = state.registry.list();
     for label in CHILD_STATES {

@@ -63,7 +63,7 @@ impl Hub {
     ) {
         let asked = id.as_str().and_then(GatewayId::parse);
         let Some(ask) = asked.and_then(|gid| self.asks.take(gid)) else {
-            tracing::debug!(project = %self.project, %client, %id, "dropped an answer to no waiting request");
+            tracing::debug!(project = %self.project, client = client.get(), %id, "dropped an answer to no waiting request");
             return;
         };
         let Some(rules) = self.settings.dialect.rules().child_asks() else {

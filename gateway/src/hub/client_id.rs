@@ -27,6 +27,12 @@ impl ClientId {
     pub const fn named(id: u64) -> ClientId {
         ClientId(id)
     }
+
+    /// The number, as clients are told it and logs record it (a number
+    /// in JSON logs, as before ids had a type).
+    pub const fn get(self) -> u64 {
+        self.0
+    }
 }
 
 impl fmt::Display for ClientId {

@@ -75,7 +75,7 @@ impl Hub {
     /// Forgets a client that went over a byte bound; its writer, woken by
     /// its budget, closes it with the slow-client code.
     fn let_go(&mut self, client: ClientId, why: Overflow) {
-        tracing::warn!(project = %self.project, %client, bound = why.as_str(), "disconnecting a client over its outbox bytes");
+        tracing::warn!(project = %self.project, client = client.get(), bound = why.as_str(), "disconnecting a client over its outbox bytes");
         self.forget(client);
     }
 
@@ -111,7 +111,7 @@ impl Hub {
                 reason: "too many unread responses; the client must read its socket".into(),
             });
         }
-        tracing::warn!(project = %self.project, %client, "disconnecting a client whose outbox is full");
+        tracing::warn!(project = %self.project, client = client.get(), "disconnecting a client whose outbox is full");
         self.forget(client);
     }
 

@@ -211,7 +211,7 @@ impl Hub {
         let mut line = to_bytes(&Value::Object(frame)).to_vec();
         line.push(b'\n');
         if let Err(refused) = self.send_bytes(Bytes::from(line)) {
-            tracing::debug!(project = %self.project, %client, command, ?refused, "dropped a notification for the agent");
+            tracing::debug!(project = %self.project, client = client.get(), command, ?refused, "dropped a notification for the agent");
         }
     }
 

@@ -179,17 +179,8 @@ async fn connection(
         None => {
             let read = tokio::select! {
                 read = hello::read_hello(&mut io, &state, peer) => read,
-                () = evicted(slot) => {
-                    preauth::close(
-                        &mut io,
-                        CloseCode::TryAgain,
-                        "the gateway is at --max-connections: unauthenticated connections are closed first",
-                    )
-                    .await;
-                    return;
-                }
-                () = state.shutdown.started() => {
-                    preauth::close(&mut io, CloseCode::GoingAway, "the gateway is shutting down").await;
+                ended = ended_early(slot, &state) => {
+                    close_early(&mut io, ended).await;
                     return;
                 }
             };
@@ -212,7 +203,16 @@ async fn connection(
                 }
             };
             // Authenticated: now it may learn whether the project exists.
-            let dir = match projects::lookup(&state.projects_root, &project).await {
+            // Until the slot is protected below, it may still be evicted
+            // (the lookup runs off the event loop and may take a while).
+            let found = tokio::select! {
+                found = projects::lookup(&state.projects_root, &project) => found,
+                ended = ended_early(slot, &state) => {
+                    close_early(&mut io, ended).await;
+                    return;
+                }
+            };
+            let dir = match found {
                 Ok(dir) => dir,
                 Err(error) => {
                     tracing::info!(%project, %peer, "client refused: {error}");
@@ -251,6 +251,38 @@ async fn refuse(
 }
 
 /// Completes when `slot` is to be closed to make room; never without one.
+/// Why a connection not yet protected ends before it is attached.
+enum EndedEarly {
+    Evicted,
+    ShuttingDown,
+}
+
+/// Resolves when the unprotected connection must end: its slot was
+/// evicted, or the gateway is shutting down.
+async fn ended_early(slot: Option<&ConnectionSlot>, state: &AppState) -> EndedEarly {
+    tokio::select! {
+        () = evicted(slot) => EndedEarly::Evicted,
+        () = state.shutdown.started() => EndedEarly::ShuttingDown,
+    }
+}
+
+/// Closes a connection that ended early, saying why.
+async fn close_early(io: &mut Io, why: EndedEarly) {
+    match why {
+        EndedEarly::Evicted => {
+            preauth::close(
+                io,
+                CloseCode::TryAgain,
+                "the gateway is at --max-connections: unauthenticated connections are closed first",
+            )
+            .await;
+        }
+        EndedEarly::ShuttingDown => {
+            preauth::close(io, CloseCode::GoingAway, "the gateway is shutting down").await;
+        }
+    }
+}
+
 async fn evicted(slot: Option<&ConnectionSlot>) {
     match slot {
         Some(slot) => slot.evicted().await,
@@ -313,7 +345,7 @@ async fn attached(
         }
     };
     let client = attached.client;
-    tracing::debug!(%project, %client, role = hello.role.as_str(), "client attached");
+    tracing::debug!(%project, client = client.get(), role = hello.role.as_str(), "client attached");
     let end = tokio::select! {
         closed = session::write_loop(&mut sink, attached.feed, state.metrics.clone()) => {
             if closed == Some(CloseCode::Lagged) {
@@ -324,13 +356,13 @@ async fn attached(
         end = session::read_loop(&mut stream, &hub, client, state.clone()) => end,
     };
     hub.detach(client).await;
-    tracing::debug!(%project, %client, "client detached");
+    tracing::debug!(%project, client = client.get(), "client detached");
     if end == ReadEnd::TooLarge {
         let reason = format!(
             "a frame is larger than {max} bytes (--max-frame-bytes)",
             max = state.max_frame_bytes
         );
-        tracing::info!(%project, %client, "{reason}");
+        tracing::info!(%project, client = client.get(), "{reason}");
         session::close(&mut sink, CloseCode::TooBig, &reason).await;
         if let Ok(mut socket) = stream.reunite(sink) {
             preauth::linger(socket.get_mut()).await;
