@@ -9,7 +9,7 @@ use serde_json::Value;
 
 /// Characters kept of each item.
 pub const LINE: usize = 160;
-/// Items shown: the first [`HEAD`], then the last `ITEMS - HEAD`.
+/// Items shown: the first few, then the last ones.
 pub const ITEMS: usize = 24;
 const HEAD: usize = 6;
 
