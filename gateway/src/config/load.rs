@@ -20,7 +20,7 @@ pub fn load(args: ServeArgs) -> Result<Config, ConfigError> {
 }
 
 /// Loads the configuration with `env` as the environment (for tests): the
-/// declared settings merged by [`Layers`], then the checks that span
+/// declared settings merged by `Layers`, then the checks that span
 /// several settings, then the state directory (last, so that a refused
 /// configuration leaves nothing behind).
 pub fn load_with_env(

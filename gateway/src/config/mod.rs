@@ -89,7 +89,7 @@ pub struct Config {
     /// is loopback (a public listener simply has no admin API then).
     pub generated_admin_token: Option<Secret>,
     /// Normalized allowed browser origins (`scheme://host[:port]` or `*`);
-    /// empty = same origin only. See [`auth::origin_allowed`].
+    /// empty = same origin only. See [`crate::auth::origin_allowed`].
     pub allowed_origins: Vec<String>,
     /// How long shutdown waits for children and connections before forcing.
     pub shutdown_grace: Duration,

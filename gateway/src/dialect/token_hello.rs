@@ -1,5 +1,5 @@
 //! The token hello: how the gateway proves to a child that wants one
-//! ([`Dialect::child_token`](super::Dialect::child_token), zut) that it
+//! ([`DialectRules::child_token`](super::rules::DialectRules::child_token), zut) that it
 //! holds the child's token, and learns the child's version, provider and
 //! model. The request, how its answer is recognised and what it says.
 //! Pure, no I/O.

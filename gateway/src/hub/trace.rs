@@ -2,7 +2,7 @@
 //! `--otlp-endpoint`): opened when the request is forwarded, its W3C
 //! `traceparent` put into the frame for the child, closed when its run ends
 //! (a zut run, answered as it starts) or else when the request is answered
-//! or fails (its [`Pending`](super::ids::Pending) entry goes). Attributes:
+//! or fails (its [`Forwarded`](super::ids::Forwarded) entry goes). Attributes:
 //! project, dialect and command only.
 
 use corral_telemetry::TARGET;
