@@ -142,24 +142,32 @@ impl Hub {
         command: String,
     ) {
         let dialect = self.settings.dialect.rules();
-        if self.supervision.ready().is_none() {
-            if self.supervision.state() == ChildState::Failed {
-                let error = "the agent is in a crash loop and was not restarted";
-                let reply = dialect.request_failed(id.as_ref(), &command, false, error);
-                self.unicast(client, reply);
-            } else {
-                self.waiting.push_request(client, frame);
-            }
+        let ready = self.supervision.ready().is_some();
+        if !ready && self.supervision.state() == ChildState::Failed {
+            let error = "the agent is in a crash loop and was not restarted";
+            let reply = dialect.request_failed(id.as_ref(), &command, false, error);
+            self.unicast(client, reply);
             return;
         }
+        // Requests waiting for a starting child count against the same
+        // bound as those the child has (a client cannot pile them up
+        // while it starts).
         let limit = self.settings.max_client_requests;
-        if self.pending.count_client(client, "") >= limit {
+        let held = match ready {
+            true => self.pending.count_client(client, ""),
+            false => self.waiting.count_client(client),
+        };
+        if held >= limit {
             self.settings.metrics.requests_refused("in_flight");
             let error = format!(
                 "too many requests in flight for this client (at most {limit}); wait for answers before sending more"
             );
             let reply = dialect.request_failed(id.as_ref(), &command, false, &error);
             self.unicast(client, reply);
+            return;
+        }
+        if !ready {
+            self.waiting.push_request(client, frame);
             return;
         }
         let claim = dialect.run_claim(&command, &frame);

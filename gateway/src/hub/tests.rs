@@ -648,6 +648,41 @@ async fn requests_in_flight_are_bounded_per_client() {
         .contains("too many requests in flight"));
 }
 
+/// While the child restarts, a client's waiting requests are bounded
+/// like those in flight: the one over the bound is refused at once, the
+/// others reach the new child.
+#[tokio::test(start_paused = true)]
+async fn requests_waiting_for_a_restarting_child_are_bounded_per_client() {
+    let mut h = harness(settings());
+    let start = h.next_start().await;
+    let waiting = attach_later(&h.hub);
+    let _child = FakeChild::start(start, true);
+    let mut attached = waiting.await.unwrap().unwrap();
+    h.hub.restart().await;
+    let start = h.next_start().await;
+    for id in 0..5 {
+        h.hub
+            .request(
+                attached.client,
+                request(json!({"id": id, "type": "get_state"})),
+            )
+            .await;
+    }
+    let (frames, close) = received(&mut attached).await;
+    assert_eq!(close, None);
+    let refused = frames.iter().find(|f| f["id"] == 4).unwrap();
+    assert_eq!(refused["success"], false);
+    assert!(refused["error"]
+        .as_str()
+        .unwrap()
+        .contains("too many requests in flight"));
+    let mut second = FakeChild::start(start, true);
+    for _ in 0..4 {
+        assert_eq!(second.next_request().await["type"], "get_state");
+    }
+    assert!(second.requests.try_recv().is_err());
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_stop_while_starting_abandons_the_start() {
     let mut h = harness(settings());

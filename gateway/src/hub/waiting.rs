@@ -51,6 +51,11 @@ impl Waiting {
         std::mem::take(&mut self.requests)
     }
 
+    /// How many of `client`'s requests wait.
+    pub fn count_client(&self, client: ClientId) -> usize {
+        self.requests.iter().filter(|(c, _)| *c == client).count()
+    }
+
     /// Drops the requests of a client that left.
     pub fn forget_client(&mut self, client: ClientId) {
         self.requests.retain(|(c, _)| *c != client);
