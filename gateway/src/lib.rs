@@ -8,6 +8,7 @@ pub mod client_addr;
 pub mod config;
 pub mod dashboard;
 pub mod dialect;
+pub mod egress;
 pub mod events;
 pub mod fdlimit;
 pub mod guard;
