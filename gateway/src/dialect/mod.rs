@@ -169,11 +169,6 @@ impl Dialect {
         }
     }
 
-    /// The dialect's name (`--dialect NAME`).
-    pub fn as_str(self) -> &'static str {
-        self.rules().name()
-    }
-
     /// The dialect called `name` (as `--dialect` spells it).
     pub fn named(name: &str) -> Option<Dialect> {
         <Dialect as clap::ValueEnum>::from_str(name, false).ok()
