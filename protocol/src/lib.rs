@@ -6,6 +6,7 @@
 //! lines are cut, and the typed errors for input that does not fit.
 
 pub mod acp;
+pub mod egress;
 pub mod journal;
 pub mod letscode;
 pub mod ndjson;
