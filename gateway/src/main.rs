@@ -165,7 +165,7 @@ fn check_sandbox(config: &Config) -> Result<(), ExitCode> {
     };
     match probe.run() {
         Ok(report) => {
-            tracing::info!(report = %report, tool_network = confinement.tool_network, "agent sandbox available");
+            tracing::info!(report = %report, tool_network = confinement.tool_network.name(), "agent sandbox available");
             Ok(())
         }
         Err(reason) => {
@@ -399,7 +399,7 @@ fn confinement_status(config: &Config, limits: &Limits) -> ConfinementStatus {
     let confinement = &config.confinement;
     ConfinementStatus {
         enabled: confinement.sandbox,
-        tool_network: confinement.tool_network,
+        tool_network: confinement.tool_network.name(),
         child_user: confinement.child_user.as_ref().map(|u| u.name.clone()),
         limits: LimitsStatus {
             backend: limits.backend_name(),

@@ -49,8 +49,8 @@ pub struct AppState {
 pub struct ConfinementStatus {
     /// The agent sandbox is on.
     pub enabled: bool,
-    /// Tool commands reach the network.
-    pub tool_network: bool,
+    /// How tool commands reach the network: `on`, `off` or `proxy`.
+    pub tool_network: &'static str,
     /// The account children run as, when not the gateway's.
     pub child_user: Option<String>,
     pub limits: LimitsStatus,

@@ -46,6 +46,20 @@ pub const PYTHON3: Prerequisite = Prerequisite {
     used_by: "the sandbox and limits suites (as a tool command)",
 };
 
+pub const CURL: Prerequisite = Prerequisite {
+    program: "curl",
+    also_in: &["/usr/bin"],
+    packages: "curl",
+    used_by: "tests/tests/e2e/gateway_egress.rs (a tool fetching through the egress proxy)",
+};
+
+pub const OPENSSL: Prerequisite = Prerequisite {
+    program: "openssl",
+    also_in: &["/usr/bin"],
+    packages: "openssl",
+    used_by: "tests/tests/e2e/gateway_egress.rs (a test registry's TLS certificate)",
+};
+
 pub const SCRIPT: Prerequisite = Prerequisite {
     program: "script",
     also_in: &["/usr/bin"],

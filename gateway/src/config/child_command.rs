@@ -66,7 +66,8 @@ pub(super) fn resolve(
         return Err(invalid(
             "--tool-network off cannot apply to a third-party agent: its tool commands cannot \
              be cut off the network apart from the agent, which needs it for its model; \
-             use --tool-network on"
+             use --tool-network proxy (the agent and its tools go out through the egress \
+             proxy: allow its model provider with --egress-allow) or on"
                 .into(),
         ));
     }
@@ -193,7 +194,7 @@ mod tests {
                     tool_network_off: true,
                     ..context(Some(&path_var))
                 },
-                "use --tool-network on",
+                "use --tool-network proxy",
             ),
         ];
         for (text, context, needle) in cases {

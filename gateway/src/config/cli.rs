@@ -170,7 +170,7 @@ mod tests {
             args.sandbox_hide,
             [PathBuf::from("/srv/a"), "/srv/b".into()]
         );
-        assert_eq!(args.tool_network, Some(OnOff::On));
+        assert_eq!(args.tool_network, Some(crate::config::ToolNetwork::On));
         assert_eq!(args.child_user.as_deref(), Some("nobody"));
         assert_eq!(args.child_memory_max, Some(64 << 20));
         assert_eq!(args.child_pids_max, Some(128));

@@ -151,7 +151,7 @@ mod tests {
                 PathBuf::from("/srv/keys")
             ])
         );
-        assert_eq!(f.tool_network, Some(OnOff::Off));
+        assert_eq!(f.tool_network, Some(crate::config::ToolNetwork::Off));
         assert_eq!(f.child_user.as_deref(), Some("corral-agents"));
         assert_eq!(f.child_memory_max, Some(FileBytes(512 << 20)));
         assert_eq!(f.child_pids_max, Some(256));

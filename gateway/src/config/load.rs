@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use super::checks::{at_least, canonical_dir, create_dir, origins};
 use super::settings::{Layers, ServeArgs};
 use super::{
-    child, child_command, defaults, file, hiding, sandbox, throttle, tokens, Config, ConfigError,
-    Confinement, Limits, SupervisorSettings,
+    child, child_command, defaults, egress, file, hiding, sandbox, throttle, tokens, Config,
+    ConfigError, Confinement, Limits, SupervisorSettings,
 };
 use crate::auth::{self, Secret, Tokens};
 
@@ -74,17 +74,16 @@ pub fn load_with_env(
     let confinement = sandbox::resolve(sandbox::Raw {
         sandbox: layers.sandbox()?,
         extra_hide: layers.sandbox_hide(),
-        tool_network: layers.tool_network()?,
+        tool_network: layers.args.tool_network.or(layers.file.tool_network),
         child_user: layers.child_user(),
         memory_max: layers.child_memory_max(),
         pids_max: layers.child_pids_max(),
     })?;
     if !trusted_proxies.is_empty() {
-        let tools_on_host_network = !confinement.sandbox || confinement.tool_network;
         throttle::check_trusted_reach(
             &trusted_proxies,
             &throttle::own_addresses(),
-            tools_on_host_network,
+            confinement.tools_on_host_network(),
         )?;
     }
     let dialect = layers.dialect()?;
@@ -94,7 +93,8 @@ pub fn load_with_env(
         &child_command::Context {
             dialect,
             child_args: &child_args,
-            tool_network_off: confinement.sandbox && !confinement.tool_network,
+            tool_network_off: confinement.sandbox
+                && confinement.tool_network == super::ToolNetwork::Off,
             path_var: env("PATH").as_deref(),
         },
     )?;
@@ -108,6 +108,12 @@ pub fn load_with_env(
         confinement,
         secret_files,
         env,
+    )?;
+    let egress = egress::resolve(
+        &layers.egress_allow(),
+        &layers.egress_deny(),
+        &layers.egress_methods(),
+        layers.egress_max_connections()?,
     )?;
     let mut tokens = tokens;
     let (generated_token, generated_admin_token) = generate_missing(&mut tokens, listen)?;
@@ -146,6 +152,7 @@ pub fn load_with_env(
             crash_cooldown: layers.crash_cooldown()?,
         },
         confinement,
+        egress,
     })
 }
 
@@ -261,8 +268,13 @@ fn state(
         .subdir("sessions", 0o755)?
         .path()
         .to_path_buf();
-    let confinement =
+    let mut confinement =
         confinement.hiding_first(&[state_dir.clone(), projects_root.to_path_buf()])?;
+    if confinement.egress_proxy() {
+        // Made (and bound) by the gateway at start; children open it
+        // before their sandbox hides the state directory.
+        confinement.egress_socket = Some(state_dir.join("egress").join("proxy.sock"));
+    }
     Ok((state_dir, sessions_dir, confinement))
 }
 

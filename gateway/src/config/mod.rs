@@ -29,6 +29,7 @@ mod child_command;
 mod cli;
 mod declare;
 mod duration;
+mod egress;
 mod file;
 mod hiding;
 mod load;
@@ -49,12 +50,13 @@ pub use child::{ChildEnv, DEFAULT_CHILD_BIN};
 pub use cli::{AttachArgs, Cli, Command, LogFormat};
 pub use declare::{Setting, Shown};
 pub use duration::{format_duration, parse_duration, DurationError};
+pub use egress::EgressSettings;
 pub use hiding::{CoverRefused, Overlap, SECRET_FILE_SETTINGS};
 pub use load::{load, load_with_env};
 pub use sandbox::{ChildUser, Confinement, MIN_CHILD_MEMORY, MIN_CHILD_PIDS};
 pub use settings::{ServeArgs, SETTINGS, TOKEN_ENV_VARS};
 pub use tokens::{read_token_file, MIN_TOKEN_CHARS};
-pub use values::OnOff;
+pub use values::{OnOff, ToolNetwork};
 
 use crate::auth::{RandomError, Role, Secret, Tokens};
 
@@ -99,6 +101,8 @@ pub struct Config {
     pub supervisor: SupervisorSettings,
     /// How children are confined: sandbox, user, resource limits.
     pub confinement: Confinement,
+    /// The egress proxy's policy and limits (`--tool-network proxy`).
+    pub egress: EgressSettings,
 }
 
 /// Bounds on connections, frames and replay.
@@ -197,6 +201,7 @@ pub mod defaults {
     pub const STATE_DIR: &str = "./corral-state";
     pub const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
     pub const MAX_CHILDREN: usize = 64;
+    pub const EGRESS_MAX_CONNECTIONS: usize = 1024;
     pub const REPLAY_EVENTS: usize = 10_000;
     pub const REPLAY_BYTES: usize = 8 << 20;
     pub const OUTBOX_FRAMES: usize = 256;

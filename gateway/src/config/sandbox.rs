@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-pub(super) use super::values::OnOff;
+pub(super) use super::values::{OnOff, ToolNetwork};
 use super::ConfigError;
 use nix::unistd::{Gid, Uid, User};
 
@@ -36,8 +36,12 @@ pub struct Confinement {
     /// `--sandbox-hide` (a file replaced by its directory).
     /// See `config::hiding`.
     pub hide: Vec<PathBuf>,
-    /// Tool commands keep the network (`--tool-network on`).
-    pub tool_network: bool,
+    /// How tool commands reach the network (`--tool-network`).
+    pub tool_network: ToolNetwork,
+    /// The egress proxy's socket children connect through
+    /// (`STATE/egress/proxy.sock`), with `--tool-network proxy`; set once
+    /// the state directory exists.
+    pub egress_socket: Option<PathBuf>,
     /// Children run as this account instead of the gateway's.
     pub child_user: Option<ChildUser>,
     /// Memory of one child and everything it runs, in bytes.
@@ -64,6 +68,16 @@ impl Confinement {
         Ok(self)
     }
 
+    /// Whether tool commands reach the host's network unfiltered.
+    pub fn tools_on_host_network(&self) -> bool {
+        !self.sandbox || self.tool_network == ToolNetwork::On
+    }
+
+    /// Whether children's tools go out through the egress proxy.
+    pub fn egress_proxy(&self) -> bool {
+        self.sandbox && self.tool_network == ToolNetwork::Proxy
+    }
+
     /// Whether any resource limit is configured.
     pub fn has_limits(&self) -> bool {
         self.memory_max.is_some() || self.pids_max.is_some()
@@ -88,8 +102,16 @@ impl Confinement {
             args.push("--sandbox-hide".into());
             args.push(path.clone().into_os_string());
         }
-        if !self.tool_network {
-            args.extend(["--tool-network".into(), "off".into()]);
+        match self.tool_network {
+            ToolNetwork::On => {}
+            ToolNetwork::Off => args.extend(["--tool-network".into(), "off".into()]),
+            ToolNetwork::Proxy => {
+                args.extend(["--tool-network".into(), "proxy".into()]);
+                if let Some(socket) = &self.egress_socket {
+                    args.push("--egress-socket".into());
+                    args.push(socket.clone().into_os_string());
+                }
+            }
         }
         args
     }
@@ -100,7 +122,9 @@ impl Confinement {
 pub(super) struct Raw {
     pub sandbox: OnOff,
     pub extra_hide: Vec<PathBuf>,
-    pub tool_network: OnOff,
+    /// As set by a layer; `None`: the default (proxy, or on without the
+    /// sandbox).
+    pub tool_network: Option<ToolNetwork>,
     pub child_user: Option<String>,
     pub memory_max: Option<usize>,
     pub pids_max: Option<u64>,
@@ -110,13 +134,16 @@ pub(super) struct Raw {
 /// list later ([`Confinement::hiding_first`]), once they exist.
 pub(super) fn resolve(raw: Raw) -> Result<Confinement, ConfigError> {
     let sandbox = raw.sandbox.is_on();
-    let tool_network = raw.tool_network.is_on();
-    if !sandbox && !tool_network {
-        return Err(ConfigError::Invalid {
-            setting: "--tool-network off / tool_network".into(),
-            reason: "taking the network from tools needs the sandbox; drop --sandbox off".into(),
-        });
-    }
+    let tool_network = match (sandbox, raw.tool_network) {
+        (true, chosen) => chosen.unwrap_or(ToolNetwork::Proxy),
+        (false, None | Some(ToolNetwork::On)) => ToolNetwork::On,
+        (false, Some(chosen)) => {
+            return Err(ConfigError::Invalid {
+                setting: format!("--tool-network {} / tool_network", chosen.name()),
+                reason: "taking the host's network from tools needs the sandbox; drop --sandbox off, or use --tool-network on".into(),
+            })
+        }
+    };
     let mut hide: Vec<PathBuf> = Vec::new();
     for path in &raw.extra_hide {
         // A link to a file is hidden where it points and where it lies
@@ -156,6 +183,7 @@ pub(super) fn resolve(raw: Raw) -> Result<Confinement, ConfigError> {
         sandbox,
         hide,
         tool_network,
+        egress_socket: None,
         child_user,
         memory_max,
         pids_max,
@@ -224,7 +252,7 @@ mod tests {
         Raw {
             sandbox: OnOff::On,
             extra_hide: Vec::new(),
-            tool_network: OnOff::On,
+            tool_network: None,
             child_user: None,
             memory_max: None,
             pids_max: None,
@@ -232,24 +260,39 @@ mod tests {
     }
 
     #[test]
-    fn defaults_sandbox_on_network_on_no_limits() {
-        let c = resolve(raw())
+    fn defaults_sandbox_on_tools_through_the_proxy_no_limits() {
+        let mut c = resolve(raw())
             .unwrap()
             .hiding_first(&[PathBuf::from("/state")])
             .unwrap();
-        assert!(c.sandbox && c.tool_network && !c.has_limits());
+        assert!(c.sandbox && c.egress_proxy() && !c.tools_on_host_network() && !c.has_limits());
         assert_eq!(c.child_user, None);
+        c.egress_socket = Some("/state/egress/proxy.sock".into());
         assert_eq!(
             c.agent_args(),
-            ["--sandbox", "--sandbox-hide", "/state"].map(std::ffi::OsString::from)
+            [
+                "--sandbox",
+                "--sandbox-hide",
+                "/state",
+                "--tool-network",
+                "proxy",
+                "--egress-socket",
+                "/state/egress/proxy.sock"
+            ]
+            .map(std::ffi::OsString::from)
         );
+        let mut r = raw();
+        r.tool_network = Some(ToolNetwork::On);
+        let c = resolve(r).unwrap();
+        assert!(c.tools_on_host_network() && !c.egress_proxy());
+        assert_eq!(c.agent_args(), ["--sandbox"].map(std::ffi::OsString::from));
     }
 
     #[test]
     fn hides_are_absolute_and_deduplicated() {
         let mut r = raw();
         r.extra_hide = vec!["/srv/secret".into(), "/state".into(), "rel".into()];
-        r.tool_network = OnOff::Off;
+        r.tool_network = Some(ToolNetwork::Off);
         let c = resolve(r)
             .unwrap()
             .hiding_first(&["/state".into()])
@@ -265,16 +308,26 @@ mod tests {
     }
 
     #[test]
-    fn sandbox_off_passes_no_flags_and_refuses_tool_network_off() {
-        let mut r = raw();
-        r.sandbox = OnOff::Off;
-        let c = resolve(r).unwrap();
-        assert!(c.agent_args().is_empty());
-        let mut r = raw();
-        r.sandbox = OnOff::Off;
-        r.tool_network = OnOff::Off;
-        let err = resolve(r).unwrap_err().to_string();
-        assert!(err.contains("--tool-network off"), "{err}");
+    fn sandbox_off_passes_no_flags_and_refuses_tool_network_off_or_proxy() {
+        for chosen in [None, Some(ToolNetwork::On)] {
+            let mut r = raw();
+            r.sandbox = OnOff::Off;
+            r.tool_network = chosen;
+            let c = resolve(r).unwrap();
+            assert!(c.agent_args().is_empty());
+            assert_eq!(c.tool_network, ToolNetwork::On);
+            assert!(c.tools_on_host_network());
+        }
+        for chosen in [ToolNetwork::Off, ToolNetwork::Proxy] {
+            let mut r = raw();
+            r.sandbox = OnOff::Off;
+            r.tool_network = Some(chosen);
+            let err = resolve(r).unwrap_err().to_string();
+            assert!(
+                err.contains(&format!("--tool-network {}", chosen.name())),
+                "{err}"
+            );
+        }
     }
 
     #[test]

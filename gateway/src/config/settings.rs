@@ -13,7 +13,7 @@ use super::declare::{any, declare_settings, enum_name, number, path_text};
 use super::defaults;
 use super::duration::{format_duration, parse_duration, FileDuration};
 use super::serve_help::SERVE_ENV_HELP;
-use super::values::{parse_net, OnOff, TokenList};
+use super::values::{parse_net, OnOff, TokenList, ToolNetwork};
 use crate::auth::Secret;
 use crate::dialect::Dialect;
 
@@ -285,10 +285,30 @@ declare_settings! {
         default list(PathBuf, "none"),
         help "Another path children must not see (repeatable); a file is hidden with the directory holding it. The state dir, projects root and the directories of the config and token files are always hidden";
 
-    tool_network: Option<OnOff> = "--tool-network" "on|off" [value_enum],
-        key tool_network: Option<OnOff>,
-        default value(OnOff = OnOff::On, enum_name, any),
-        help "Whether commands run by the agent's tools reach the network (the agent's model calls always do); off needs the sandbox";
+    tool_network: Option<ToolNetwork> = "--tool-network" "on|off|proxy" [value_enum],
+        key tool_network: Option<ToolNetwork>,
+        default custom("proxy (on with --sandbox off)"),
+        help "How commands run by the agent's tools reach the network: proxy = only through the gateway's egress proxy, as --egress-allow permits; off = not at all; on = the host's network unfiltered. proxy and off need the sandbox. The agent's own model calls are not affected";
+
+    egress_allow: Vec<String> = "--egress-allow" "RULE",
+        key egress_allow: Option<Vec<String>>,
+        default list(String, "none: tools reach nothing"),
+        help "What tools may reach through the egress proxy (repeatable): a host (registry.example.com), *.example.com (names below), **.example.com (the name and below), an address or network (203.0.113.7, 10.20.0.0/16), each with an optional :PORT. Loopback, link-local, private and multicast addresses stay refused unless a rule names the address or a network inside its range";
+
+    egress_deny: Vec<String> = "--egress-deny" "RULE",
+        key egress_deny: Option<Vec<String>>,
+        default list(String, "none"),
+        help "What tools may never reach (repeatable, same forms as --egress-allow); deny wins over allow";
+
+    egress_methods: Vec<String> = "--egress-methods" "METHOD,…" [value_delimiter = ','],
+        key egress_methods: Option<Vec<String>>,
+        default list(String, "any"),
+        help "The only methods plain-HTTP requests through the egress proxy may use, e.g. GET,HEAD; HTTPS (CONNECT) tunnels are decided by host and port alone";
+
+    egress_max_connections: Option<usize> = "--egress-max-connections" "N",
+        key egress_max_connections: Option<usize>,
+        default value(usize = defaults::EGRESS_MAX_CONNECTIONS, number, |s, v| at_least(s, v, 1)),
+        help "Tool connections open through the egress proxy at once, over all projects (each holds two of the gateway's descriptors); a project may hold a quarter of them";
 
     child_user: Option<String> = "--child-user" "USER",
         key child_user: Option<String>,

@@ -516,7 +516,7 @@ fn confinement_hides_the_gateway_files_and_merges_layers() {
         ..f.args()
     };
     let c = load_with_env(args, &no_env).unwrap().confinement;
-    assert!(c.sandbox && !c.tool_network);
+    assert!(c.sandbox && c.tool_network == super::ToolNetwork::Off);
     assert_eq!((c.memory_max, c.pids_max), (Some(64 << 20), Some(100)));
     let canonical = |rel: &str| f.path(rel).canonicalize().unwrap();
     // The config and token files are hidden with the directory holding
@@ -649,7 +649,7 @@ fn confinement_errors_name_the_setting() {
     let f = Fixture::new();
     let args = ServeArgs {
         sandbox: Some(OnOff::Off),
-        tool_network: Some(OnOff::Off),
+        tool_network: Some(super::ToolNetwork::Off),
         ..f.args()
     };
     let err = load_with_env(args, &no_env).unwrap_err().to_string();
@@ -730,10 +730,10 @@ fn child_command_refusals_name_the_setting() {
         ),
         (
             ServeArgs {
-                tool_network: Some(OnOff::Off),
+                tool_network: Some(super::ToolNetwork::Off),
                 ..acp(&agent)
             },
-            "use --tool-network on",
+            "use --tool-network proxy",
         ),
         (
             ServeArgs {
@@ -841,6 +841,7 @@ fn throttle_and_proxy_listener_settings() {
             ServeArgs {
                 proxy_listen: Some("127.0.0.1:7001".parse().unwrap()),
                 trusted_proxy: vec!["127.0.0.0/8".parse().unwrap()],
+                tool_network: Some(super::ToolNetwork::On),
                 ..f.args()
             },
             "--tool-network off",
@@ -858,7 +859,7 @@ fn a_trusted_proxy_on_this_host_needs_tools_off_the_network() {
     let args = ServeArgs {
         proxy_listen: Some("127.0.0.1:7001".parse().unwrap()),
         trusted_proxy: vec!["127.0.0.1/32".parse().unwrap()],
-        tool_network: Some(super::sandbox::OnOff::Off),
+        tool_network: Some(super::ToolNetwork::Off),
         ..f.args()
     };
     let config = load_with_env(args, &no_env).unwrap();

@@ -92,7 +92,7 @@ pub(super) fn check_trusted_reach(
             return Err(ConfigError::Invalid {
                 setting: "--trusted-proxy / trusted_proxies".into(),
                 reason: format!(
-                    "{net} covers {addr}, an address of this host: agents' tools reach the gateway from there and could name any client in X-Forwarded-For; run the balancer on another host, or take the network from tools (--tool-network off)"
+                    "{net} covers {addr}, an address of this host: agents' tools reach the gateway from there and could name any client in X-Forwarded-For; run the balancer on another host, or take the host's network from tools (--tool-network proxy, the default, or --tool-network off)"
                 ),
             });
         }

@@ -51,6 +51,58 @@ impl<'de> Deserialize<'de> for OnOff {
     }
 }
 
+/// How tool commands reach the network (`--tool-network`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ToolNetwork {
+    /// The host's network, unfiltered.
+    On,
+    /// None at all: an empty network namespace per command.
+    Off,
+    /// Only the gateway's egress proxy, which applies the egress policy.
+    Proxy,
+}
+
+impl ToolNetwork {
+    pub fn name(self) -> &'static str {
+        match self {
+            ToolNetwork::On => "on",
+            ToolNetwork::Off => "off",
+            ToolNetwork::Proxy => "proxy",
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for ToolNetwork {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct ToolNetworkVisitor;
+
+        impl Visitor<'_> for ToolNetworkVisitor {
+            type Value = ToolNetwork;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("\"on\", \"off\", \"proxy\", true or false")
+            }
+
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<ToolNetwork, E> {
+                Ok(if v { ToolNetwork::On } else { ToolNetwork::Off })
+            }
+
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<ToolNetwork, E> {
+                match v.trim().to_ascii_lowercase().as_str() {
+                    "on" | "true" => Ok(ToolNetwork::On),
+                    "off" | "false" => Ok(ToolNetwork::Off),
+                    "proxy" => Ok(ToolNetwork::Proxy),
+                    _ => Err(E::custom(format!(
+                        "expected \"on\", \"off\" or \"proxy\", found {v:?}"
+                    ))),
+                }
+            }
+        }
+
+        deserializer.deserialize_any(ToolNetworkVisitor)
+    }
+}
+
 /// A list of tokens: `["a", "b"]` or one string. Type errors do not echo
 /// the value.
 #[derive(Debug, Clone, Default)]

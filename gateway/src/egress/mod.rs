@@ -208,6 +208,16 @@ impl fmt::Display for Refusal {
 }
 
 impl Policy {
+    /// The operator's policy: allow and deny rules and the plain-HTTP
+    /// method list (`None`: any method).
+    pub fn new(allow: Vec<Rule>, deny: Vec<Rule>, methods: Option<Vec<Method>>) -> Policy {
+        Policy {
+            allow,
+            deny,
+            methods,
+        }
+    }
+
     /// Decides `request`; the steps are listed in the module doc.
     pub fn decide(&self, request: &Target) -> Decision {
         let port = request.port;

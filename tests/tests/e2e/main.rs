@@ -25,6 +25,7 @@ mod gateway_attach;
 mod gateway_auth;
 mod gateway_connections;
 mod gateway_dialects;
+mod gateway_egress;
 mod gateway_hardening;
 mod gateway_hub;
 mod gateway_lifetimes;
