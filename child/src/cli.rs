@@ -329,6 +329,7 @@ mod tests {
             "acp (Agent Client Protocol v1)",
             "ANTHROPIC_API_KEY",
             "ZUTCORE_RPC_TOKEN",
+            "CORRAL_EGRESS_SECRET",
             "CORRAL_LOG",
             "ZUT_HOME",
             "Exit codes:",
