@@ -8,11 +8,15 @@ use std::path::PathBuf;
 use clap::Args;
 use corral_protocol::zut::ReasoningLevel;
 
-/// Whether tool commands may use the network.
+/// Whether and how tool commands may use the network.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ToolNetwork {
+    /// The agent's own network.
     On,
+    /// None: each command runs in an empty network namespace.
     Off,
+    /// Only through the gateway's HTTP(S) proxy (--egress-socket).
+    Proxy,
 }
 
 /// Flags shared by every mode.
@@ -76,10 +80,19 @@ pub struct AgentArgs {
     /// running agent, so name the directory holding it instead.
     #[arg(long = "sandbox-hide", value_name = "PATH", requires = "sandbox")]
     pub sandbox_hide: Vec<PathBuf>,
-    /// Network for tool commands; off (needs --sandbox) runs each command
-    /// in an empty network namespace. The agent's model calls keep the network.
-    #[arg(long, value_enum, default_value_t = ToolNetwork::On, requires_if("off", "sandbox"))]
+    /// Network for tool commands. off (needs --sandbox) runs each command
+    /// in an empty network namespace; proxy (needs --sandbox and
+    /// --egress-socket) does too, with the gateway's HTTP(S) proxy as the
+    /// only way out, at HTTP_PROXY/HTTPS_PROXY (127.0.0.1:3128 inside). The
+    /// agent's model calls keep the network.
+    #[arg(long, value_enum, default_value_t = ToolNetwork::On,
+        requires_ifs = [("off", "sandbox"), ("proxy", "sandbox")])]
     pub tool_network: ToolNetwork,
+    /// With --tool-network proxy: the gateway's egress socket (a Unix
+    /// socket, opened before the sandbox hides it). The secret that opens
+    /// it comes in CORRAL_EGRESS_SECRET, which no tool inherits.
+    #[arg(long, value_name = "PATH", required_if_eq("tool_network", "proxy"))]
+    pub egress_socket: Option<PathBuf>,
     /// Export OpenTelemetry traces (one per prompt: model calls, tool calls,
     /// waits) over OTLP/HTTP to this base URL, e.g. http://127.0.0.1:4318.
     /// Off unless given.

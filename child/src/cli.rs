@@ -1,7 +1,9 @@
 //! Command-line interface: `corral-agent rpc`, `corral-agent run`,
-//! `corral-agent sandbox-probe` and `corral-agent sandbox-exec`.
+//! `corral-agent sandbox-probe` and `corral-agent sandbox-exec`, and the
+//! hidden `corral-agent egress-relay` that tool commands run behind.
 
 use std::ffi::OsString;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
@@ -26,6 +28,8 @@ Environment:
   ANTHROPIC_BASE_URL, OPENAI_BASE_URL  the provider's base URL (or --base-url)
   ZUTCORE_RPC_TOKEN  zut: the token a client's hello must carry; removed from the
                      environment at start, so tools never see it
+  CORRAL_EGRESS_SECRET  --tool-network proxy: the secret of the gateway's egress
+                     socket; removed from the environment at start
   CORRAL_LOG         log filter for stderr, e.g. debug [default: warn]
   ZUT_HOME, CORRAL_HOME  the home holding config.json [default: ~/.corral]
 
@@ -34,7 +38,7 @@ Exit codes:
   1   the client's hello was refused (zut), input framing could not be recovered
       (zi), or the `run` failed
   2   bad flags or setup: a missing API key, an unreadable journal, a prompt on
-      stdin over 16 MiB
+      stdin over 16 MiB, a missing egress secret or socket
   75  the --session journal is in use by another agent process
   78  --sandbox was asked for and this host cannot provide it (reason on stderr)
   126, 127  sandbox-exec: CMD cannot be executed, or is not found";
@@ -96,9 +100,13 @@ pub enum Mode {
         /// A path made empty inside (repeatable).
         #[arg(long = "sandbox-hide", value_name = "PATH")]
         sandbox_hide: Vec<PathBuf>,
-        /// Also check that tool commands can be cut off the network.
+        /// Also check that tool commands can be cut off the network (off,
+        /// proxy) and that the egress socket opens (proxy).
         #[arg(long, value_enum, default_value_t = ToolNetwork::On)]
         tool_network: ToolNetwork,
+        /// With --tool-network proxy: the gateway's egress socket.
+        #[arg(long, value_name = "PATH", required_if_eq("tool_network", "proxy"))]
+        egress_socket: Option<PathBuf>,
     },
     /// Run another program (a third-party agent) in the agent's sandbox.
     ///
@@ -106,8 +114,10 @@ pub enum Mode {
     /// namespaces, a private /tmp, hidden paths, Landlock (writes only in
     /// --cwd, the --home directory and /tmp), no new privileges and no
     /// capabilities; then CMD replaces the process in --cwd, with the
-    /// environment it was given (HOME set to --home). Exits as CMD does;
-    /// 78 with the reason on stderr when the sandbox cannot be set up, 127
+    /// environment it was given (HOME set to --home). With --tool-network
+    /// proxy, CMD and everything it starts run in an empty network
+    /// namespace behind the egress relay instead. Exits as CMD does; 78
+    /// with the reason on stderr when the sandbox cannot be set up, 127
     /// when CMD is not found, 126 when it cannot be executed.
     #[command(
         after_help = "Example: corral-agent sandbox-exec --cwd ~/p --home /var/lib/corral/homes/p -- pi-acp"
@@ -115,6 +125,20 @@ pub enum Mode {
     SandboxExec {
         #[command(flatten)]
         sandbox: SandboxExecArgs,
+        /// The command and its arguments, after --.
+        #[arg(last = true, required = true, value_name = "CMD")]
+        command: Vec<OsString>,
+    },
+    /// Relay a tool command's proxy traffic to the egress socket (run by
+    /// the agent inside the command's network namespace; not for people).
+    #[command(hide = true)]
+    EgressRelay {
+        /// The inherited descriptor of the egress socket (O_PATH).
+        #[arg(long, value_name = "N")]
+        socket_fd: i32,
+        /// Where to listen; CMD's proxy variables name the address bound.
+        #[arg(long, value_name = "ADDR", default_value = crate::egress::relay::PROXY_ADDR)]
+        listen: SocketAddr,
         /// The command and its arguments, after --.
         #[arg(last = true, required = true, value_name = "CMD")]
         command: Vec<OsString>,
@@ -131,10 +155,15 @@ pub struct SandboxExecArgs {
     /// A path made empty and unreadable inside (repeatable).
     #[arg(long = "sandbox-hide", value_name = "PATH")]
     pub sandbox_hide: Vec<PathBuf>,
-    /// Only on: CMD is the agent itself and needs the network for its
-    /// model, and its tool commands cannot be told apart from it.
+    /// on, or proxy: CMD and everything it starts (its model calls and its
+    /// tools alike) reach the network only through the gateway's HTTP(S)
+    /// proxy. Not off: CMD is the agent itself and needs the network for
+    /// its model.
     #[arg(long, value_enum, default_value_t = ToolNetwork::On)]
     pub tool_network: ToolNetwork,
+    /// With --tool-network proxy: the gateway's egress socket.
+    #[arg(long, value_name = "PATH", required_if_eq("tool_network", "proxy"))]
+    pub egress_socket: Option<PathBuf>,
     /// The project: CMD runs here, and may write here (default: the current directory).
     #[arg(long, value_name = "DIR")]
     pub cwd: Option<PathBuf>,
@@ -149,7 +178,7 @@ impl Mode {
     pub fn agent_args(&self) -> Option<&AgentArgs> {
         match self {
             Mode::Rpc { agent, .. } | Mode::Run { agent, .. } => Some(agent),
-            Mode::SandboxProbe { .. } | Mode::SandboxExec { .. } => None,
+            Mode::SandboxProbe { .. } | Mode::SandboxExec { .. } | Mode::EgressRelay { .. } => None,
         }
     }
 }
@@ -300,6 +329,7 @@ mod tests {
             "acp (Agent Client Protocol v1)",
             "ANTHROPIC_API_KEY",
             "ZUTCORE_RPC_TOKEN",
+            "CORRAL_EGRESS_SECRET",
             "CORRAL_LOG",
             "ZUT_HOME",
             "Exit codes:",
@@ -377,11 +407,102 @@ mod tests {
         let Mode::SandboxProbe {
             sandbox_hide,
             tool_network,
+            ..
         } = cli.mode
         else {
             panic!("not the probe");
         };
         assert_eq!(sandbox_hide, [PathBuf::from("/s")]);
         assert_eq!(tool_network, ToolNetwork::Off);
+    }
+
+    #[test]
+    fn tool_network_proxy_needs_the_sandbox_and_the_egress_socket() {
+        let err = parse(&[
+            "rpc",
+            "--tool-network",
+            "proxy",
+            "--egress-socket",
+            "/e.sock",
+        ])
+        .unwrap_err();
+        assert!(err.to_string().contains("--sandbox"), "{err}");
+        let err = parse(&["rpc", "--sandbox", "--tool-network", "proxy"]).unwrap_err();
+        assert!(err.to_string().contains("--egress-socket"), "{err}");
+        let cli = parse(&[
+            "rpc",
+            "--sandbox",
+            "--tool-network",
+            "proxy",
+            "--egress-socket",
+            "/s/egress/proxy.sock",
+        ])
+        .unwrap();
+        let args = cli.mode.agent_args().unwrap();
+        assert_eq!(args.tool_network, ToolNetwork::Proxy);
+        assert_eq!(
+            args.egress_socket,
+            Some(PathBuf::from("/s/egress/proxy.sock"))
+        );
+
+        for mode in ["sandbox-probe", "sandbox-exec"] {
+            let tail: &[&str] = match mode {
+                "sandbox-exec" => &["--", "pi-acp"],
+                _ => &[],
+            };
+            let with = |extra: &[&str]| {
+                let args: Vec<&str> = [mode, "--tool-network", "proxy"]
+                    .iter()
+                    .chain(extra)
+                    .chain(tail)
+                    .copied()
+                    .collect();
+                parse(&args)
+            };
+            let err = with(&[]).unwrap_err();
+            assert!(err.to_string().contains("--egress-socket"), "{mode}: {err}");
+            with(&["--egress-socket", "/e.sock"]).unwrap_or_else(|e| panic!("{mode}: {e}"));
+        }
+    }
+
+    #[test]
+    fn the_relay_command_is_hidden_and_takes_a_descriptor_and_a_command() {
+        use crate::egress::relay;
+        use clap::CommandFactory;
+        let cli = parse(&[
+            relay::SUBCOMMAND,
+            relay::SOCKET_FD_FLAG,
+            "7",
+            "--",
+            "bash",
+            "-c",
+            "curl x",
+        ])
+        .unwrap();
+        let Mode::EgressRelay {
+            socket_fd,
+            listen,
+            command,
+        } = cli.mode
+        else {
+            panic!("not the relay");
+        };
+        assert_eq!(socket_fd, 7);
+        assert_eq!(listen.to_string(), relay::PROXY_ADDR);
+        assert_eq!(command, ["bash", "-c", "curl x"].map(OsString::from));
+        let cli = parse(&[
+            relay::SUBCOMMAND,
+            "--socket-fd",
+            "3",
+            "--listen",
+            "127.0.0.1:0",
+            "--",
+            "true",
+        ])
+        .unwrap();
+        assert!(matches!(cli.mode, Mode::EgressRelay { listen, .. } if listen.port() == 0));
+        assert!(parse(&[relay::SUBCOMMAND, "--socket-fd", "3"]).is_err());
+        let help = Cli::command().render_long_help().to_string();
+        assert!(!help.contains(relay::SUBCOMMAND), "{help}");
     }
 }

@@ -5,21 +5,27 @@
 //! stdout belongs to the protocol (or, in `run`, to the reply text); logs go
 //! to stderr, filtered by `CORRAL_LOG` (default `warn`). Start order: the
 //! process becomes undumpable, the session journal is opened and locked,
-//! the sandbox is entered (with `--sandbox`), and only then does the async
-//! runtime, and so any thread, start.
+//! the egress route is opened (`--tool-network proxy`), the sandbox is
+//! entered (with `--sandbox`), and only then does the async runtime, and so
+//! any thread, start. The hidden `egress-relay` runs a tool command behind
+//! the egress relay.
 
+use std::ffi::OsString;
 use std::io::Write as _;
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
 use corral_agent::agent::{Agent, AgentEvent, Output, PermissionMode, RunKind, RunRequest};
 use corral_agent::cli::{self, AgentArgs, Cli, Mode, SandboxExecArgs, ToolNetwork};
+use corral_agent::egress::{relay, EgressRoute};
 use corral_agent::rpc::dialects::Dialect;
 use corral_agent::rpc::{self, TransportOptions};
-use corral_agent::sandbox::{self, SandboxConfig, ToolConfinement};
+use corral_agent::sandbox::{self, ProbedNetwork, SandboxConfig, ToolConfinement, ToolNet};
 use corral_agent::setup::{self, Prepared, SetupError};
 use corral_agent::stdin_prompt;
+use corral_protocol::egress::SECRET_ENV;
 use corral_telemetry::Telemetry;
 use tokio::sync::mpsc;
 use tracing_subscriber::layer::SubscriberExt as _;
@@ -37,28 +43,47 @@ fn main() -> ExitCode {
     // thread or tool process exists, so nothing the agent runs inherits it.
     let token = std::env::var(corral_protocol::zut::TOKEN_ENV).ok();
     std::env::remove_var(corral_protocol::zut::TOKEN_ENV);
+    // The same for the egress secret: only a relay is ever given it again.
+    let egress_secret = std::env::var_os(SECRET_ENV);
+    std::env::remove_var(SECRET_ENV);
     let mut cli = Cli::parse_from(cli::mode_flag_as_subcommand(std::env::args_os().collect()));
+    if let Mode::EgressRelay {
+        socket_fd,
+        listen,
+        command,
+    } = &cli.mode
+    {
+        let code = relay::run(*socket_fd, *listen, command, egress_secret);
+        std::process::exit(i32::from(code));
+    }
     let endpoint = match &cli.mode {
         Mode::Rpc { agent, .. } | Mode::Run { agent, .. } => agent.otlp_endpoint.clone(),
-        Mode::SandboxProbe { .. } | Mode::SandboxExec { .. } => None,
+        Mode::SandboxProbe { .. } | Mode::SandboxExec { .. } | Mode::EgressRelay { .. } => None,
     };
     let telemetry = init_logging(endpoint.as_deref());
     let prepared = match &mut cli.mode {
         Mode::SandboxProbe {
             sandbox_hide,
             tool_network,
+            egress_socket,
         } => {
-            let code = sandbox::probe(sandbox_hide, *tool_network == ToolNetwork::On);
+            let network = match (tool_network, egress_socket) {
+                (ToolNetwork::On, _) => ProbedNetwork::Host,
+                (ToolNetwork::Off, _) | (ToolNetwork::Proxy, None) => ProbedNetwork::Isolated,
+                (ToolNetwork::Proxy, Some(socket)) => ProbedNetwork::Proxy(socket),
+            };
+            let code = sandbox::probe(sandbox_hide, network);
             let _ = std::io::stdout().flush();
             std::process::exit(i32::from(code));
         }
         Mode::SandboxExec { sandbox, command } => {
-            std::process::exit(i32::from(sandbox_exec(sandbox, command)));
+            std::process::exit(i32::from(sandbox_exec(sandbox, command, egress_secret)));
         }
-        Mode::Rpc { agent, .. } | Mode::Run { agent, .. } => match prepare(agent) {
+        Mode::Rpc { agent, .. } | Mode::Run { agent, .. } => match prepare(agent, egress_secret) {
             Ok(prepared) => prepared,
             Err(code) => return ExitCode::from(code),
         },
+        Mode::EgressRelay { .. } => unreachable!("the relay exits above"),
     };
     // Confined now: the exporter's threads may start.
     if let Some(Err(e)) = telemetry.as_ref().map(Telemetry::start) {
@@ -96,7 +121,7 @@ fn main() -> ExitCode {
                 rpc_mode(&agent, prepared, dialect, token, transport).await
             }
             Mode::Run { agent, prompt } => run_mode(&agent, prepared, prompt).await,
-            Mode::SandboxProbe { .. } | Mode::SandboxExec { .. } => {
+            Mode::SandboxProbe { .. } | Mode::SandboxExec { .. } | Mode::EgressRelay { .. } => {
                 unreachable!("the sandbox commands exit before the runtime starts")
             }
         }
@@ -110,11 +135,11 @@ fn main() -> ExitCode {
     std::process::exit(i32::from(code));
 }
 
-/// Opens the session journal and, with `--sandbox`, enters the sandbox:
-/// both before any thread exists. With the sandbox, `args.cwd` becomes the
-/// resolved project directory. On failure the reason is printed and the
-/// exit code returned.
-fn prepare(args: &mut AgentArgs) -> Result<Prepared, u8> {
+/// Opens the egress route (`--tool-network proxy`) and the session
+/// journal and, with `--sandbox`, enters the sandbox: all before any thread
+/// exists. With the sandbox, `args.cwd` becomes the resolved project
+/// directory. On failure the reason is printed and the exit code returned.
+fn prepare(args: &mut AgentArgs, egress_secret: Option<OsString>) -> Result<Prepared, u8> {
     let setup_failed = |e: SetupError| {
         eprintln!("corral-agent: {e}");
         e.exit_code()
@@ -123,6 +148,11 @@ fn prepare(args: &mut AgentArgs) -> Result<Prepared, u8> {
         eprintln!("corral-agent: {e}");
         sandbox::EXIT_SANDBOX_UNAVAILABLE
     };
+    let network = tool_net(
+        args.tool_network,
+        args.egress_socket.as_deref(),
+        egress_secret,
+    )?;
     let journal = setup::open_journal(args).map_err(setup_failed)?;
     if !args.sandbox {
         return Ok(Prepared {
@@ -138,8 +168,7 @@ fn prepare(args: &mut AgentArgs) -> Result<Prepared, u8> {
     {
         hide.push(sandbox::session_hide(&path, &project));
     }
-    let config = SandboxConfig::new(&project, &hide, args.tool_network == ToolNetwork::On)
-        .map_err(sandbox_failed)?;
+    let config = SandboxConfig::new(&project, &hide, network).map_err(sandbox_failed)?;
     let confined = sandbox::enter(&config).map_err(sandbox_failed)?;
     args.cwd = Some(config.project().to_path_buf());
     Ok(Prepared {
@@ -148,16 +177,51 @@ fn prepare(args: &mut AgentArgs) -> Result<Prepared, u8> {
     })
 }
 
+/// What `--tool-network` gives tool commands; with `proxy`, the egress
+/// route opened (a failure is printed, and exit code 2 returned).
+fn tool_net(
+    network: ToolNetwork,
+    socket: Option<&Path>,
+    secret: Option<OsString>,
+) -> Result<ToolNet, u8> {
+    match (network, socket) {
+        (ToolNetwork::On, _) => Ok(ToolNet::Host),
+        (ToolNetwork::Off, _) => Ok(ToolNet::Isolated),
+        (ToolNetwork::Proxy, socket) => {
+            // clap requires the socket with proxy.
+            let socket = socket.unwrap_or(Path::new(""));
+            EgressRoute::open(socket, secret)
+                .map(ToolNet::Proxy)
+                .map_err(|e| {
+                    eprintln!("corral-agent: {e}");
+                    2
+                })
+        }
+    }
+}
+
 /// `sandbox-exec`: returns only on failure, with the exit code.
-fn sandbox_exec(args: &SandboxExecArgs, command: &[std::ffi::OsString]) -> u8 {
+fn sandbox_exec(
+    args: &SandboxExecArgs,
+    command: &[OsString],
+    egress_secret: Option<OsString>,
+) -> u8 {
     if args.tool_network == ToolNetwork::Off {
         eprintln!(
             "corral-agent: sandbox-exec --tool-network off: the command is the agent itself, \
              which needs the network for its model, and its tool commands cannot be cut off \
-             separately; use --tool-network on"
+             separately; use --tool-network proxy (or on)"
         );
         return 2;
     }
+    let network = match tool_net(
+        args.tool_network,
+        args.egress_socket.as_deref(),
+        egress_secret,
+    ) {
+        Ok(network) => network,
+        Err(code) => return code,
+    };
     let project = match setup::resolve_cwd(args.cwd.as_deref()) {
         Ok(project) => project,
         Err(e) => {
@@ -165,7 +229,7 @@ fn sandbox_exec(args: &SandboxExecArgs, command: &[std::ffi::OsString]) -> u8 {
             return e.exit_code();
         }
     };
-    match SandboxConfig::new(&project, &args.sandbox_hide, true) {
+    match SandboxConfig::new(&project, &args.sandbox_hide, network) {
         Ok(config) => sandbox::exec(config, args.home.as_deref(), command),
         Err(e) => {
             eprintln!("corral-agent: {e}");

@@ -260,7 +260,7 @@ async fn execute_tool(ctx: &RunCtx<'_>, id: &str, name: &str, args: Value) -> To
     let (progress, mut lines) = mpsc::unbounded_channel();
     let tool_ctx = ToolContext {
         cwd: ctx.shared.settings.cwd.clone(),
-        confinement: ctx.shared.settings.tool_confinement,
+        confinement: ctx.shared.settings.tool_confinement.clone(),
         cancel: ctx.cancel.child_token(),
         progress,
         files: ctx.shared.client_files(),

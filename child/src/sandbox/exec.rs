@@ -5,13 +5,19 @@
 //! an optional private home and the scratch directories), no new privileges
 //! and an init that reaps; then every capability is dropped and the command
 //! replaces the process, as pid 2 of the new pid namespace, in the project.
+//! With a proxy route, pid 2 first takes the network away from itself and
+//! everything below, and becomes the egress relay, with the command as its
+//! child: the command's model calls and tools alike go through the proxy.
 
 use std::ffi::OsString;
 use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 
-use super::{enter, sys, SandboxConfig, SandboxError, EXIT_SANDBOX_UNAVAILABLE};
+use corral_protocol::egress::SECRET_ENV;
+
+use super::{enter, sys, SandboxConfig, SandboxError, ToolNet, EXIT_SANDBOX_UNAVAILABLE};
+use crate::egress::relay;
 
 /// Exit code when the command cannot be found (as in a shell).
 pub const EXIT_NOT_FOUND: u8 = 127;
@@ -33,7 +39,20 @@ pub fn exec(config: SandboxConfig, home: Option<&Path>, command: &[OsString]) ->
             return EXIT_SANDBOX_UNAVAILABLE;
         }
     };
-    let mut command = std::process::Command::new(program);
+    let mut command = match config.tool_network() {
+        ToolNet::Proxy(route) => {
+            let mut command = std::process::Command::new(relay::SELF_EXE);
+            command
+                .arg(relay::SUBCOMMAND)
+                .arg(relay::SOCKET_FD_FLAG)
+                .arg(route.socket_fd().to_string())
+                .arg("--")
+                .arg(program)
+                .env(SECRET_ENV, route.secret());
+            command
+        }
+        ToolNet::Host | ToolNet::Isolated => std::process::Command::new(program),
+    };
     command.args(args).current_dir(config.project());
     if let Some(home) = home {
         command.env("HOME", home);
@@ -41,7 +60,7 @@ pub fn exec(config: SandboxConfig, home: Option<&Path>, command: &[OsString]) ->
     let error = command.exec();
     eprintln!(
         "corral-agent: sandbox-exec cannot execute {}: {error}",
-        Path::new(program).display()
+        Path::new(command.get_program()).display()
     );
     match error.kind() {
         std::io::ErrorKind::NotFound => EXIT_NOT_FOUND,
@@ -77,6 +96,14 @@ fn confine(
         }
     };
     enter(&config)?;
+    if let ToolNet::Proxy(route) = config.tool_network() {
+        // While the capabilities needed to make a network namespace last.
+        sys::isolate_network()
+            .map_err(|e| SandboxError::NotConfined(format!("cannot take the network away: {e}")))?;
+        sys::keep_across_exec(route.socket_fd()).map_err(|e| {
+            SandboxError::NotConfined(format!("cannot pass the egress socket on: {e}"))
+        })?;
+    }
     // A command running as uid 0 of the namespace would otherwise keep
     // its capabilities there across exec.
     sys::drop_capabilities().map_err(|e| {

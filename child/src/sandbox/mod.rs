@@ -20,8 +20,9 @@ use std::path::{Path, PathBuf};
 
 pub use error::SandboxError;
 pub use exec::{exec, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND};
-pub use probe::probe;
-pub use tool::ToolConfinement;
+pub use probe::{probe, ProbedNetwork};
+pub(crate) use sys::die_by_signal;
+pub use tool::{ToolConfinement, ToolNet};
 
 use plan::{Hide, HideKind, MountPlan, RulePlan, TerminalFacts, DEVICES, TERMINALS};
 
@@ -66,8 +67,8 @@ pub struct SandboxConfig {
     writable: Vec<PathBuf>,
     /// Existing paths to hide, canonical.
     hides: Vec<Hide>,
-    /// Whether tool commands keep the network.
-    tool_network: bool,
+    /// The network tool commands get.
+    tool_network: ToolNet,
     /// The feature the test hook pretends is missing.
     simulate: Option<Missing>,
 }
@@ -78,7 +79,7 @@ impl SandboxConfig {
     pub fn new(
         project: &Path,
         hide: &[PathBuf],
-        tool_network: bool,
+        tool_network: ToolNet,
     ) -> Result<SandboxConfig, SandboxError> {
         let project = project
             .canonicalize()
@@ -138,6 +139,11 @@ impl SandboxConfig {
         &self.project
     }
 
+    /// The network tool commands get.
+    pub fn tool_network(&self) -> &ToolNet {
+        &self.tool_network
+    }
+
     /// The writable directories: the project first.
     fn writable(&self) -> Vec<PathBuf> {
         std::iter::once(&self.project)
@@ -148,7 +154,7 @@ impl SandboxConfig {
 }
 
 /// What the agent got from [`enter`].
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Confined {
     /// The Landlock ABI in force.
     pub landlock_abi: u32,
@@ -195,7 +201,7 @@ pub fn enter(config: &SandboxConfig) -> Result<Confined, SandboxError> {
         Ok(Confined {
             landlock_abi: enforced.abi,
             scoped: enforced.scoped,
-            tools: ToolConfinement::sandboxed(config.tool_network),
+            tools: ToolConfinement::sandboxed(config.tool_network.clone()),
         })
     })
 }
@@ -279,7 +285,7 @@ mod tests {
 
     #[test]
     fn the_root_directory_is_refused_as_a_project() {
-        let err = SandboxConfig::new(Path::new("/"), &[], true).unwrap_err();
+        let err = SandboxConfig::new(Path::new("/"), &[], ToolNet::Host).unwrap_err();
         assert!(matches!(err, SandboxError::RootProject), "{err}");
     }
 
@@ -290,7 +296,7 @@ mod tests {
         let home = dir.path().join("home");
         std::fs::create_dir_all(project.join("sub")).unwrap();
         std::fs::create_dir(&home).unwrap();
-        let config = SandboxConfig::new(&project, &[], true).unwrap();
+        let config = SandboxConfig::new(&project, &[], ToolNet::Host).unwrap();
         for around in [dir.path(), Path::new("/")] {
             let err = config.clone().writable_too(around).unwrap_err();
             assert!(matches!(err, SandboxError::AroundProject(_)), "{err}");
@@ -316,9 +322,9 @@ mod tests {
             file.clone(),
             dir.path().to_path_buf(),
         ];
-        let config = SandboxConfig::new(dir.path(), &hides, false).unwrap();
+        let config = SandboxConfig::new(dir.path(), &hides, ToolNet::Isolated).unwrap();
         let kinds: Vec<HideKind> = config.hides.iter().map(|h| h.kind).collect();
         assert_eq!(kinds, [HideKind::File, HideKind::Directory]);
-        assert!(!config.tool_network);
+        assert_eq!(config.tool_network, ToolNet::Isolated);
     }
 }

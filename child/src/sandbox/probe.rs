@@ -3,22 +3,50 @@
 //! and prints `{"sandbox":"ok","landlock_abi":N,"scoped":BOOL}`.
 
 use std::io::{ErrorKind, Write as _};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
-use super::{enter, sys, tree, Confined, SandboxConfig, SandboxError};
+use super::{enter, sys, tree, Confined, SandboxConfig, SandboxError, ToolNet};
+use crate::egress::open_socket;
+
+/// What the probe checks of tool commands' network.
+#[derive(Clone, Copy, Debug)]
+pub enum ProbedNetwork<'a> {
+    /// Nothing: they keep the agent's network.
+    Host,
+    /// They can get a network namespace of their own.
+    Isolated,
+    /// That too, and the egress socket at this path opens as a socket, also
+    /// from inside the sandbox (through its descriptor).
+    Proxy(&'a Path),
+}
 
 /// Runs the probe; returns the process exit code (0, or 78 with the reason
 /// on stderr).
-pub fn probe(hide: &[PathBuf], tool_network: bool) -> u8 {
+pub fn probe(hide: &[PathBuf], network: ProbedNetwork<'_>) -> u8 {
+    let socket = match network {
+        ProbedNetwork::Proxy(path) => match open_socket(path) {
+            Ok(socket) => Some(socket),
+            Err(e) => tree::fail(&SandboxError::NotConfined(format!(
+                "tools cannot reach the egress proxy: {e}"
+            ))),
+        },
+        ProbedNetwork::Host | ProbedNetwork::Isolated => None,
+    };
+    let tool_net = match network {
+        ProbedNetwork::Host => ToolNet::Host,
+        ProbedNetwork::Isolated | ProbedNetwork::Proxy(_) => ToolNet::Isolated,
+    };
     let result = std::env::current_dir()
         .map_err(|source| SandboxError::Project {
             path: PathBuf::from("."),
             source,
         })
-        .and_then(|cwd| SandboxConfig::new(&cwd, hide, tool_network))
+        .and_then(|cwd| SandboxConfig::new(&cwd, hide, tool_net.clone()))
         .and_then(|config| {
             let confined = enter(&config)?;
-            check(&config, tool_network)?;
+            check(&config, &tool_net, socket.as_ref())?;
             Ok(confined)
         });
     match result {
@@ -42,7 +70,11 @@ fn report(confined: &Confined) -> serde_json::Value {
 }
 
 /// Checks, from the agent's seat, that the sandbox holds.
-fn check(config: &SandboxConfig, tool_network: bool) -> Result<(), SandboxError> {
+fn check(
+    config: &SandboxConfig,
+    network: &ToolNet,
+    socket: Option<&OwnedFd>,
+) -> Result<(), SandboxError> {
     if nix::unistd::getpid().as_raw() != 2 {
         return Err(SandboxError::NotConfined(
             "the agent is not pid 2 of a new pid namespace".into(),
@@ -71,10 +103,20 @@ fn check(config: &SandboxConfig, tool_network: bool) -> Result<(), SandboxError>
             Err(_) => {}
         }
     }
-    if !tool_network {
+    if *network != ToolNet::Host {
         sys::isolate_network().map_err(|e| {
             SandboxError::NotConfined(format!("tools cannot get a network namespace: {e}"))
         })?;
+    }
+    if let Some(socket) = socket {
+        // What a relay connects through.
+        let link = format!("/proc/self/fd/{}", socket.as_raw_fd());
+        let is_socket = std::fs::metadata(&link).map(|m| m.file_type().is_socket());
+        if !matches!(is_socket, Ok(true)) {
+            return Err(SandboxError::NotConfined(format!(
+                "tools cannot reach the egress socket through {link}"
+            )));
+        }
     }
     sys::drop_capabilities()
         .map_err(|e| SandboxError::NotConfined(format!("cannot drop capabilities: {e}")))

@@ -1,10 +1,12 @@
 //! The sandbox's only unsafe code: fork, signal handlers, the capability
-//! bounding set, bringing `lo` up, and the pre-exec hook of tool commands.
+//! bounding set, bringing `lo` up, handing a descriptor on across exec, and
+//! the pre-exec hook of tool commands.
 //! Each block says why it is sound; everything else uses safe `nix` calls.
 
 #![allow(unsafe_code)]
 
 use std::io;
+use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicI32, Ordering};
 
 use nix::errno::Errno;
@@ -109,6 +111,9 @@ pub fn die_by_signal(signal: Signal) -> ! {
 pub struct ExecConfinement {
     /// A new network namespace with only `lo` (up).
     pub no_network: bool,
+    /// A descriptor of the agent's (the egress socket) the command keeps
+    /// across exec, under the same number.
+    pub inherit_fd: Option<RawFd>,
     /// An empty capability bounding set and ambient set.
     pub no_capabilities: bool,
 }
@@ -117,12 +122,16 @@ pub struct ExecConfinement {
 pub fn confine_command(command: &mut tokio::process::Command, confinement: ExecConfinement) {
     // SAFETY: the hook runs between fork and exec in a copy of a
     // multi-threaded process, so it must be async-signal-safe: it only
-    // makes raw syscalls (unshare, socket, ioctl, close, prctl) on stack
-    // data and builds errors with `last_os_error`, which does not allocate.
+    // makes raw syscalls (unshare, socket, ioctl, close, fcntl, prctl) on
+    // stack data and builds errors with `last_os_error`, which does not
+    // allocate.
     unsafe {
         command.pre_exec(move || {
             if confinement.no_network {
                 isolate_network()?;
+            }
+            if let Some(fd) = confinement.inherit_fd {
+                keep_across_exec(fd)?;
             }
             if confinement.no_capabilities {
                 drop_capabilities()?;
@@ -168,6 +177,18 @@ pub fn isolate_network() -> io::Result<()> {
     // SAFETY: `fd` is ours and closed exactly once.
     unsafe { libc::close(fd) };
     result
+}
+
+/// Clears `FD_CLOEXEC` on `fd`, so a program executed next has it under
+/// the same number. In a forked child this changes only the child's table.
+/// Async-signal-safe.
+pub fn keep_across_exec(fd: RawFd) -> io::Result<()> {
+    // SAFETY: fcntl(F_SETFD) takes integers only; an invalid `fd` is an
+    // error, not undefined behaviour.
+    if unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// Empties the capability bounding set and the ambient set, so a program

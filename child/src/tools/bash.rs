@@ -6,8 +6,10 @@
 //! future, and the shell exiting all SIGKILL the whole group.
 
 use std::io;
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{ExitStatus, Stdio};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
@@ -187,10 +189,7 @@ struct Running {
 
 impl Running {
     fn start(command: &str, ctx: &ToolContext) -> io::Result<Running> {
-        let mut child = match shell("bash", command, ctx).spawn() {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => shell("sh", command, ctx).spawn()?,
-            spawned => spawned?,
-        };
+        let mut child = shell(shell_program(), command, ctx).spawn()?;
         // `process_group(0)` makes the shell the leader of a group whose id
         // is its pid.
         let pgid = child
@@ -248,10 +247,30 @@ const CREDENTIAL_VARS: [&str; 2] = [
     crate::provider::openai::KEY_ENV,
 ];
 
+/// `bash`, or `sh` where `PATH` has no `bash`. Decided here, once, rather
+/// than by trying: behind the egress relay it is the relay that would find
+/// a shell missing, not this spawn.
+fn shell_program() -> &'static str {
+    static SHELL: OnceLock<&'static str> = OnceLock::new();
+    SHELL.get_or_init(|| {
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        let has_bash = std::env::split_paths(&path).any(|dir| {
+            std::fs::metadata(dir.join("bash"))
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        });
+        if has_bash {
+            "bash"
+        } else {
+            "sh"
+        }
+    })
+}
+
 /// `program -c command` in the tool's working directory, confined as the
-/// context says, without the agent's credentials in its environment.
+/// context says (behind the egress relay with a proxy route), without the
+/// agent's credentials in its environment.
 fn shell(program: &str, command: &str, ctx: &ToolContext) -> Command {
-    let mut cmd = Command::new(program);
+    let mut cmd = ctx.confinement.command(program);
     for name in CREDENTIAL_VARS {
         cmd.env_remove(name);
     }
@@ -263,7 +282,6 @@ fn shell(program: &str, command: &str, ctx: &ToolContext) -> Command {
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
-    ctx.confinement.apply(&mut cmd);
     cmd
 }
 
