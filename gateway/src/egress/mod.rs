@@ -82,6 +82,7 @@
 //! resolving into them points into someone's own network.
 
 mod overrides;
+pub mod proxy;
 mod ranges;
 mod registry;
 mod rule;
@@ -94,6 +95,7 @@ use std::net::IpAddr;
 use axum::http::Method;
 
 pub use overrides::{parse_method, MethodError, Override};
+pub use proxy::TEST_RESOLVE_ENV;
 pub use ranges::{classify, Blocked, BlockedRange};
 pub use registry::Registry;
 pub use rule::{Destination, Rule, RuleError, Scope};
