@@ -482,7 +482,7 @@ mod tests {
             "corral_child_exits_total{reason=\"crash\"} 0",
             "corral_auth_failures_total{reason=\"hello_timeout\"} 0",
             "corral_blocking_jobs{lane=\"files\",state=\"waiting\"} 0",
-            "corral_egress_requests_total{project=\"(unknown)\",decision=\"refused\"} 0",
+            "corral_egress_requests_total{decision=\"refused\",project=\"(unknown)\"} 0",
             "corral_egress_connections 0",
             "corral_memory_limit_bytes ",
             "corral_memory_available_bytes ",

@@ -124,6 +124,12 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_registry_is_shared_across_threads() {
+        fn shared<T: Send + Sync>() {}
+        shared::<Registry>();
+    }
+
+    #[test]
     fn a_secret_names_its_project_until_replaced_or_forgotten() {
         let registry = Registry::new(Policy::default());
         let a1 = registry.register("a").unwrap();

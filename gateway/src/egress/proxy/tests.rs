@@ -481,3 +481,21 @@ async fn a_connection_over_the_total_gets_503_before_anything_is_read() {
     assert_eq!(proxy.counted(unknown, "refused"), 1);
     assert_eq!(proxy.metrics.egress_connections.get(), 1);
 }
+
+#[tokio::test]
+async fn a_silent_connection_is_closed_after_the_head_timeout() {
+    let config = ProxyConfig {
+        head_timeout: Duration::from_millis(50),
+        ..ProxyConfig::default()
+    };
+    let proxy = start(operator(&["0.0.0.0/0"]), config);
+    let secret = proxy.registry.register("p").unwrap();
+    // Neither a preamble, nor a request head after one: both closed.
+    for mut stream in [proxy.connect().await, proxy.raw(&secret).await] {
+        let mut got = Vec::new();
+        within(stream.read_to_end(&mut got)).await.unwrap();
+        assert!(got.is_empty(), "{got:?}");
+    }
+    let unknown = crate::metrics::EGRESS_UNKNOWN_PROJECT;
+    assert_eq!(proxy.counted(unknown, "refused"), 1);
+}
