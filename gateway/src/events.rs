@@ -1,11 +1,14 @@
 //! Recent gateway events for the dashboard's tail: a bounded in-memory
 //! ring ([`EventLog`]) of what happened to children and clients — a child
 //! started, a child exited and why, a project's restarts paused after a
-//! crash loop, a slow client closed — each with a gateway-wide `seq`.
+//! crash loop, a slow client closed, a tool's outbound request refused by
+//! the egress proxy — each with a gateway-wide `seq`.
 //!
 //! Fed by one watcher per hub ([`watch_hub`], started with the hub), which
-//! follows the hub's published status, and by the WebSocket layer when it
-//! closes a client that fell behind. Served by `GET /v1/events`.
+//! follows the hub's published status, by the WebSocket layer when it
+//! closes a client that fell behind, and by the egress proxy (at most one
+//! refusal per project and target per second; the proxy counts the rest
+//! in `missed`). Served by `GET /v1/events`.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -26,7 +29,8 @@ pub struct GatewayEvent {
     /// Milliseconds since the Unix epoch.
     pub time_ms: u64,
     pub project: String,
-    /// `child_started`, `child_exited`, `crash_loop` or `slow_client_closed`.
+    /// `child_started`, `child_exited`, `crash_loop`, `slow_client_closed`
+    /// or `egress_refused`.
     pub kind: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pid: Option<u32>,
@@ -37,9 +41,18 @@ pub struct GatewayEvent {
     pub code: Option<i32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub signal: Option<i32>,
-    /// Children that started and exited between two looks of the watcher.
+    /// `child_exited`: children that started and exited between two looks
+    /// of the watcher. `egress_refused`: refusals of the same target not
+    /// shown since the previous event for it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub missed: Option<u32>,
+    /// `egress_refused`: the `host:port` a tool asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    /// `egress_refused`: the rule that refused it (`blocked-range:loopback`,
+    /// `deny:*.example.com`, `not-allowed`, `over-limit:per-project`, ...).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
 }
 
 /// What to record; [`EventLog::record`] adds `seq` and the time.
@@ -49,6 +62,8 @@ pub struct Change {
     pub pid: Option<u32>,
     pub exit: Option<LastExit>,
     pub missed: Option<u32>,
+    pub target: Option<String>,
+    pub rule: Option<String>,
 }
 
 impl Change {
@@ -58,6 +73,8 @@ impl Change {
             pid,
             exit: None,
             missed: None,
+            target: None,
+            rule: None,
         }
     }
 }
@@ -100,6 +117,8 @@ impl EventLog {
             code: exit.and_then(|e| e.code),
             signal: exit.and_then(|e| e.signal),
             missed: change.missed,
+            target: change.target,
+            rule: change.rule,
         };
         if ring.events.len() == CAPACITY {
             ring.events.pop_front();
@@ -110,6 +129,21 @@ impl EventLog {
     /// A client that fell behind was closed.
     pub fn slow_client_closed(&self, project: &str) {
         self.record(project, Change::new("slow_client_closed", None));
+    }
+
+    /// The egress proxy refused a tool's request to `target` (`host:port`)
+    /// under `rule`; `missed` refusals of the same target were not
+    /// recorded since the previous one.
+    pub fn egress_refused(&self, project: &str, target: &str, rule: &str, missed: u32) {
+        self.record(
+            project,
+            Change {
+                target: Some(target.to_string()),
+                rule: Some(rule.to_string()),
+                missed: Some(missed).filter(|m| *m > 0),
+                ..Change::new("egress_refused", None)
+            },
+        );
     }
 
     /// The kept events with a `seq` above `after`, oldest first, and the
@@ -158,10 +192,9 @@ fn changes(before: &Seen, now: &HubStatus) -> Vec<Change> {
     let missed = restarts.saturating_sub(u32::from(exited));
     if exited || missed > 0 {
         out.push(Change {
-            kind: "child_exited",
-            pid: before.pid.filter(|_| exited),
             exit: now.last_exit.clone(),
             missed: Some(missed).filter(|m| *m > 0),
+            ..Change::new("child_exited", before.pid.filter(|_| exited))
         });
     }
     if started {
@@ -294,6 +327,25 @@ mod tests {
         failed.state = ChildState::Failed;
         assert_eq!(kinds(&changes(&seen, &failed)), ["crash_loop"]);
         assert!(changes(&Seen::of(&failed), &failed).is_empty());
+    }
+
+    #[test]
+    fn an_egress_refusal_names_its_target_and_rule() {
+        let log = EventLog::new();
+        log.egress_refused("p", "169.254.169.254:80", "blocked-range:link-local", 0);
+        log.egress_refused("p", "a.test:443", "not-allowed", 3);
+        let (events, _) = log.after(0);
+        let json = serde_json::to_value(&events).unwrap();
+        assert_eq!(json[0]["kind"], "egress_refused");
+        assert_eq!(json[0]["target"], "169.254.169.254:80");
+        assert_eq!(json[0]["rule"], "blocked-range:link-local");
+        assert!(json[0].get("missed").is_none());
+        assert_eq!(json[1]["missed"], 3);
+        // Other kinds carry neither field.
+        log.slow_client_closed("p");
+        let (events, _) = log.after(2);
+        let json = serde_json::to_value(&events[0]).unwrap();
+        assert!(json.get("target").is_none() && json.get("rule").is_none());
     }
 
     #[test]

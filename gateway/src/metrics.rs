@@ -7,7 +7,9 @@
 //! (`children{state}`, `clients`, `child_resident_bytes`), the children's
 //! CPU counter and the work off the event loop (`blocking_jobs`) are
 //! computed when `/metrics` is scraped.
-//! Label values come from small fixed sets only.
+//! Label values come from small fixed sets only, except `project` on the
+//! egress counter (bounded by the projects that exist, plus
+//! [`EGRESS_UNKNOWN_PROJECT`]).
 
 pub mod memory;
 
@@ -94,6 +96,15 @@ pub const REQUEST_REFUSALS: [&str; 2] = ["in_flight", "child_busy"];
 /// bound a client went over (the hub's `budget::Overflow`, whose tests
 /// check it names exactly these).
 pub const CLIENT_BUFFER_CLOSES: [&str; 2] = ["client_buffer", "total_client_buffer"];
+/// `decision` labels of `egress_requests_total`: `allowed` by the policy,
+/// or `refused` (by the policy, over a connection limit, a malformed
+/// request, or a connection without a valid secret).
+pub const EGRESS_DECISIONS: [&str; 2] = ["allowed", "refused"];
+/// The `project` label of egress requests whose project is not known: a
+/// connection without a valid secret, or over the total connection limit
+/// before its secret was read. The parentheses keep it apart from every
+/// project name, which may hold only letters, digits, `.`, `_` and `-`.
+pub const EGRESS_UNKNOWN_PROJECT: &str = "(unknown)";
 /// Kinds of `tokens_total{kind}`.
 pub const TOKEN_KINDS: [&str; 5] = ["input", "output", "reasoning", "cache_read", "cache_write"];
 
@@ -140,6 +151,12 @@ pub struct Metrics {
     pub child_cpu_seconds: Counter,
     /// Jobs off the event loop by `lane` and `state` (set when scraped).
     blocking_jobs: IntGaugeVec,
+    /// Tool requests through the egress proxy by `project` and
+    /// `decision`; count through [`Metrics::egress_request`].
+    egress_requests: IntCounterVec,
+    /// Open tool connections to the egress proxy (each holds two of the
+    /// gateway's descriptors while it tunnels or forwards).
+    pub egress_connections: IntGauge,
 }
 
 fn opts(name: &str, help: &str) -> Opts {
@@ -228,6 +245,11 @@ impl Metrics {
             child_resident_bytes: IntGauge::with_opts(opts("child_resident_bytes", "Resident memory of all children."))?,
             child_cpu_seconds: Counter::with_opts(opts("child_cpu_seconds_total", "CPU time used by children, live and exited."))?,
             blocking_jobs: IntGaugeVec::new(opts("blocking_jobs", "Blocking work run off the event loop, by lane (files: project and state directories; proc: /proc reads) and state (running, waiting for one of the lane's places)."), &["lane", "state"])?,
+            egress_requests: IntCounterVec::new(opts(
+                "egress_requests_total",
+                "Tool requests through the egress proxy, by project and decision: allowed by the policy, or refused (by the policy, over a connection limit, malformed, or without a valid secret: project \"(unknown)\").",
+            ), &["project", "decision"])?,
+            egress_connections: IntGauge::with_opts(opts("egress_connections", "Open tool connections to the egress proxy."))?,
         };
         metrics.register_all()?;
         metrics.initialise_labels();
@@ -266,6 +288,8 @@ impl Metrics {
             Box::new(self.child_resident_bytes.clone()),
             Box::new(self.child_cpu_seconds.clone()),
             Box::new(self.blocking_jobs.clone()),
+            Box::new(self.egress_requests.clone()),
+            Box::new(self.egress_connections.clone()),
         ];
         for collector in collectors {
             self.registry.register(collector)?;
@@ -314,6 +338,27 @@ impl Metrics {
         for why in CLIENT_BUFFER_CLOSES {
             self.client_buffer_closes.with_label_values(&[why]);
         }
+        // Projects appear with their first request; this series makes the
+        // family visible (and alertable) from the start.
+        self.egress_requests
+            .with_label_values(&[EGRESS_UNKNOWN_PROJECT, "refused"]);
+    }
+
+    /// Counts one egress request of `project` (or
+    /// [`EGRESS_UNKNOWN_PROJECT`]), allowed or refused.
+    pub fn egress_request(&self, project: &str, allowed: bool) {
+        let decision = EGRESS_DECISIONS[usize::from(!allowed)];
+        self.egress_requests
+            .with_label_values(&[project, decision])
+            .inc();
+    }
+
+    /// Egress requests counted for `project` with `decision` (one of
+    /// [`EGRESS_DECISIONS`]), for `/v1/stats` and tests.
+    pub fn egress_requests_of(&self, project: &str, decision: &str) -> u64 {
+        self.egress_requests
+            .with_label_values(&[project, decision])
+            .get()
     }
 
     /// Counts one frame of `len` bytes crossing `direction`.
@@ -437,6 +482,8 @@ mod tests {
             "corral_child_exits_total{reason=\"crash\"} 0",
             "corral_auth_failures_total{reason=\"hello_timeout\"} 0",
             "corral_blocking_jobs{lane=\"files\",state=\"waiting\"} 0",
+            "corral_egress_requests_total{decision=\"refused\",project=\"(unknown)\"} 0",
+            "corral_egress_connections 0",
             "corral_memory_limit_bytes ",
             "corral_memory_available_bytes ",
             "process_open_fds ",

@@ -1,6 +1,6 @@
 // The tail of gateway events (#events): children started and exited (with
-// the reason), crash loops and slow clients closed, from /v1/events, newest
-// first. Each poll asks only for what came after the last event shown.
+// the reason), crash loops, slow clients closed and tools' outbound
+// requests refused by the egress proxy, from /v1/events, newest first. Each poll asks only for what came after the last event shown.
 
 import { api } from "./api.js";
 import { $, el, setText, isNum } from "./util.js";
@@ -26,6 +26,10 @@ function describe(e) {
       return "agent keeps crashing: automatic restarts paused" + (e.reason ? " (" + e.reason + ")" : "");
     case "slow_client_closed":
       return "a client fell behind and was closed";
+    case "egress_refused": {
+      const missed = isNum(e.missed) ? "; " + e.missed + " more refused since" : "";
+      return "outbound request to " + String(e.target) + " refused (" + String(e.rule) + ")" + missed;
+    }
     default:
       return String(e.kind);
   }

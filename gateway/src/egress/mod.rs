@@ -45,10 +45,14 @@
 //!    [`BlockedRange`]. One address in a blocked range refuses the whole
 //!    request: the proxy connects only to addresses the decision covered.
 //!    The only way through is an **operator exception**: an allow rule
-//!    naming the address, or a network *inside* the blocked range it lies
-//!    in (`127.0.0.1:8080`, `10.20.0.0/16`), on the matching port. A name
-//!    rule never unlocks a blocked address, and neither does a network
-//!    wider than the blocked range (`0.0.0.0/0`).
+//!    of the operator's naming the address, or a network *inside* the
+//!    blocked range it lies in (`127.0.0.1:8080`, `10.20.0.0/16`), on the
+//!    matching port. A name rule never unlocks a blocked address, and
+//!    neither does a network wider than the blocked range (`0.0.0.0/0`).
+//!    The exceptions are taken from the operator's allowlist once, when
+//!    the policy is made ([`Policy::new`]); a project's [`Override`]
+//!    keeps them as they are and cannot add one, so no per-project
+//!    setting reaches cloud metadata or the host's own networks.
 //! 4. **Allow**: an allow rule covering the name, or address rules
 //!    covering every address; otherwise refused (`not-allowed`). Nothing
 //!    is allowed by default. An address rule covers any name resolving
@@ -57,6 +61,16 @@
 //!    method is refused (`method:POST`). A CONNECT tunnel (HTTPS) is
 //!    decided by host and port alone: the method of requests inside TLS
 //!    is not visible to the proxy, so a method list cannot limit them.
+//!
+//! An exception only lifts the block: the request must still be allowed
+//! in step 4, by the allowlist in force (the operator's, or a project's
+//! replacement for it).
+//!
+//! **Before resolving**, the proxy asks [`Policy::refuse_name`]: a name
+//! denied by a name rule, or covered by no allow rule when the allowlist
+//! holds no address rule for its port, is refused whatever it would
+//! resolve to, so it is refused without a DNS query: a tool cannot leak
+//! data through lookups of names it may not reach.
 //!
 //! Addresses: IPv4-mapped IPv6 (`::ffff:a.b.c.d`) *is* that IPv4 to a
 //! socket and is judged, and excepted, as it. NAT64 (`64:ff9b::/96`),
@@ -67,7 +81,10 @@
 //! reserved ranges are refused: no public host lives there, so a name
 //! resolving into them points into someone's own network.
 
+mod overrides;
+pub mod proxy;
 mod ranges;
+mod registry;
 mod rule;
 #[cfg(test)]
 mod tests;
@@ -77,19 +94,31 @@ use std::net::IpAddr;
 
 use axum::http::Method;
 
+pub use overrides::{parse_method, MethodError, Override};
+pub use proxy::TEST_RESOLVE_ENV;
 pub use ranges::{classify, Blocked, BlockedRange};
+pub use registry::Registry;
 pub use rule::{Destination, Rule, RuleError, Scope};
 
-/// The operator's egress policy. The default allows nothing.
+/// An egress policy: the operator's, or the operator's merged with a
+/// project's [`Override`]. The default allows nothing. Built with
+/// [`Policy::new`], which takes the blocked-range exceptions from the
+/// operator's allowlist; the fields are private so that they cannot drift
+/// apart afterwards.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Policy {
-    /// What may be reached (`--egress-allow`); also the only place an
-    /// exception to a blocked range can be written.
-    pub allow: Vec<Rule>,
-    /// What may never be reached (`--egress-deny`); wins over `allow`.
-    pub deny: Vec<Rule>,
+    /// What may be reached (`--egress-allow`, or a project's replacement).
+    allow: Vec<Rule>,
+    /// What may never be reached (`--egress-deny`, plus a project's
+    /// additions); wins over `allow`.
+    deny: Vec<Rule>,
     /// The plain-HTTP methods allowed (`--egress-methods`); `None`: any.
-    pub methods: Option<Vec<Method>>,
+    methods: Option<Vec<Method>>,
+    /// The operator's allow rules that name an address or a network
+    /// inside an always-refused range: the only exceptions to it. Kept
+    /// apart from `allow` so that a project's allowlist, which replaces
+    /// `allow`, can never add one.
+    exceptions: Vec<Rule>,
 }
 
 /// The host a request names: a name, or a literal address.
@@ -208,14 +237,68 @@ impl fmt::Display for Refusal {
 }
 
 impl Policy {
-    /// The operator's policy: allow and deny rules and the plain-HTTP
-    /// method list (`None`: any method).
+    /// The operator's policy. Its allow rules that name an address or a
+    /// network inside an always-refused range (`127.0.0.1:8080`,
+    /// `10.20.0.0/16`) become its exceptions to that range.
     pub fn new(allow: Vec<Rule>, deny: Vec<Rule>, methods: Option<Vec<Method>>) -> Policy {
+        let exceptions = allow
+            .iter()
+            .filter(|rule| rule.net().is_some_and(ranges::inside_blocked))
+            .cloned()
+            .collect();
         Policy {
             allow,
             deny,
             methods,
+            exceptions,
         }
+    }
+
+    /// This policy with a project's override applied: its allowlist
+    /// replaces this one, its deny rules are added, its method list
+    /// replaces this one. The exceptions stay this policy's own, so an
+    /// override allow rule naming `169.254.169.254` or `10.0.0.0/8`
+    /// never reaches a blocked address.
+    pub fn with_override(&self, project: &Override) -> Policy {
+        Policy {
+            allow: project.allow.clone().unwrap_or_else(|| self.allow.clone()),
+            deny: self.deny.iter().chain(&project.deny).cloned().collect(),
+            methods: project.methods.clone().or_else(|| self.methods.clone()),
+            exceptions: self.exceptions.clone(),
+        }
+    }
+
+    pub fn allow(&self) -> &[Rule] {
+        &self.allow
+    }
+
+    pub fn deny(&self) -> &[Rule] {
+        &self.deny
+    }
+
+    pub fn methods(&self) -> Option<&[Method]> {
+        self.methods.as_deref()
+    }
+
+    /// The allow rules that lift an always-refused range (see [`Policy::new`]).
+    pub fn exceptions(&self) -> &[Rule] {
+        &self.exceptions
+    }
+
+    /// A refusal decided from the name alone, before resolving it: a deny
+    /// name rule covers it, or no allow rule can cover it whatever it
+    /// resolves to (no name rule covers it and no address rule covers
+    /// `port`). `None`: the addresses decide. Asking first means a name
+    /// the policy refuses anyway never reaches DNS.
+    pub fn refuse_name(&self, name: &str, port: u16) -> Option<Refusal> {
+        if let Some(rule) = self.deny.iter().find(|rule| rule.covers_name(name, port)) {
+            return Some(Refusal::Deny(rule.clone()));
+        }
+        let may_allow = self.allow.iter().any(|rule| match rule.destination {
+            Destination::Name { .. } => rule.covers_name(name, port),
+            Destination::Net(_) => rule.covers_port(port),
+        });
+        (!may_allow).then_some(Refusal::NotAllowed)
     }
 
     /// Decides `request`; the steps are listed in the module doc.
@@ -269,13 +352,13 @@ impl Policy {
         Decision::Allowed(rule.clone())
     }
 
-    /// Whether an allow rule is an operator exception for `addr`: it names
-    /// the address or a network inside the blocked range, on this port.
+    /// Whether an operator exception covers `addr`: it names the address
+    /// or a network inside the blocked range, on this port.
     fn excepts(&self, addr: IpAddr, blocked: Blocked, port: u16) -> bool {
         let Some(range) = blocked.exceptable else {
             return false;
         };
-        self.allow.iter().any(|rule| {
+        self.exceptions.iter().any(|rule| {
             rule.covers_addr(addr, port) && rule.net().is_some_and(|net| range.contains(&net))
         })
     }

@@ -157,6 +157,12 @@ pub fn embedded_v4(addr: IpAddr) -> Option<Ipv4Addr> {
     }
 }
 
+/// Whether `net` lies inside one always-refused network (so an allow
+/// rule naming it can be an operator exception).
+pub fn inside_blocked(net: IpNet) -> bool {
+    BLOCKED.iter().any(|(blocked, _)| blocked.contains(&net))
+}
+
 /// Whether `addr` lies in an always-refused range, and in which.
 pub fn classify(addr: IpAddr) -> Option<Blocked> {
     let addr = canonical(addr);

@@ -8,6 +8,7 @@ use std::net::IpAddr;
 use std::str::FromStr;
 
 use ipnet::IpNet;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// The accepted forms, quoted by every parse error.
 const FORMS: &str = "accepted forms: example.com, *.example.com (subdomains), \
@@ -328,5 +329,20 @@ impl fmt::Display for Rule {
             Some(port) => write!(f, ":{port}"),
             None => Ok(()),
         }
+    }
+}
+
+/// A rule is written and read as its text form (`"*.example.com:443"`),
+/// as in the admin API's per-project overrides.
+impl Serialize for Rule {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Rule {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Rule, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
     }
 }

@@ -13,11 +13,7 @@ fn rules(texts: &[&str]) -> Vec<Rule> {
 }
 
 fn policy(allow: &[&str], deny: &[&str]) -> Policy {
-    Policy {
-        allow: rules(allow),
-        deny: rules(deny),
-        methods: None,
-    }
+    Policy::new(rules(allow), rules(deny), None)
 }
 
 /// A CONNECT to `host:port` resolving to `addrs`.
@@ -478,4 +474,26 @@ fn no_blocked_address_is_allowed_without_an_explicit_exception() {
             "{addr}"
         );
     }
+}
+
+#[test]
+fn a_name_refused_whatever_it_resolves_to_is_refused_before_resolving() {
+    let p = policy(&["**.example.com:443"], &["*.evil.example.com"]);
+    assert_eq!(
+        p.refuse_name("x.evil.example.com", 443),
+        Some(Refusal::Deny("*.evil.example.com".parse().unwrap()))
+    );
+    assert_eq!(p.refuse_name("other.test", 443), Some(Refusal::NotAllowed));
+    assert_eq!(
+        p.refuse_name("a.example.com", 80),
+        Some(Refusal::NotAllowed)
+    );
+    assert_eq!(p.refuse_name("a.example.com", 443), None);
+    // An address rule may cover any name resolving into it: resolve.
+    let by_address = policy(&["93.184.0.0/16:443"], &[]);
+    assert_eq!(by_address.refuse_name("other.test", 443), None);
+    assert_eq!(
+        by_address.refuse_name("other.test", 80),
+        Some(Refusal::NotAllowed)
+    );
 }
