@@ -2,7 +2,8 @@
 //!
 //! At start the gateway raises its soft `RLIMIT_NOFILE` to the hard limit.
 //! Connections may then use all of it but a headroom: descriptors for the
-//! children's pipes, session files, the listeners and the `/proc` reads of
+//! children's pipes, session files, the listeners, the egress proxy's
+//! tool connections (two each) and the `/proc` reads of
 //! the admin API, so that none of those fails with `EMFILE` while clients
 //! (or an attacker) hold every connection the cap allows.
 
@@ -60,16 +61,25 @@ pub fn exhausted(error: &std::io::Error) -> bool {
     )
 }
 
-/// Descriptors kept free for everything but client connections.
-pub fn headroom(max_children: usize) -> u64 {
+/// Descriptors each tool connection through the egress proxy holds: the
+/// relay's Unix connection and the upstream TCP connection.
+pub const PER_EGRESS_CONNECTION: u64 = 2;
+
+/// Descriptors kept free for everything but client connections: the
+/// children's and, with `--tool-network proxy`, up to `egress_connections`
+/// tool connections through the egress proxy.
+pub fn headroom(max_children: usize, egress_connections: usize) -> u64 {
     let children = u64::try_from(max_children).unwrap_or(u64::MAX);
-    BASE_HEADROOM.saturating_add(PER_CHILD_HEADROOM.saturating_mul(children))
+    let egress = u64::try_from(egress_connections).unwrap_or(u64::MAX);
+    BASE_HEADROOM
+        .saturating_add(PER_CHILD_HEADROOM.saturating_mul(children))
+        .saturating_add(PER_EGRESS_CONNECTION.saturating_mul(egress))
 }
 
 /// The default `--max-connections`: the soft limit minus [`headroom`],
 /// at least [`MIN_CONNECTIONS`].
-pub fn default_max_connections(soft: u64, max_children: usize) -> usize {
-    let free = soft.saturating_sub(headroom(max_children));
+pub fn default_max_connections(soft: u64, max_children: usize, egress_connections: usize) -> usize {
+    let free = soft.saturating_sub(headroom(max_children, egress_connections));
     usize::try_from(free)
         .unwrap_or(usize::MAX)
         .max(MIN_CONNECTIONS)
@@ -82,12 +92,14 @@ mod tests {
     #[test]
     fn default_cap_leaves_headroom() {
         // 1024 fds, 64 children: 128 + 256 kept free.
-        assert_eq!(default_max_connections(1024, 64), 640);
-        assert_eq!(default_max_connections(1 << 20, 64), (1 << 20) - 384);
+        assert_eq!(default_max_connections(1024, 64, 0), 640);
+        assert_eq!(default_max_connections(1 << 20, 64, 0), (1 << 20) - 384);
+        // 100 egress connections hold 200 more.
+        assert_eq!(default_max_connections(1024, 64, 100), 440);
         // A tiny limit still allows a few connections.
-        assert_eq!(default_max_connections(100, 64), MIN_CONNECTIONS);
+        assert_eq!(default_max_connections(100, 64, 0), MIN_CONNECTIONS);
         // RLIM_INFINITY does not overflow.
-        assert!(default_max_connections(u64::MAX, usize::MAX) >= MIN_CONNECTIONS);
+        assert!(default_max_connections(u64::MAX, usize::MAX, usize::MAX) >= MIN_CONNECTIONS);
     }
 
     #[test]

@@ -128,6 +128,14 @@ fn serve_main(args: config::ServeArgs, telemetry: Option<Telemetry>) -> ExitCode
     if tokens_on_command_line {
         tracing::warn!("a token was given on the command line (--token, --observer-token or --admin-token): other local users can read it with ps; use --token-file / --observer-token-file / --admin-token-file or CORRAL_TOKENS / CORRAL_OBSERVER_TOKENS / CORRAL_ADMIN_TOKEN instead");
     }
+    // Bound before the probe, which opens it as children will.
+    let egress_listener = match bind_egress(&config) {
+        Ok(listener) => listener,
+        Err(e) => {
+            eprintln!("corral: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
     if let Err(code) = check_sandbox(&config) {
         return code;
     }
@@ -139,7 +147,7 @@ fn serve_main(args: config::ServeArgs, telemetry: Option<Telemetry>) -> ExitCode
         tracing::warn!(error = %e, "no traces are exported");
     }
     run_async(async move {
-        let served = serve(config, limits).await;
+        let served = serve(config, limits, egress_listener).await;
         if let Some(telemetry) = telemetry {
             // Sends the last spans; blocks, so off the event loop.
             let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
@@ -209,7 +217,56 @@ fn init_logging(format: LogFormat, otlp_endpoint: Option<&str>) -> Option<Teleme
     telemetry
 }
 
-async fn serve(config: Config, limits: Arc<Limits>) -> anyhow::Result<()> {
+/// With `--tool-network proxy`: makes `STATE/egress` and binds the egress
+/// proxy's socket there (children open it before their sandbox hides it).
+fn bind_egress(config: &Config) -> anyhow::Result<Option<std::os::unix::net::UnixListener>> {
+    let Some(socket) = &config.confinement.egress_socket else {
+        return Ok(None);
+    };
+    corral::statefs::Dir::open_root(&config.state_dir)
+        .and_then(|state| state.subdir("egress", 0o755))
+        .with_context(|| format!("cannot create {}/egress", config.state_dir.display()))?;
+    let listener = corral::egress::proxy::bind(socket)
+        .with_context(|| format!("cannot listen on the egress socket {}", socket.display()))?;
+    Ok(Some(listener))
+}
+
+/// Starts the egress proxy's thread on `listener` with `registry` (the
+/// one the hubs give each spawn its secret from).
+fn start_egress(
+    config: &Config,
+    listener: std::os::unix::net::UnixListener,
+    registry: Arc<corral::egress::Registry>,
+    metrics: Arc<Metrics>,
+    events: Arc<corral::events::EventLog>,
+    stop: tokio_util::sync::CancellationToken,
+) -> anyhow::Result<()> {
+    use corral::egress::proxy::{self, ProxyConfig, Resolver};
+    let resolver = Resolver::from_env().context("CORRAL_EGRESS_TEST_RESOLVE")?;
+    let proxy_config = ProxyConfig {
+        max_connections: config.egress.max_connections,
+        max_per_project: config.egress.max_per_project(),
+        resolver,
+        ..ProxyConfig::default()
+    };
+    proxy::spawn(listener, registry, metrics, events, proxy_config, stop)
+        .context("cannot start the egress proxy's thread")?;
+    let policy = &config.egress.policy;
+    if policy.allow().is_empty() {
+        tracing::warn!("tools reach nothing through the egress proxy: no --egress-allow rule (egress_allow) is set; allow what your projects need, e.g. --egress-allow registry.example.com:443, or give tools the host's network with --tool-network on");
+    } else {
+        let allow: Vec<String> = policy.allow().iter().map(ToString::to_string).collect();
+        let deny: Vec<String> = policy.deny().iter().map(ToString::to_string).collect();
+        tracing::info!(allow = %allow.join(" "), deny = %deny.join(" "), "tools reach the network through the egress proxy");
+    }
+    Ok(())
+}
+
+async fn serve(
+    config: Config,
+    limits: Arc<Limits>,
+    egress_listener: Option<std::os::unix::net::UnixListener>,
+) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(|e| listen_error(e, config.listen, "--listen"))?;
@@ -240,7 +297,12 @@ async fn serve(config: Config, limits: Arc<Limits>) -> anyhow::Result<()> {
     };
     announce(&config, &addresses);
     let metrics = Arc::new(Metrics::new().context("cannot set up metrics")?);
-    let settings = hub_settings(&config, metrics.clone(), limits.clone())?;
+    let egress = egress_listener.map(|listener| {
+        let registry = Arc::new(corral::egress::Registry::new(config.egress.policy.clone()));
+        (listener, registry)
+    });
+    let mut settings = hub_settings(&config, metrics.clone(), limits.clone())?;
+    settings.egress = egress.as_ref().map(|(_, registry)| registry.clone());
     std::fs::create_dir_all(&settings.sessions_dir)
         .with_context(|| format!("cannot create {}", settings.sessions_dir.display()))?;
     let shutdown = Shutdown::new();
@@ -249,6 +311,16 @@ async fn serve(config: Config, limits: Arc<Limits>) -> anyhow::Result<()> {
         config.limits.max_children,
         shutdown.clone(),
     ));
+    if let Some((listener, egress)) = egress {
+        start_egress(
+            &config,
+            listener,
+            egress,
+            metrics.clone(),
+            registry.events().clone(),
+            shutdown.token().clone(),
+        )?;
+    }
     let state = Arc::new(AppState {
         dialect: config.supervisor.dialect,
         registry,
@@ -314,7 +386,12 @@ fn listener_limits(config: &Config) -> ListenerLimits {
         }
     };
     let max_children = config.limits.max_children;
-    let derived = corral::fdlimit::default_max_connections(fds.soft, max_children);
+    let egress_connections = match config.confinement.egress_proxy() {
+        true => config.egress.max_connections,
+        false => 0,
+    };
+    let derived =
+        corral::fdlimit::default_max_connections(fds.soft, max_children, egress_connections);
     let max_connections = match config.limits.max_connections {
         Some(n) => {
             if n > derived {
@@ -444,6 +521,7 @@ fn hub_settings(
             with_user_env(env, config.confinement.child_user.as_ref())
         },
         sandbox_args: config.confinement.agent_args(),
+        egress: None,
         projects_root: config.projects_root.clone(),
         credentials: credentials(config),
         limits: (limits.backend_name() != "none").then_some(limits),

@@ -243,7 +243,7 @@ fn spawn_spec(
             )
         })?;
     }
-    let (program, args, env) = match &settings.child_command {
+    let (program, args, mut env) = match &settings.child_command {
         Some(command) => third_party(project, &dir, settings, command)?,
         None => {
             let mut args: Vec<OsString> = vec!["rpc".into()];
@@ -263,6 +263,13 @@ fn spawn_spec(
             (settings.child_bin.clone(), args, env)
         }
     };
+    if let Some(egress) = &settings.egress {
+        // A fresh secret per spawn: the previous child's stops working.
+        let secret = egress.register(project).map_err(|e| {
+            StartError::crash(format!("cannot make the child's egress secret: {e}"))
+        })?;
+        env.push((corral_protocol::egress::SECRET_ENV.into(), secret.into()));
+    }
     Ok(SpawnSpec {
         program,
         args,

@@ -85,6 +85,9 @@ pub struct HubSettings {
     pub homes_dir: PathBuf,
     /// The agent's sandbox flags (`--sandbox --sandbox-hide …`), or none.
     pub sandbox_args: Vec<OsString>,
+    /// With `--tool-network proxy`: the egress proxy's registry, which
+    /// gives each spawn its secret (`CORRAL_EGRESS_SECRET`).
+    pub egress: Option<Arc<crate::egress::Registry>>,
     /// The canonical projects root: a project's directory is checked
     /// again against it before every spawn.
     pub projects_root: PathBuf,

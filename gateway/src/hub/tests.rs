@@ -32,6 +32,7 @@ const COOLDOWN: Duration = Duration::from_secs(300);
 
 fn settings() -> HubSettings {
     HubSettings {
+        egress: None,
         dialect: Dialect::default(),
         child_bin: PathBuf::from("corral-agent"),
         child_args: Vec::new(),

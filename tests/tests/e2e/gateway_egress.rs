@@ -90,11 +90,12 @@ fn field<'a>(output: &'a str, name: &str) -> &'a str {
 }
 
 /// A shell line printing `NAME=<status> <rule header>` for `curl ARGS`
-/// through the proxy the sandbox sets.
+/// through the proxy the sandbox sets (`--noproxy ''`: even for
+/// 127.0.0.1, which `NO_PROXY` sends to the tool's own loopback).
 fn probe(name: &str, args: &str) -> String {
     format!(
         "echo \"{name}=$(curl -sS -o /dev/null -D /dev/stdout -w 'status:%{{http_code}}:%{{http_connect}}' \
-         --max-time 20 {args} 2>/dev/null | tr -d '\\r' | grep -i -e '^x-corral-egress-rule' -e '^status:' | tr '\\n' ' ')\""
+         --noproxy '' --max-time 20 {args} 2>/dev/null | tr -d '\\r' | grep -i -e '^x-corral-egress-rule' -e '^status:' | tr '\\n' ' ')\""
     )
 }
 
@@ -153,12 +154,12 @@ async fn tools_reach_only_what_the_operator_allows() {
 
     let script = [
         "echo \"proxy=$HTTPS_PROXY no_proxy=$NO_PROXY\"".to_string(),
-        format!("echo \"allowed=$(curl -sS --max-time 20 http://127.0.0.1:{registry}/pkg)\""),
+        format!("echo \"allowed=$(curl -sS --noproxy '' --max-time 20 http://127.0.0.1:{registry}/pkg)\""),
         format!("echo \"by_name=$(curl -sS --max-time 20 http://registry.example.com:{registry}/pkg)\""),
         probe("elsewhere", &format!("http://127.0.0.1:{elsewhere}/")),
         probe("gateway", &format!("http://127.0.0.1:{gateway_port}/healthz")),
         probe("metadata", "http://169.254.169.254/latest/meta-data/"),
-        probe("metadata_tunnel", "-p http://169.254.169.254:80/latest/meta-data/"),
+        probe("metadata_tunnel", "-p http://169.254.169.254:81/latest/meta-data/"),
         probe("private", "http://10.1.2.3/"),
         probe("rebound", &format!("http://metadata.example.com:{metadata}/")),
         probe("denied", &format!("http://blocked.example.com:{registry}/")),
