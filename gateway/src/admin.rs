@@ -53,6 +53,7 @@ pub fn router() -> Router<Arc<AppState>> {
         .route("/v1/projects/{project}/{action}", post(action))
         .route("/v1/stats", get(stats))
         .route("/v1/events", get(events))
+        .merge(crate::egress_admin::routes())
         // Every route above answers only the admin token (a success
         // proves it); the description below is public.
         .route_layer(axum::middleware::from_fn(

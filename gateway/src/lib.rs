@@ -9,6 +9,7 @@ pub mod config;
 pub mod dashboard;
 pub mod dialect;
 pub mod egress;
+pub mod egress_admin;
 pub mod events;
 pub mod fdlimit;
 pub mod guard;

@@ -13,6 +13,7 @@ use anyhow::Context;
 use clap::Parser;
 use corral::client_addr::Listeners;
 use corral::config::{self, ChildUser, Cli, Command, Config, LogFormat};
+use corral::egress::EgressAdmin;
 use corral::hub::HubSettings;
 use corral::listener::ListenerLimits;
 use corral::metrics::Metrics;
@@ -297,10 +298,19 @@ async fn serve(
     };
     announce(&config, &addresses);
     let metrics = Arc::new(Metrics::new().context("cannot set up metrics")?);
-    let egress = egress_listener.map(|listener| {
-        let registry = Arc::new(corral::egress::Registry::new(config.egress.policy.clone()));
-        (listener, registry)
-    });
+    let egress_dir = config.state_dir.join("egress");
+    let egress = match egress_listener {
+        Some(listener) => {
+            let registry = Arc::new(corral::egress::Registry::new(config.egress.policy.clone()));
+            let kept = corral::egress::kept::load(&registry, &egress_dir)
+                .map_err(|e| anyhow::anyhow!("cannot read the egress overrides: {e}"))?;
+            if kept > 0 {
+                tracing::info!(projects = kept, "egress overrides in force");
+            }
+            Some((listener, registry))
+        }
+        None => None,
+    };
     let mut settings = hub_settings(&config, metrics.clone(), limits.clone())?;
     settings.egress = egress.as_ref().map(|(_, registry)| registry.clone());
     std::fs::create_dir_all(&settings.sessions_dir)
@@ -311,6 +321,10 @@ async fn serve(
         config.limits.max_children,
         shutdown.clone(),
     ));
+    let egress_admin = egress.as_ref().map(|(_, registry)| EgressAdmin {
+        registry: registry.clone(),
+        dir: egress_dir.clone(),
+    });
     if let Some((listener, egress)) = egress {
         start_egress(
             &config,
@@ -337,6 +351,7 @@ async fn serve(
         metrics: metrics.clone(),
         started: std::time::Instant::now(),
         confinement: confinement_status(&config, &limits),
+        egress: egress_admin,
     });
     if let Some(listener) = metrics_listener {
         serve_metrics(listener, state.clone(), config.limits.header_timeout);

@@ -42,6 +42,9 @@ pub struct AppState {
     pub started: std::time::Instant,
     /// How children are confined (for `/v1/stats`).
     pub confinement: ConfinementStatus,
+    /// With `--tool-network proxy`: the egress proxy's registry, for the
+    /// per-project overrides of the admin API.
+    pub egress: Option<crate::egress::EgressAdmin>,
 }
 
 /// How children are confined, as `/v1/stats` reports it under `sandbox`.

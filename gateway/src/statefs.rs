@@ -28,6 +28,11 @@ impl StateFsError {
     pub fn is_link(&self) -> bool {
         self.errno == Errno::LOOP || self.errno == Errno::NOTDIR
     }
+
+    /// Whether the path does not exist.
+    pub fn is_not_found(&self) -> bool {
+        self.errno == Errno::NOENT
+    }
 }
 
 /// A failed I/O call on `path` (after it was opened) as a [`StateFsError`].

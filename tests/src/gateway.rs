@@ -361,14 +361,30 @@ impl Gateway {
 
     /// One HTTP/1.1 request: (status, body).
     pub async fn http(&self, method: &str, path: &str, token: Option<&str>) -> (u16, String) {
+        self.http_body(method, path, token, "").await
+    }
+
+    /// One HTTP/1.1 request with a JSON `body`: (status, body).
+    pub async fn http_body(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: &str,
+    ) -> (u16, String) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let mut stream = TcpStream::connect(self.addr).await.expect("connect");
         let auth = token
             .map(|t| format!("Authorization: Bearer {t}\r\n"))
             .unwrap_or_default();
+        let kind = match body.is_empty() {
+            true => "",
+            false => "Content-Type: application/json\r\n",
+        };
         let request = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {}\r\n{auth}Content-Length: 0\r\nConnection: close\r\n\r\n",
-            self.addr
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\n{auth}{kind}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            self.addr,
+            body.len()
         );
         stream.write_all(request.as_bytes()).await.expect("write");
         let mut response = String::new();

@@ -7,4 +7,4 @@
 pub mod relay;
 mod route;
 
-pub use route::{open_socket, EgressError, EgressRoute};
+pub use route::{open_socket, EgressError, EgressRoute, SELF_EXE, SOCKET_FD_FLAG, SUBCOMMAND};

@@ -32,13 +32,7 @@ pub use corral_protocol::egress::PROXY_ADDR;
 use super::route::checked_secret;
 use crate::sandbox::{self, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_SANDBOX_UNAVAILABLE};
 
-/// The hidden command's name.
-pub const SUBCOMMAND: &str = "egress-relay";
-/// The flag naming the inherited descriptor of the egress socket.
-pub const SOCKET_FD_FLAG: &str = "--socket-fd";
-/// The agent's own executable, the relay's program: the link works even
-/// where the sandbox hides the binary's path.
-pub const SELF_EXE: &str = "/proc/self/exe";
+pub use super::route::{SELF_EXE, SOCKET_FD_FLAG, SUBCOMMAND};
 /// TCP connections relayed at once; further ones wait in the listen queue.
 pub const MAX_CONNECTIONS: usize = 256;
 /// Exit code when the relay cannot start (its reason on stderr): the

@@ -12,6 +12,14 @@ use std::sync::Arc;
 
 use corral_protocol::egress::{parse_preamble, PREAMBLE_WORD, SECRET_BYTES, SECRET_ENV};
 
+/// The relay's hidden command's name (`corral-agent egress-relay`).
+pub const SUBCOMMAND: &str = "egress-relay";
+/// The relay's flag naming the inherited descriptor of the egress socket.
+pub const SOCKET_FD_FLAG: &str = "--socket-fd";
+/// The agent's own executable, the relay's program: the link works even
+/// where the sandbox hides the binary's path.
+pub const SELF_EXE: &str = "/proc/self/exe";
+
 /// Why the egress route cannot be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum EgressError {

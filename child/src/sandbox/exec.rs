@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use corral_protocol::egress::SECRET_ENV;
 
 use super::{enter, sys, SandboxConfig, SandboxError, ToolNet, EXIT_SANDBOX_UNAVAILABLE};
-use crate::egress::relay;
+use crate::egress;
 
 /// Exit code when the command cannot be found (as in a shell).
 pub const EXIT_NOT_FOUND: u8 = 127;
@@ -41,10 +41,10 @@ pub fn exec(config: SandboxConfig, home: Option<&Path>, command: &[OsString]) ->
     };
     let mut command = match config.tool_network() {
         ToolNet::Proxy(route) => {
-            let mut command = std::process::Command::new(relay::SELF_EXE);
+            let mut command = std::process::Command::new(egress::SELF_EXE);
             command
-                .arg(relay::SUBCOMMAND)
-                .arg(relay::SOCKET_FD_FLAG)
+                .arg(egress::SUBCOMMAND)
+                .arg(egress::SOCKET_FD_FLAG)
                 .arg(route.socket_fd().to_string())
                 .arg("--")
                 .arg(program)

@@ -9,7 +9,7 @@ use std::ffi::OsStr;
 use corral_protocol::egress::SECRET_ENV;
 
 use super::sys::{self, ExecConfinement};
-use crate::egress::{relay, EgressRoute};
+use crate::egress::{self, EgressRoute};
 
 /// The network a tool command gets.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -60,10 +60,10 @@ impl ToolConfinement {
     pub fn command(&self, program: impl AsRef<OsStr>) -> tokio::process::Command {
         let mut command = match &self.network {
             ToolNet::Proxy(route) => {
-                let mut command = tokio::process::Command::new(relay::SELF_EXE);
+                let mut command = tokio::process::Command::new(egress::SELF_EXE);
                 command
-                    .arg(relay::SUBCOMMAND)
-                    .arg(relay::SOCKET_FD_FLAG)
+                    .arg(egress::SUBCOMMAND)
+                    .arg(egress::SOCKET_FD_FLAG)
                     .arg(route.socket_fd().to_string())
                     .arg("--")
                     .arg(program)

@@ -81,6 +81,7 @@
 //! reserved ranges are refused: no public host lives there, so a name
 //! resolving into them points into someone's own network.
 
+pub mod kept;
 mod overrides;
 pub mod proxy;
 mod ranges;
@@ -94,6 +95,7 @@ use std::net::IpAddr;
 
 use axum::http::Method;
 
+pub use kept::EgressAdmin;
 pub use overrides::{parse_method, MethodError, Override};
 pub use proxy::TEST_RESOLVE_ENV;
 pub use ranges::{classify, Blocked, BlockedRange};

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::Rule;
 
 /// A per-project override, e.g.
-/// `{"allow": ["**.pypi.org:443"], "deny": ["*.evil.test"], "methods": ["GET"]}`.
+/// `{"allow": ["**.pkg.example.com:443"], "deny": ["*.evil.test"], "methods": ["GET"]}`.
 /// Every field may be left out; unknown fields are refused.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -132,14 +132,17 @@ mod tests {
 
     #[test]
     fn reads_and_writes_json_with_rules_as_text() {
-        let json = r#"{"allow":["**.pypi.org:443","[fd00::1]:8080"],"deny":["*.evil.test"],"methods":["get","HEAD"]}"#;
+        let json = r#"{"allow":["**.pkg.example.com:443","[fd00::1]:8080"],"deny":["*.evil.test"],"methods":["get","HEAD"]}"#;
         let o: Override = serde_json::from_str(json).unwrap();
-        assert_eq!(o.allow.as_ref().unwrap()[0].to_string(), "**.pypi.org:443");
+        assert_eq!(
+            o.allow.as_ref().unwrap()[0].to_string(),
+            "**.pkg.example.com:443"
+        );
         assert_eq!(o.methods, Some(vec![Method::GET, Method::HEAD]));
         let back = serde_json::to_string(&o).unwrap();
         assert_eq!(
             back,
-            r#"{"allow":["**.pypi.org:443","[fd00::1]:8080"],"deny":["*.evil.test"],"methods":["GET","HEAD"]}"#
+            r#"{"allow":["**.pkg.example.com:443","[fd00::1]:8080"],"deny":["*.evil.test"],"methods":["GET","HEAD"]}"#
         );
         assert_eq!(serde_json::from_str::<Override>(&back).unwrap(), o);
         assert_eq!(
@@ -161,23 +164,23 @@ mod tests {
     #[test]
     fn an_override_allowlist_replaces_and_its_denies_add() {
         let o = Override {
-            allow: Some(rules(&["**.pypi.org:443"])),
-            deny: rules(&["evil.pypi.org"]),
+            allow: Some(rules(&["**.pkg.example.com:443"])),
+            deny: rules(&["evil.pkg.example.com"]),
             methods: None,
         };
         let merged = operator().with_override(&o);
         let public = "93.184.215.14";
         assert_eq!(
-            label(&merged, "files.pypi.org", 443, public, None),
-            "allow:**.pypi.org:443"
+            label(&merged, "files.pkg.example.com", 443, public, None),
+            "allow:**.pkg.example.com:443"
         );
         assert_eq!(
             label(&merged, "a.example.com", 443, public, None),
             "not-allowed"
         );
         assert_eq!(
-            label(&merged, "evil.pypi.org", 443, public, None),
-            "deny:evil.pypi.org"
+            label(&merged, "evil.pkg.example.com", 443, public, None),
+            "deny:evil.pkg.example.com"
         );
         // The operator's deny rule stays whatever the override allows.
         let widen = Override {
@@ -258,7 +261,7 @@ mod tests {
             "allow:10.0.0.0/8"
         );
         let narrow = Override {
-            allow: Some(rules(&["**.pypi.org"])),
+            allow: Some(rules(&["**.pkg.example.com"])),
             ..Override::default()
         };
         assert_eq!(

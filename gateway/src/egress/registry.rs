@@ -110,6 +110,15 @@ impl Registry {
         }
     }
 
+    /// Every project's override, by project name.
+    pub fn overrides(&self) -> std::collections::BTreeMap<String, Override> {
+        self.inner()
+            .overrides
+            .iter()
+            .map(|(project, (o, _))| (project.clone(), o.clone()))
+            .collect()
+    }
+
     pub fn override_of(&self, project: &str) -> Option<Override> {
         self.inner().overrides.get(project).map(|(o, _)| o.clone())
     }
@@ -154,7 +163,7 @@ mod tests {
         let allow = vec!["**.example.com".parse().unwrap()];
         let registry = Registry::new(Policy::new(allow, vec![], None));
         let o = Override {
-            allow: Some(vec!["**.pypi.org".parse().unwrap()]),
+            allow: Some(vec!["**.pkg.example.com".parse().unwrap()]),
             ..Override::default()
         };
         registry.set_override("a", Some(o.clone()));
@@ -162,7 +171,7 @@ mod tests {
         assert_eq!(registry.override_of("b"), None);
         assert_eq!(
             registry.policy_for("a").allow()[0].to_string(),
-            "**.pypi.org"
+            "**.pkg.example.com"
         );
         assert_eq!(registry.policy_for("b"), registry.operator_policy());
         registry.register("a").unwrap();

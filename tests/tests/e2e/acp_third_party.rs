@@ -235,6 +235,10 @@ async fn pi_acp_under_the_gateway_answers_through_attach() {
         .arg(pi_bin_dir().join("pi-acp").display().to_string())
         .arg("--child-env")
         .arg("PI_OFFLINE=1")
+        // pi (Node's fetch) ignores proxy variables: the host's network
+        // for its model calls (the mock LLM on loopback).
+        .arg("--tool-network")
+        .arg("on")
         .env("PATH", &path_with_pi())
         .spawn()
         .await;

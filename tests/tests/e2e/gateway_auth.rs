@@ -321,7 +321,8 @@ async fn forwarded_addresses_count_only_on_the_proxy_listener() {
 /// A peer outside `--trusted-proxy` that reaches the proxy listener (a
 /// tool on the balancer's network, say) is a client like any other: its
 /// `X-Forwarded-For` changes nothing. And a trusted range covering this
-/// host is refused while agents' tools share its network.
+/// host is refused while agents' tools share its network
+/// (`--tool-network on`).
 #[tokio::test]
 async fn only_a_trusted_proxy_names_the_client() {
     let gateway = GatewaySpawn::default()
@@ -371,6 +372,8 @@ async fn only_a_trusted_proxy_names_the_client() {
             "127.0.0.1:0".as_ref(),
             "--trusted-proxy".as_ref(),
             "127.0.0.0/8".as_ref(),
+            "--tool-network".as_ref(),
+            "on".as_ref(),
         ],
         &[],
     )

@@ -107,7 +107,8 @@ asyncio.run(main())
 "#;
 
 /// 700 sockets repeating `GET /healthz` from project A's bash tool (the
-/// sandbox on, the gateway on loopback) against a cap of 300: a client
+/// sandbox on, tools on the host's network, the gateway on loopback)
+/// against a cap of 300: a client
 /// with the token connects, says hello and pings, and `/healthz` answers,
 /// while they run; the flood's connections were closed to make room.
 #[tokio::test]
@@ -116,6 +117,8 @@ async fn a_healthz_flood_from_a_tool_does_not_lock_clients_out() {
     let mock = MockLlm::start().await;
     let gateway = GatewaySpawn::default()
         .mock(&mock.anthropic_base_url())
+        .arg("--tool-network")
+        .arg("on")
         .arg("--max-connections")
         .arg("300")
         .spawn()

@@ -351,3 +351,107 @@ async fn https_fetches_tunnel_through_to_an_allowed_registry() {
     let other = field(&output, "other_port");
     assert!(other.contains("403"), "{output}");
 }
+
+/// `curl` through the proxy to `url`: the HTTP status and the rule header,
+/// as [`probe`] prints them.
+async fn fetch(ws: &mut Ws, mock: &MockLlm, url: &str) -> String {
+    let output = bash(ws, mock, &probe("result", url)).await;
+    field(&output, "result").to_string()
+}
+
+#[tokio::test]
+async fn an_admin_override_narrows_or_widens_a_project_but_never_unlocks_a_blocked_range() {
+    CURL.require();
+    let mock = MockLlm::start().await;
+    let dir = corral_e2e::dir_outside_tmp();
+    let registry = http_server("registry").await;
+    let args = [
+        "--egress-allow".to_string(),
+        format!("127.0.0.1:{registry}"),
+    ];
+    let gateway = gateway(&mock, dir.path(), &args, "").await;
+    let mut alpha = gateway.client("alpha").await;
+    let mut beta = gateway.client("beta").await;
+    let url = format!("http://127.0.0.1:{registry}/");
+    assert!(fetch(&mut alpha, &mock, &url).await.contains("status:200"));
+
+    // Narrower for alpha: the operator's allowlist replaced by nothing.
+    let path = "/v1/projects/alpha/egress";
+    let (status, body) = gateway
+        .http_body("PUT", path, Some(ADMIN_TOKEN), r#"{"allow": []}"#)
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let narrowed = fetch(&mut alpha, &mock, &url).await;
+    assert!(
+        narrowed.contains("403") && narrowed.contains("not-allowed"),
+        "{narrowed}"
+    );
+    assert!(
+        fetch(&mut beta, &mock, &url).await.contains("status:200"),
+        "beta keeps the operator's policy"
+    );
+
+    // Wider for alpha, with rules reaching for the always-refused ranges:
+    // the metadata address and private networks stay refused.
+    let (status, body) = gateway
+        .http_body(
+            "PUT",
+            path,
+            Some(ADMIN_TOKEN),
+            r#"{"allow": ["169.254.169.254", "10.0.0.0/8", "127.0.0.1"], "deny": ["203.0.113.9"]}"#,
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let view: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(view["effective"]["deny"], json!(["203.0.113.9"]), "{view}");
+    let metadata = fetch(
+        &mut alpha,
+        &mock,
+        "http://169.254.169.254/latest/meta-data/",
+    )
+    .await;
+    assert!(metadata.contains("blocked-range:link-local"), "{metadata}");
+    let private = fetch(&mut alpha, &mock, "http://10.1.2.3/").await;
+    assert!(private.contains("blocked-range:private"), "{private}");
+
+    // Bad overrides are refused with the reason and change nothing.
+    for bad in [
+        r#"{"allow": ["https://x.example.com"]}"#,
+        r#"{"allw": []}"#,
+        "not json",
+    ] {
+        let (status, body) = gateway.http_body("PUT", path, Some(ADMIN_TOKEN), bad).await;
+        assert_eq!(status, 400, "{bad}: {body}");
+    }
+    let (status, _) = gateway
+        .http_body("PUT", path, None, r#"{"allow": []}"#)
+        .await;
+    assert_eq!(status, 401);
+    let (status, _) = gateway
+        .http_body("PUT", "/v1/projects/..%2Fx/egress", Some(ADMIN_TOKEN), "{}")
+        .await;
+    assert_eq!(status, 400);
+
+    // Kept across a restart of the gateway.
+    let (status, before) = gateway.http_get(path, Some(ADMIN_TOKEN)).await;
+    assert_eq!(status, 200);
+    drop((alpha, beta));
+    drop(gateway);
+    let gateway = self::gateway(&mock, dir.path(), &args, "").await;
+    let (status, after) = gateway.http_get(path, Some(ADMIN_TOKEN)).await;
+    assert_eq!(status, 200);
+    let (before, after): (Value, Value) = (
+        serde_json::from_str(&before).unwrap(),
+        serde_json::from_str(&after).unwrap(),
+    );
+    assert_eq!(before["override"], after["override"]);
+    assert!(after["override"]["allow"].is_array(), "{after}");
+
+    // Removed: back to the operator's policy.
+    let (status, body) = gateway.http("DELETE", path, Some(ADMIN_TOKEN)).await;
+    assert_eq!(status, 200, "{body}");
+    let view: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(view["override"], Value::Null);
+    let mut alpha = gateway.client("alpha").await;
+    assert!(fetch(&mut alpha, &mock, &url).await.contains("status:200"));
+}

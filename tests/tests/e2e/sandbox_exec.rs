@@ -170,7 +170,7 @@ fn a_missing_command_exits_127_and_tool_network_off_is_refused() {
         .output()
         .unwrap();
     assert_eq!(output.status.code(), Some(2));
-    assert!(stderr(&output).contains("--tool-network on"));
+    assert!(stderr(&output).contains("--tool-network proxy"));
 }
 
 #[test]
