@@ -51,18 +51,18 @@ fn guard(
     headers: &HeaderMap,
     addr: ClientAddr,
     project: &str,
-) -> Result<EgressAdmin, Response> {
+) -> Result<EgressAdmin, Box<Response>> {
     if let Some(refused) = admin_refusal(state, headers, addr) {
-        return Err(refused);
+        return Err(Box::new(refused));
     }
     if let Err(e) = projects::validate_name(project) {
-        return Err(error(StatusCode::BAD_REQUEST, &e.to_string()));
+        return Err(Box::new(error(StatusCode::BAD_REQUEST, &e.to_string())));
     }
     state.egress.clone().ok_or_else(|| {
-        error(
+        Box::new(error(
             StatusCode::CONFLICT,
             "the egress proxy is not in use: tools reach the network with --tool-network on or not at all with off; per-project egress rules need --tool-network proxy",
-        )
+        ))
     })
 }
 
@@ -99,7 +99,7 @@ async fn show(
 ) -> Response {
     match guard(&state, &headers, addr, &project) {
         Ok(egress) => Json(view(&egress.registry, &project)).into_response(),
-        Err(response) => response,
+        Err(response) => *response,
     }
 }
 
@@ -112,7 +112,7 @@ async fn set(
 ) -> Response {
     let egress = match guard(&state, &headers, addr, &project) {
         Ok(egress) => egress,
-        Err(response) => return response,
+        Err(response) => return *response,
     };
     let change: Override = match serde_json::from_slice(&body) {
         Ok(change) => change,
@@ -141,7 +141,7 @@ async fn remove(
 ) -> Response {
     match guard(&state, &headers, addr, &project) {
         Ok(egress) => commit(egress, project, None).await,
-        Err(response) => response,
+        Err(response) => *response,
     }
 }
 
