@@ -9,8 +9,11 @@
 //!   client: 200 once it is ready (or if it ran already), 400/404 for a
 //!   name a client could not attach to, 503 when no slot is free.
 //! - `POST /v1/projects/{project}/restart|stop|abort` — 202 when sent.
+//! - `GET|PUT|DELETE /v1/projects/{project}/egress` — the project's
+//!   egress override (`crate::egress_admin`).
 //! - `GET /v1/events[?after=SEQ]` — recent gateway events (children
-//!   started and exited, crash loops, slow clients closed).
+//!   started and exited, crash loops, slow clients closed, egress
+//!   refusals).
 //! - `GET /v1/stats` — gateway-wide counters for the dashboard, and how
 //!   children are confined (`sandbox`).
 //! - `GET /metrics` — Prometheus text (unless `--metrics-listen` serves it
