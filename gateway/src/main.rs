@@ -128,6 +128,10 @@ fn serve_main(args: config::ServeArgs, telemetry: Option<Telemetry>) -> ExitCode
     if tokens_on_command_line {
         tracing::warn!("a token was given on the command line (--token, --observer-token or --admin-token): other local users can read it with ps; use --token-file / --observer-token-file / --admin-token-file or CORRAL_TOKENS / CORRAL_OBSERVER_TOKENS / CORRAL_ADMIN_TOKEN instead");
     }
+    let broker_socket = match broker_socket(&config) {
+        Ok(socket) => socket,
+        Err(code) => return code,
+    };
     if let Err(code) = check_sandbox(&config) {
         return code;
     }
@@ -139,13 +143,40 @@ fn serve_main(args: config::ServeArgs, telemetry: Option<Telemetry>) -> ExitCode
         tracing::warn!(error = %e, "no traces are exported");
     }
     run_async(async move {
-        let served = serve(config, limits).await;
+        let served = serve(config, limits, broker_socket).await;
         if let Some(telemetry) = telemetry {
             // Sends the last spans; blocks, so off the event loop.
             let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
         }
         served.map(|()| 0)
     })
+}
+
+/// With `--model-broker on`: the provider keys masked in
+/// `/proc/self/environ` and gone from the environment with their base URLs
+/// (so no child inherits them), and the broker's socket bound, before the
+/// sandbox probe opens it and before any thread exists.
+fn broker_socket(config: &Config) -> Result<Option<std::os::unix::net::UnixListener>, ExitCode> {
+    if config.model_broker.is_none() {
+        return Ok(None);
+    }
+    let keys = corral::broker::Provider::ALL.map(corral::broker::Provider::key_env);
+    if let Err(e) = corral::scrub::mask_process_secrets(&[], &keys) {
+        tracing::warn!(error = %e, "cannot mask the provider keys in /proc/self/environ");
+    }
+    for name in corral::broker::ENV_VARS {
+        std::env::remove_var(name);
+    }
+    match corral::broker::open_socket(&config.state_dir) {
+        Ok(listener) => Ok(Some(listener)),
+        Err(e) => {
+            eprintln!(
+                "corral: cannot make the model broker's socket under {}/egress: {e}",
+                config.state_dir.display()
+            );
+            Err(ExitCode::from(1))
+        }
+    }
 }
 
 /// With the sandbox on, refuses to start unless the agent's sandbox works
@@ -209,7 +240,11 @@ fn init_logging(format: LogFormat, otlp_endpoint: Option<&str>) -> Option<Teleme
     telemetry
 }
 
-async fn serve(config: Config, limits: Arc<Limits>) -> anyhow::Result<()> {
+async fn serve(
+    config: Config,
+    limits: Arc<Limits>,
+    broker_socket: Option<std::os::unix::net::UnixListener>,
+) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(|e| listen_error(e, config.listen, "--listen"))?;
@@ -240,7 +275,12 @@ async fn serve(config: Config, limits: Arc<Limits>) -> anyhow::Result<()> {
     };
     announce(&config, &addresses);
     let metrics = Arc::new(Metrics::new().context("cannot set up metrics")?);
-    let settings = hub_settings(&config, metrics.clone(), limits.clone())?;
+    let brokered = config.model_broker.clone().zip(broker_socket);
+    let broker_keys = brokered
+        .as_ref()
+        .map(|_| Arc::new(corral::broker::Registry::default()));
+    let mut settings = hub_settings(&config, metrics.clone(), limits.clone())?;
+    settings.model_broker = broker_keys.clone();
     std::fs::create_dir_all(&settings.sessions_dir)
         .with_context(|| format!("cannot create {}", settings.sessions_dir.display()))?;
     let shutdown = Shutdown::new();
@@ -249,6 +289,15 @@ async fn serve(config: Config, limits: Arc<Limits>) -> anyhow::Result<()> {
         config.limits.max_children,
         shutdown.clone(),
     ));
+    if let (Some((upstreams, socket)), Some(keys)) = (brokered, broker_keys) {
+        let broker = corral::broker::Broker::new(keys, upstreams, metrics.clone())
+            .context("cannot set up the model broker's HTTP client")?;
+        corral::broker::spawn(socket, broker, shutdown.token().clone())
+            .context("cannot start the model broker")?;
+        tracing::info!(
+            "model broker on: agents reach their model through the gateway, which holds the keys"
+        );
+    }
     let state = Arc::new(AppState {
         dialect: config.supervisor.dialect,
         registry,
@@ -466,6 +515,7 @@ fn hub_settings(
         idle_timeout: supervisor.idle_timeout,
         restart,
         metrics,
+        model_broker: None,
     })
 }
 
@@ -474,8 +524,11 @@ fn hub_settings(
 /// user's `-- CHILD_ARGS`. A third-party agent (`--child-command`) gets
 /// neither.
 fn agent_args(config: &Config) -> Vec<OsString> {
+    // Under the model broker the agent has no network to export over.
     let endpoint = match (&config.otlp_endpoint, &config.supervisor.child_command) {
-        (Some(endpoint), None) => vec!["--otlp-endpoint".into(), endpoint.into()],
+        (Some(endpoint), None) if config.model_broker.is_none() => {
+            vec!["--otlp-endpoint".into(), endpoint.into()]
+        }
         _ => Vec::new(),
     };
     let user = config.supervisor.child_args.iter().map(Into::into);

@@ -68,6 +68,7 @@ fn settings() -> HubSettings {
         )
         .unwrap(),
         metrics: Arc::new(Metrics::new().unwrap()),
+        model_broker: None,
     }
 }
 
