@@ -93,6 +93,13 @@ pub struct AgentArgs {
     /// it comes in CORRAL_EGRESS_SECRET, which no tool inherits.
     #[arg(long, value_name = "PATH", required_if_eq("tool_network", "proxy"))]
     pub egress_socket: Option<PathBuf>,
+    /// The gateway's model-key broker (a Unix socket, opened before the
+    /// sandbox hides it): model calls go through it, with the placeholder
+    /// key and the base URL the gateway set in the environment. With
+    /// --sandbox the agent then runs without the host's network (tool
+    /// commands need --tool-network off or proxy), and exports no traces.
+    #[arg(long, value_name = "PATH")]
+    pub model_socket: Option<PathBuf>,
     /// Export OpenTelemetry traces (one per prompt: model calls, tool calls,
     /// waits) over OTLP/HTTP to this base URL, e.g. http://127.0.0.1:4318.
     /// Off unless given.

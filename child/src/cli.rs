@@ -107,6 +107,10 @@ pub enum Mode {
         /// With --tool-network proxy: the gateway's egress socket.
         #[arg(long, value_name = "PATH", required_if_eq("tool_network", "proxy"))]
         egress_socket: Option<PathBuf>,
+        /// Also check that the agent can run without the host's network,
+        /// reaching the gateway's model broker through this socket.
+        #[arg(long, value_name = "PATH")]
+        model_socket: Option<PathBuf>,
     },
     /// Run another program (a third-party agent) in the agent's sandbox.
     ///
@@ -139,6 +143,13 @@ pub enum Mode {
         /// Where to listen; CMD's proxy variables name the address bound.
         #[arg(long, value_name = "ADDR", default_value = crate::egress::relay::PROXY_ADDR)]
         listen: SocketAddr,
+        /// The inherited descriptor of the model broker's socket (O_PATH):
+        /// connections to --broker-listen are carried there as they are.
+        #[arg(long, value_name = "N")]
+        broker_fd: Option<i32>,
+        /// Where to listen for CMD's model calls, with --broker-fd.
+        #[arg(long, value_name = "ADDR", default_value = corral_protocol::egress::BROKER_ADDR)]
+        broker_listen: SocketAddr,
         /// The command and its arguments, after --.
         #[arg(last = true, required = true, value_name = "CMD")]
         command: Vec<OsString>,
@@ -164,6 +175,11 @@ pub struct SandboxExecArgs {
     /// With --tool-network proxy: the gateway's egress socket.
     #[arg(long, value_name = "PATH", required_if_eq("tool_network", "proxy"))]
     pub egress_socket: Option<PathBuf>,
+    /// With --tool-network proxy: the gateway's model-key broker. The
+    /// relay also listens on 127.0.0.1:3129 and carries what CMD sends
+    /// there to this socket: CMD's provider base URL names that address.
+    #[arg(long, value_name = "PATH", requires = "egress_socket")]
+    pub model_socket: Option<PathBuf>,
     /// The project: CMD runs here, and may write here (default: the current directory).
     #[arg(long, value_name = "DIR")]
     pub cwd: Option<PathBuf>,
@@ -483,6 +499,7 @@ mod tests {
             socket_fd,
             listen,
             command,
+            ..
         } = cli.mode
         else {
             panic!("not the relay");
@@ -504,5 +521,63 @@ mod tests {
         assert!(parse(&[relay::SUBCOMMAND, "--socket-fd", "3"]).is_err());
         let help = Cli::command().render_long_help().to_string();
         assert!(!help.contains(relay::SUBCOMMAND), "{help}");
+    }
+
+    #[test]
+    fn the_model_socket_is_a_flag_of_every_mode_and_the_relay_takes_its_descriptor() {
+        use crate::egress::relay;
+        let cli = parse(&[
+            "rpc",
+            "--sandbox",
+            "--model-socket",
+            "/s/egress/broker.sock",
+        ])
+        .unwrap();
+        assert_eq!(
+            cli.mode.agent_args().unwrap().model_socket,
+            Some(PathBuf::from("/s/egress/broker.sock"))
+        );
+        let probe = parse(&["sandbox-probe", "--model-socket", "/b.sock"]).unwrap();
+        assert!(matches!(
+            probe.mode,
+            Mode::SandboxProbe {
+                model_socket: Some(_),
+                ..
+            }
+        ));
+        // sandbox-exec carries model calls through its relay: proxy only.
+        assert!(parse(&["sandbox-exec", "--model-socket", "/b.sock", "--", "pi-acp"]).is_err());
+        parse(&[
+            "sandbox-exec",
+            "--tool-network",
+            "proxy",
+            "--egress-socket",
+            "/e.sock",
+            "--model-socket",
+            "/b.sock",
+            "--",
+            "pi-acp",
+        ])
+        .unwrap();
+        let cli = parse(&[
+            relay::SUBCOMMAND,
+            relay::SOCKET_FD_FLAG,
+            "3",
+            relay::BROKER_FD_FLAG,
+            "4",
+            "--",
+            "pi-acp",
+        ])
+        .unwrap();
+        let Mode::EgressRelay {
+            broker_fd,
+            broker_listen,
+            ..
+        } = cli.mode
+        else {
+            panic!("not the relay");
+        };
+        assert_eq!(broker_fd, Some(4));
+        assert_eq!(broker_listen.to_string(), relay::BROKER_ADDR);
     }
 }

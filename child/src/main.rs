@@ -19,7 +19,7 @@ use std::time::Duration;
 use clap::Parser;
 use corral_agent::agent::{Agent, AgentEvent, Output, PermissionMode, RunKind, RunRequest};
 use corral_agent::cli::{self, AgentArgs, Cli, Mode, SandboxExecArgs, ToolNetwork};
-use corral_agent::egress::{relay, EgressRoute};
+use corral_agent::egress::{open_socket, relay, EgressRoute};
 use corral_agent::rpc::dialects::Dialect;
 use corral_agent::rpc::{self, TransportOptions};
 use corral_agent::sandbox::{self, ProbedNetwork, SandboxConfig, ToolConfinement, ToolNet};
@@ -50,13 +50,28 @@ fn main() -> ExitCode {
     if let Mode::EgressRelay {
         socket_fd,
         listen,
+        broker_fd,
+        broker_listen,
         command,
     } = &cli.mode
     {
-        let code = relay::run(*socket_fd, *listen, command, egress_secret);
+        let broker = broker_fd.map(|fd| relay::BrokerSeat {
+            fd,
+            listen: *broker_listen,
+        });
+        let code = relay::run(*socket_fd, *listen, broker, command, egress_secret);
         std::process::exit(i32::from(code));
     }
     let endpoint = match &cli.mode {
+        // Without the host's network there is nowhere to export to.
+        Mode::Rpc { agent, .. } | Mode::Run { agent, .. }
+            if agent.sandbox && agent.model_socket.is_some() =>
+        {
+            if agent.otlp_endpoint.is_some() {
+                eprintln!("corral-agent: --model-socket with --sandbox leaves the agent no network: no traces are exported");
+            }
+            None
+        }
         Mode::Rpc { agent, .. } | Mode::Run { agent, .. } => agent.otlp_endpoint.clone(),
         Mode::SandboxProbe { .. } | Mode::SandboxExec { .. } | Mode::EgressRelay { .. } => None,
     };
@@ -66,13 +81,14 @@ fn main() -> ExitCode {
             sandbox_hide,
             tool_network,
             egress_socket,
+            model_socket,
         } => {
             let network = match (tool_network, egress_socket) {
                 (ToolNetwork::On, _) => ProbedNetwork::Host,
                 (ToolNetwork::Off, _) | (ToolNetwork::Proxy, None) => ProbedNetwork::Isolated,
                 (ToolNetwork::Proxy, Some(socket)) => ProbedNetwork::Proxy(socket),
             };
-            let code = sandbox::probe(sandbox_hide, network);
+            let code = sandbox::probe(sandbox_hide, network, model_socket.as_deref());
             let _ = std::io::stdout().flush();
             std::process::exit(i32::from(code));
         }
@@ -148,16 +164,25 @@ fn prepare(args: &mut AgentArgs, egress_secret: Option<OsString>) -> Result<Prep
         eprintln!("corral-agent: {e}");
         sandbox::EXIT_SANDBOX_UNAVAILABLE
     };
+    if args.sandbox && args.model_socket.is_some() && args.tool_network == ToolNetwork::On {
+        eprintln!(
+            "corral-agent: --model-socket with --sandbox takes the host's network from the agent, \
+             so --tool-network on would leave tool commands none; use --tool-network off or proxy"
+        );
+        return Err(2);
+    }
     let network = tool_net(
         args.tool_network,
         args.egress_socket.as_deref(),
         egress_secret,
     )?;
+    let model_socket = model_socket(args.model_socket.as_deref())?;
     let journal = setup::open_journal(args).map_err(setup_failed)?;
     if !args.sandbox {
         return Ok(Prepared {
             journal,
             tool_confinement: ToolConfinement::none(),
+            model_socket,
         });
     }
     let project = setup::resolve_cwd(args.cwd.as_deref()).map_err(setup_failed)?;
@@ -168,13 +193,30 @@ fn prepare(args: &mut AgentArgs, egress_secret: Option<OsString>) -> Result<Prep
     {
         hide.push(sandbox::session_hide(&path, &project));
     }
-    let config = SandboxConfig::new(&project, &hide, network).map_err(sandbox_failed)?;
+    let mut config = SandboxConfig::new(&project, &hide, network).map_err(sandbox_failed)?;
+    if model_socket.is_some() {
+        config = config.without_host_network();
+    }
     let confined = sandbox::enter(&config).map_err(sandbox_failed)?;
     args.cwd = Some(config.project().to_path_buf());
     Ok(Prepared {
         journal,
         tool_confinement: confined.tools,
+        model_socket,
     })
+}
+
+/// The model broker's socket (`--model-socket`), opened `O_PATH` before
+/// the sandbox hides its path (a failure is printed, and exit code 2
+/// returned).
+fn model_socket(path: Option<&Path>) -> Result<Option<std::os::fd::OwnedFd>, u8> {
+    path.map(|path| {
+        open_socket(path).map_err(|e| {
+            eprintln!("corral-agent: --model-socket: {e}");
+            2
+        })
+    })
+    .transpose()
 }
 
 /// What `--tool-network` gives tool commands; with `proxy`, the egress
@@ -206,6 +248,13 @@ fn sandbox_exec(
     command: &[OsString],
     egress_secret: Option<OsString>,
 ) -> u8 {
+    if args.model_socket.is_some() && args.tool_network != ToolNetwork::Proxy {
+        eprintln!(
+            "corral-agent: sandbox-exec --model-socket needs --tool-network proxy: \
+             the relay it starts is what carries the command's model calls"
+        );
+        return 2;
+    }
     if args.tool_network == ToolNetwork::Off {
         eprintln!(
             "corral-agent: sandbox-exec --tool-network off: the command is the agent itself, \
@@ -222,6 +271,10 @@ fn sandbox_exec(
         Ok(network) => network,
         Err(code) => return code,
     };
+    let broker = match model_socket(args.model_socket.as_deref()) {
+        Ok(broker) => broker,
+        Err(code) => return code,
+    };
     let project = match setup::resolve_cwd(args.cwd.as_deref()) {
         Ok(project) => project,
         Err(e) => {
@@ -230,7 +283,7 @@ fn sandbox_exec(
         }
     };
     match SandboxConfig::new(&project, &args.sandbox_hide, network) {
-        Ok(config) => sandbox::exec(config, args.home.as_deref(), command),
+        Ok(config) => sandbox::exec(config, args.home.as_deref(), command, broker.as_ref()),
         Err(e) => {
             eprintln!("corral-agent: {e}");
             sandbox::EXIT_SANDBOX_UNAVAILABLE

@@ -35,6 +35,9 @@ pub struct Prepared {
     pub journal: Option<(Journal, Vec<Message>)>,
     /// What tool commands give up (nothing when the sandbox is off).
     pub tool_confinement: ToolConfinement,
+    /// The gateway's model-key broker (`--model-socket`), opened `O_PATH`:
+    /// model calls go through it.
+    pub model_socket: Option<std::os::fd::OwnedFd>,
 }
 
 /// Opens (and locks) the `--session` journal, if any. Runs before the
@@ -90,6 +93,9 @@ impl SetupError {
 
 pub fn build(args: &AgentArgs, prepared: Prepared) -> Result<Setup, SetupError> {
     let cwd = resolve_cwd(args.cwd.as_deref())?;
+    if let Some(socket) = prepared.model_socket {
+        provider::route_through_socket(socket);
+    }
     let env_prefix = match args.provider.as_str() {
         "openai" => Some("OPENAI"),
         "anthropic" => Some("ANTHROPIC"),

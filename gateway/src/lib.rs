@@ -4,6 +4,8 @@
 pub mod admin;
 pub mod attach_cli;
 pub mod auth;
+pub mod broker;
+pub mod child_socket;
 pub mod client_addr;
 pub mod config;
 pub mod dashboard;

@@ -129,13 +129,10 @@ fn serve_main(args: config::ServeArgs, telemetry: Option<Telemetry>) -> ExitCode
     if tokens_on_command_line {
         tracing::warn!("a token was given on the command line (--token, --observer-token or --admin-token): other local users can read it with ps; use --token-file / --observer-token-file / --admin-token-file or CORRAL_TOKENS / CORRAL_OBSERVER_TOKENS / CORRAL_ADMIN_TOKEN instead");
     }
-    // Bound before the probe, which opens it as children will.
-    let egress_listener = match bind_egress(&config) {
-        Ok(listener) => listener,
-        Err(e) => {
-            eprintln!("corral: {e:#}");
-            return ExitCode::from(2);
-        }
+    // Bound before the probe, which opens them as children will.
+    let sockets = match bind_sockets(&config) {
+        Ok(sockets) => sockets,
+        Err(code) => return code,
     };
     if let Err(code) = check_sandbox(&config) {
         return code;
@@ -148,13 +145,58 @@ fn serve_main(args: config::ServeArgs, telemetry: Option<Telemetry>) -> ExitCode
         tracing::warn!(error = %e, "no traces are exported");
     }
     run_async(async move {
-        let served = serve(config, limits, egress_listener).await;
+        let served = serve(config, limits, sockets).await;
         if let Some(telemetry) = telemetry {
             // Sends the last spans; blocks, so off the event loop.
             let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
         }
         served.map(|()| 0)
     })
+}
+
+/// The Unix sockets children reach the gateway through, bound before the
+/// sandbox probe (which opens them as children will).
+struct Sockets {
+    /// The egress proxy's (`--tool-network proxy`).
+    egress: Option<std::os::unix::net::UnixListener>,
+    /// The model broker's (`--model-broker on`).
+    broker: Option<std::os::unix::net::UnixListener>,
+}
+
+fn bind_sockets(config: &Config) -> Result<Sockets, ExitCode> {
+    let egress = bind_egress(config).map_err(|e| {
+        eprintln!("corral: {e:#}");
+        ExitCode::from(2)
+    })?;
+    let broker = broker_socket(config)?;
+    Ok(Sockets { egress, broker })
+}
+
+/// With `--model-broker on`: the provider keys masked in
+/// `/proc/self/environ` and gone from the environment with their base URLs
+/// (so no child inherits them), and the broker's socket bound, before the
+/// sandbox probe opens it and before any thread exists.
+fn broker_socket(config: &Config) -> Result<Option<std::os::unix::net::UnixListener>, ExitCode> {
+    if config.model_broker.is_none() {
+        return Ok(None);
+    }
+    let keys = corral::broker::Provider::ALL.map(corral::broker::Provider::key_env);
+    if let Err(e) = corral::scrub::mask_process_secrets(&[], &keys) {
+        tracing::warn!(error = %e, "cannot mask the provider keys in /proc/self/environ");
+    }
+    for name in corral::broker::ENV_VARS {
+        std::env::remove_var(name);
+    }
+    match corral::broker::open_socket(&config.state_dir) {
+        Ok(listener) => Ok(Some(listener)),
+        Err(e) => {
+            eprintln!(
+                "corral: cannot make the model broker's socket under {}/egress: {e}",
+                config.state_dir.display()
+            );
+            Err(ExitCode::from(1))
+        }
+    }
 }
 
 /// With the sandbox on, refuses to start unless the agent's sandbox works
@@ -263,11 +305,7 @@ fn start_egress(
     Ok(())
 }
 
-async fn serve(
-    config: Config,
-    limits: Arc<Limits>,
-    egress_listener: Option<std::os::unix::net::UnixListener>,
-) -> anyhow::Result<()> {
+async fn serve(config: Config, limits: Arc<Limits>, sockets: Sockets) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(|e| listen_error(e, config.listen, "--listen"))?;
@@ -299,7 +337,7 @@ async fn serve(
     announce(&config, &addresses);
     let metrics = Arc::new(Metrics::new().context("cannot set up metrics")?);
     let egress_dir = config.state_dir.join("egress");
-    let egress = match egress_listener {
+    let egress = match sockets.egress {
         Some(listener) => {
             let registry = Arc::new(corral::egress::Registry::new(config.egress.policy.clone()));
             let kept = corral::egress::kept::load(&registry, &egress_dir)
@@ -313,6 +351,11 @@ async fn serve(
     };
     let mut settings = hub_settings(&config, metrics.clone(), limits.clone())?;
     settings.egress = egress.as_ref().map(|(_, registry)| registry.clone());
+    let brokered = config.model_broker.clone().zip(sockets.broker);
+    let broker_keys = brokered
+        .as_ref()
+        .map(|_| Arc::new(corral::broker::Registry::default()));
+    settings.model_broker = broker_keys.clone();
     std::fs::create_dir_all(&settings.sessions_dir)
         .with_context(|| format!("cannot create {}", settings.sessions_dir.display()))?;
     let shutdown = Shutdown::new();
@@ -334,6 +377,15 @@ async fn serve(
             registry.events().clone(),
             shutdown.token().clone(),
         )?;
+    }
+    if let (Some((upstreams, socket)), Some(keys)) = (brokered, broker_keys) {
+        let broker = corral::broker::Broker::new(keys, upstreams, metrics.clone())
+            .context("cannot set up the model broker's HTTP client")?;
+        corral::broker::spawn(socket, broker, shutdown.token().clone())
+            .context("cannot start the model broker")?;
+        tracing::info!(
+            "model broker on: agents reach their model through the gateway, which holds the keys"
+        );
     }
     let state = Arc::new(AppState {
         dialect: config.supervisor.dialect,
@@ -559,6 +611,7 @@ fn hub_settings(
         idle_timeout: supervisor.idle_timeout,
         restart,
         metrics,
+        model_broker: None,
     })
 }
 
@@ -567,8 +620,11 @@ fn hub_settings(
 /// user's `-- CHILD_ARGS`. A third-party agent (`--child-command`) gets
 /// neither.
 fn agent_args(config: &Config) -> Vec<OsString> {
+    // Under the model broker the agent has no network to export over.
     let endpoint = match (&config.otlp_endpoint, &config.supervisor.child_command) {
-        (Some(endpoint), None) => vec!["--otlp-endpoint".into(), endpoint.into()],
+        (Some(endpoint), None) if config.model_broker.is_none() => {
+            vec!["--otlp-endpoint".into(), endpoint.into()]
+        }
         _ => Vec::new(),
     };
     let user = config.supervisor.child_args.iter().map(Into::into);

@@ -157,6 +157,10 @@ pub struct Metrics {
     /// Open tool connections to the egress proxy (each holds two of the
     /// gateway's descriptors while it tunnels or forwards).
     pub egress_connections: IntGauge,
+    /// Requests to the model-key broker by `provider` and `outcome`
+    /// ([`crate::broker::Outcome`]); no series until the first request, so
+    /// a gateway without the broker shows none.
+    pub broker_requests: IntCounterVec,
 }
 
 fn opts(name: &str, help: &str) -> Opts {
@@ -244,6 +248,7 @@ impl Metrics {
             cost_usd: Counter::with_opts(opts("cost_usd_total", "Model cost reported by the children, in US dollars."))?,
             child_resident_bytes: IntGauge::with_opts(opts("child_resident_bytes", "Resident memory of all children."))?,
             child_cpu_seconds: Counter::with_opts(opts("child_cpu_seconds_total", "CPU time used by children, live and exited."))?,
+            broker_requests: IntCounterVec::new(opts("broker_requests_total", "Requests to the model-key broker by provider (anthropic, openai, none: no provider path) and outcome (forwarded: the provider answered, whatever its status; unauthorized: no or an unknown placeholder key; refused: not a provider path or method; no_key: the gateway holds no key for that provider; too_large; upstream_error: the provider could not be reached)."), &["provider", "outcome"])?,
             blocking_jobs: IntGaugeVec::new(opts("blocking_jobs", "Blocking work run off the event loop, by lane (files: project and state directories; proc: /proc reads) and state (running, waiting for one of the lane's places)."), &["lane", "state"])?,
             egress_requests: IntCounterVec::new(opts(
                 "egress_requests_total",
@@ -290,6 +295,7 @@ impl Metrics {
             Box::new(self.blocking_jobs.clone()),
             Box::new(self.egress_requests.clone()),
             Box::new(self.egress_connections.clone()),
+            Box::new(self.broker_requests.clone()),
         ];
         for collector in collectors {
             self.registry.register(collector)?;

@@ -25,6 +25,21 @@ pub const PROXY_URL: &str = "http://127.0.0.1:3128";
 /// their own loopback, inside their own network namespace.
 pub const NO_PROXY: &str = "localhost,127.0.0.1,::1";
 
+/// With the gateway's model-key broker (`corral serve --model-broker on`),
+/// where the relay around a third-party agent (`sandbox-exec
+/// --model-socket`) also listens: each connection is carried to the
+/// broker's socket as it is, with no preamble (the HTTP request names its
+/// per-spawn placeholder key where a provider key would go).
+pub const BROKER_ADDR: &str = "127.0.0.1:3129";
+
+/// The base of a third-party agent's provider URLs under the broker.
+pub const BROKER_RELAY_URL: &str = "http://127.0.0.1:3129";
+
+/// The base of `corral-agent`'s provider URLs under the broker. The name
+/// is never resolved: the agent's HTTP client connects through the
+/// broker's socket (`--model-socket`) whatever the URL's host.
+pub const BROKER_SOCKET_URL: &str = "http://corral-broker";
+
 /// The first word of the preamble line.
 pub const PREAMBLE_WORD: &str = "CORRAL-EGRESS";
 

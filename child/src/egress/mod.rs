@@ -7,4 +7,6 @@
 pub mod relay;
 mod route;
 
-pub use route::{open_socket, EgressError, EgressRoute, SELF_EXE, SOCKET_FD_FLAG, SUBCOMMAND};
+pub use route::{
+    open_socket, EgressError, EgressRoute, BROKER_FD_FLAG, SELF_EXE, SOCKET_FD_FLAG, SUBCOMMAND,
+};

@@ -3,9 +3,13 @@
 //! `lo` is the only interface. It listens on [`PROXY_ADDR`], starts CMD with
 //! the proxy variables pointing there, and carries each TCP connection CMD
 //! (or anything it starts) makes to the gateway's egress socket, behind the
-//! preamble naming the secret. It exits as CMD does.
+//! preamble naming the secret. With `--broker-fd N` it also listens on
+//! [`BROKER_ADDR`] and carries each connection there to the gateway's
+//! model-key broker as it is (no preamble: the HTTP request names its
+//! placeholder key). It exits as CMD does.
 //!
-//! Tasks: one accept loop (at most [`MAX_CONNECTIONS`] relayed at once),
+//! Tasks: one accept loop over both listeners (at most
+//! [`MAX_CONNECTIONS`] relayed at once, together),
 //! one task per connection, CMD's wait, and the forwarding of
 //! SIGTERM/SIGINT/SIGHUP/SIGQUIT to CMD.
 
@@ -27,12 +31,12 @@ use tokio::process::Child;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-pub use corral_protocol::egress::PROXY_ADDR;
+pub use corral_protocol::egress::{BROKER_ADDR, PROXY_ADDR};
 
 use super::route::checked_secret;
 use crate::sandbox::{self, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_SANDBOX_UNAVAILABLE};
 
-pub use super::route::{SELF_EXE, SOCKET_FD_FLAG, SUBCOMMAND};
+pub use super::route::{BROKER_FD_FLAG, SELF_EXE, SOCKET_FD_FLAG, SUBCOMMAND};
 /// TCP connections relayed at once; further ones wait in the listen queue.
 pub const MAX_CONNECTIONS: usize = 256;
 /// Exit code when the relay cannot start (its reason on stderr): the
@@ -69,12 +73,21 @@ enum End {
     Code(u8),
 }
 
+/// The model broker's side of a relay: its inherited descriptor, and
+/// where CMD's model calls are taken.
+#[derive(Clone, Copy, Debug)]
+pub struct BrokerSeat {
+    pub fd: RawFd,
+    pub listen: SocketAddr,
+}
+
 /// Runs the relay; returns the exit code (or dies by CMD's signal).
 /// `secret` is the value [`SECRET_ENV`] had at start (`main` removed it
 /// from the environment).
 pub fn run(
     socket_fd: RawFd,
     listen: SocketAddr,
+    broker: Option<BrokerSeat>,
     command: &[OsString],
     secret: Option<OsString>,
 ) -> u8 {
@@ -88,6 +101,9 @@ pub fn run(
         return 2;
     };
     let end = prepare(socket_fd, secret).and_then(|(socket, preamble)| {
+        let broker = broker
+            .map(|seat| inherited_socket(seat.fd).map(|path| (path, seat.listen)))
+            .transpose()?;
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -95,9 +111,11 @@ pub fn run(
         let relay = Relay {
             socket,
             preamble: preamble.into(),
+            broker: broker.as_ref().map(|(path, _)| path.clone()),
             limit: Arc::new(Semaphore::new(MAX_CONNECTIONS)),
         };
-        runtime.block_on(relay.serve(listen, program, args))
+        let broker_listen = broker.map(|(_, listen)| listen);
+        runtime.block_on(relay.serve(listen, broker_listen, program, args))
     });
     match end {
         Ok(End::Code(code)) => code,
@@ -123,21 +141,23 @@ fn prepare(socket_fd: RawFd, secret: Option<OsString>) -> Result<(PathBuf, Strin
         .and_then(|s| s.into_string().ok())
         .ok_or(RelayError::Secret)?;
     let secret = checked_secret(&secret).ok_or(RelayError::Secret)?;
-    let socket_error = |reason: String| RelayError::Socket {
-        fd: socket_fd,
-        reason,
-    };
-    fcntl(socket_fd, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))
-        .map_err(|e| socket_error(e.to_string()))?;
+    Ok((inherited_socket(socket_fd)?, preamble(secret)))
+}
+
+/// The path to connect to an inherited socket descriptor through, once
+/// checked (a socket, kept from CMD).
+fn inherited_socket(fd: RawFd) -> Result<PathBuf, RelayError> {
+    let socket_error = |reason: String| RelayError::Socket { fd, reason };
+    fcntl(fd, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC)).map_err(|e| socket_error(e.to_string()))?;
     // connect(2) and stat(2) follow this link to the socket file.
-    let path = PathBuf::from(format!("/proc/self/fd/{socket_fd}"));
+    let path = PathBuf::from(format!("/proc/self/fd/{fd}"));
     let kind = std::fs::metadata(&path)
         .map_err(|e| socket_error(e.to_string()))?
         .file_type();
     if !kind.is_socket() {
         return Err(socket_error("not a socket".into()));
     }
-    Ok((path, preamble(secret)))
+    Ok(path)
 }
 
 /// What each connection needs.
@@ -146,6 +166,8 @@ struct Relay {
     socket: PathBuf,
     /// The first line of every connection, naming the secret.
     preamble: Arc<str>,
+    /// `/proc/self/fd/N`: the gateway's model broker, if any.
+    broker: Option<PathBuf>,
     /// One permit per connection being relayed.
     limit: Arc<Semaphore>,
 }
@@ -155,15 +177,20 @@ impl Relay {
     async fn serve(
         self,
         listen: SocketAddr,
+        broker_listen: Option<SocketAddr>,
         program: &OsString,
         args: &[OsString],
     ) -> Result<End, RelayError> {
-        let listener = TcpListener::bind(listen)
-            .await
-            .map_err(|source| RelayError::Listen {
-                addr: listen,
-                source,
-            })?;
+        let bind = |addr: SocketAddr| async move {
+            TcpListener::bind(addr)
+                .await
+                .map_err(|source| RelayError::Listen { addr, source })
+        };
+        let listener = bind(listen).await?;
+        let broker_listener = match broker_listen {
+            Some(addr) => Some(bind(addr).await?),
+            None => None,
+        };
         let addr = listener.local_addr().map_err(|source| RelayError::Listen {
             addr: listen,
             source,
@@ -194,7 +221,16 @@ impl Relay {
                         let socket = self.socket.clone();
                         let preamble = self.preamble.clone();
                         tokio::spawn(async move {
-                            carry(stream, &socket, &preamble).await;
+                            carry(stream, &socket, Some(&preamble)).await;
+                            drop(permit);
+                        });
+                    }
+                }
+                accepted = accept_if(broker_listener.as_ref(), &self.limit) => {
+                    if let (Some((stream, permit)), Some(broker)) = (accepted, &self.broker) {
+                        let broker = broker.clone();
+                        tokio::spawn(async move {
+                            carry(stream, &broker, None).await;
                             drop(permit);
                         });
                     }
@@ -246,16 +282,29 @@ async fn accept(
     Some((stream, permit))
 }
 
-/// Connects to the egress socket, names the secret, and copies bytes both
-/// ways until either side closes. A failure just closes the connection:
-/// the tool sees its proxy hang up.
-async fn carry(mut tcp: TcpStream, socket: &Path, preamble: &str) {
+/// [`accept`] on `listener`, or never without one.
+async fn accept_if(
+    listener: Option<&TcpListener>,
+    limit: &Arc<Semaphore>,
+) -> Option<(TcpStream, OwnedSemaphorePermit)> {
+    match listener {
+        Some(listener) => accept(listener, limit).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Connects to the gateway's socket, writes the preamble if any, and
+/// copies bytes both ways until either side closes. A failure just closes
+/// the connection: the tool sees its proxy hang up.
+async fn carry(mut tcp: TcpStream, socket: &Path, preamble: Option<&str>) {
     let _ = tcp.set_nodelay(true);
     let Ok(mut gateway) = UnixStream::connect(socket).await else {
         return;
     };
-    if gateway.write_all(preamble.as_bytes()).await.is_err() {
-        return;
+    if let Some(preamble) = preamble {
+        if gateway.write_all(preamble.as_bytes()).await.is_err() {
+            return;
+        }
     }
     let _ = tokio::io::copy_bidirectional(&mut tcp, &mut gateway).await;
 }

@@ -16,6 +16,9 @@ use corral_protocol::egress::{parse_preamble, PREAMBLE_WORD, SECRET_BYTES, SECRE
 pub const SUBCOMMAND: &str = "egress-relay";
 /// The relay's flag naming the inherited descriptor of the egress socket.
 pub const SOCKET_FD_FLAG: &str = "--socket-fd";
+/// The relay's flag naming the inherited descriptor of the model broker's
+/// socket.
+pub const BROKER_FD_FLAG: &str = "--broker-fd";
 /// The agent's own executable, the relay's program: the link works even
 /// where the sandbox hides the binary's path.
 pub const SELF_EXE: &str = "/proc/self/exe";

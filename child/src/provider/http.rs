@@ -2,6 +2,8 @@
 //! built client, turning error responses into classified [`ProviderError`]s
 //! (with `retry-after` honoured), and checking that a 2xx is an event stream.
 
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -17,6 +19,28 @@ const MAX_ERROR_BODY: usize = 64 * 1024;
 /// Characters of a non-JSON error body quoted in the message.
 const MAX_QUOTED: usize = 300;
 
+/// The gateway's model-key broker, when model calls go through it
+/// (`--model-socket`): its socket's `O_PATH` descriptor, held for the
+/// process's life, and the path connections follow to it.
+struct ModelSocket {
+    _socket: OwnedFd,
+    path: PathBuf,
+}
+
+static MODEL_SOCKET: OnceLock<ModelSocket> = OnceLock::new();
+
+/// Sends every model call through `socket` (an `O_PATH` descriptor of the
+/// broker's Unix socket, opened before the sandbox hid its path) instead
+/// of the network: connect(2) follows `/proc/self/fd/N` to it, and the
+/// URL's host is not resolved. Call before the first model call.
+pub fn route_through_socket(socket: OwnedFd) {
+    let path = PathBuf::from(format!("/proc/self/fd/{}", socket.as_raw_fd()));
+    let _ = MODEL_SOCKET.set(ModelSocket {
+        _socket: socket,
+        path,
+    });
+}
+
 /// The process-wide client, built on first use so that starting the agent
 /// does not pay for TLS setup. Cloning a `reqwest::Client` shares its pool.
 pub(crate) fn client() -> Result<reqwest::Client, ProviderError> {
@@ -24,15 +48,20 @@ pub(crate) fn client() -> Result<reqwest::Client, ProviderError> {
     if let Some(client) = CLIENT.get() {
         return Ok(client.clone());
     }
-    let client = reqwest::Client::builder()
+    let mut builder = reqwest::Client::builder()
         .user_agent(concat!("corral-agent/", env!("CARGO_PKG_VERSION")))
         .connect_timeout(Duration::from_secs(30))
         // Between two reads of the body; reasoning models can be silent a while.
-        .read_timeout(Duration::from_secs(600))
-        .build()
-        .map_err(|err| {
-            ProviderError::Config(format!("cannot create HTTP client: {}", error_chain(&err)))
-        })?;
+        .read_timeout(Duration::from_secs(600));
+    if let Some(socket) = MODEL_SOCKET.get() {
+        // One idle connection kept to the broker: one descriptor, no more.
+        builder = builder
+            .unix_socket(socket.path.clone())
+            .pool_max_idle_per_host(1);
+    }
+    let client = builder.build().map_err(|err| {
+        ProviderError::Config(format!("cannot create HTTP client: {}", error_chain(&err)))
+    })?;
     Ok(CLIENT.get_or_init(|| client).clone())
 }
 

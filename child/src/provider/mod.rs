@@ -14,6 +14,8 @@ pub mod openai;
 pub mod sse;
 mod stream;
 
+pub use http::route_through_socket;
+
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;

@@ -7,9 +7,12 @@
 //! replaces the process, as pid 2 of the new pid namespace, in the project.
 //! With a proxy route, pid 2 first takes the network away from itself and
 //! everything below, and becomes the egress relay, with the command as its
-//! child: the command's model calls and tools alike go through the proxy.
+//! child: the command's model calls and tools alike go through the proxy,
+//! or, given the model broker's socket, its model calls through the relay
+//! on `127.0.0.1:3129` to the broker.
 
 use std::ffi::OsString;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -26,13 +29,21 @@ pub const EXIT_NOT_EXECUTABLE: u8 = 126;
 
 /// Runs `command` confined to `config`'s project. `home`, created (mode
 /// 0700) if missing, is writable inside and becomes the command's `HOME`.
-/// Returns only on failure, with the exit code; the reason is on stderr.
-pub fn exec(config: SandboxConfig, home: Option<&Path>, command: &[OsString]) -> u8 {
+/// `broker`, the model broker's socket (`O_PATH`), is passed to the relay
+/// (a proxy route is needed for it). Returns only on failure, with the
+/// exit code; the reason is on stderr.
+pub fn exec(
+    config: SandboxConfig,
+    home: Option<&Path>,
+    command: &[OsString],
+    broker: Option<&OwnedFd>,
+) -> u8 {
     let Some((program, args)) = command.split_first() else {
         eprintln!("corral-agent: sandbox-exec needs a command after --");
         return 2;
     };
-    let (config, home) = match confine(config, home) {
+    let broker = broker.map(AsRawFd::as_raw_fd);
+    let (config, home) = match confine(config, home, broker) {
         Ok(confined) => confined,
         Err(e) => {
             eprintln!("corral-agent: {e}");
@@ -45,7 +56,11 @@ pub fn exec(config: SandboxConfig, home: Option<&Path>, command: &[OsString]) ->
             command
                 .arg(egress::SUBCOMMAND)
                 .arg(egress::SOCKET_FD_FLAG)
-                .arg(route.socket_fd().to_string())
+                .arg(route.socket_fd().to_string());
+            if let Some(fd) = broker {
+                command.arg(egress::BROKER_FD_FLAG).arg(fd.to_string());
+            }
+            command
                 .arg("--")
                 .arg(program)
                 .env(SECRET_ENV, route.secret());
@@ -74,6 +89,7 @@ pub fn exec(config: SandboxConfig, home: Option<&Path>, command: &[OsString]) ->
 fn confine(
     config: SandboxConfig,
     home: Option<&Path>,
+    broker: Option<std::os::fd::RawFd>,
 ) -> Result<(SandboxConfig, Option<PathBuf>), SandboxError> {
     let (config, home) = match home {
         None => (config, None),
@@ -103,6 +119,11 @@ fn confine(
         sys::keep_across_exec(route.socket_fd()).map_err(|e| {
             SandboxError::NotConfined(format!("cannot pass the egress socket on: {e}"))
         })?;
+        if let Some(fd) = broker {
+            sys::keep_across_exec(fd).map_err(|e| {
+                SandboxError::NotConfined(format!("cannot pass the broker's socket on: {e}"))
+            })?;
+        }
     }
     // A command running as uid 0 of the namespace would otherwise keep
     // its capabilities there across exec.

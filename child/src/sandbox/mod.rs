@@ -2,7 +2,8 @@
 //! exists: user, mount, pid and ipc namespaces; a session of its own; a
 //! private `/proc`, `/dev/pts` (terminals), `/tmp` and `/dev/shm`; hidden
 //! paths; Landlock over the whole file system (writes only in the project
-//! and the scratch directories); no new privileges.
+//! and the scratch directories); no new privileges; with
+//! [`SandboxConfig::without_host_network`], a network namespace of its own.
 //! [`enter`] returns in the confined agent process only.
 
 mod error;
@@ -69,6 +70,10 @@ pub struct SandboxConfig {
     hides: Vec<Hide>,
     /// The network tool commands get.
     tool_network: ToolNet,
+    /// Whether the agent keeps the host's network; without it, it gets a
+    /// network namespace of its own with only `lo` (`--model-socket`: its
+    /// model calls go through the gateway's broker instead).
+    host_network: bool,
     /// The feature the test hook pretends is missing.
     simulate: Option<Missing>,
 }
@@ -106,6 +111,7 @@ impl SandboxConfig {
             writable: Vec::new(),
             hides,
             tool_network,
+            host_network: true,
             simulate: Missing::from_env(),
         })
     }
@@ -133,6 +139,13 @@ impl SandboxConfig {
         }
         self.writable.push(dir);
         Ok(self)
+    }
+
+    /// Takes the host's network from the agent itself (and so from
+    /// everything it starts) at [`enter`].
+    pub fn without_host_network(mut self) -> SandboxConfig {
+        self.host_network = false;
+        self
     }
 
     pub fn project(&self) -> &Path {
@@ -181,6 +194,12 @@ pub fn enter(config: &SandboxConfig) -> Result<Confined, SandboxError> {
     let terminals = terminal_facts();
     let mounts = MountPlan::new(&writable, &scratch, &config.hides, terminals);
     namespaces::enter(config.simulate == Some(Missing::UserNamespace))?;
+    if !config.host_network {
+        // While outer holds every capability of its new user namespace.
+        sys::isolate_network().map_err(|e| {
+            SandboxError::NotConfined(format!("cannot take the host's network away: {e}"))
+        })?;
+    }
     tree::start(|| {
         mounts::apply(&mounts)?;
         // From now on the working directory is the exposed project.

@@ -1,6 +1,7 @@
 //! `corral-agent sandbox-probe`: enters the sandbox in a throwaway process
-//! tree rooted at the current directory, checks from inside that it holds,
-//! and prints `{"sandbox":"ok","landlock_abi":N,"scoped":BOOL}`.
+//! tree rooted at the current directory, checks from inside that it holds
+//! (with a model socket: also without the host's network, the socket
+//! reachable), and prints `{"sandbox":"ok","landlock_abi":N,"scoped":BOOL}`.
 
 use std::io::{ErrorKind, Write as _};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -23,8 +24,9 @@ pub enum ProbedNetwork<'a> {
 }
 
 /// Runs the probe; returns the process exit code (0, or 78 with the reason
-/// on stderr).
-pub fn probe(hide: &[PathBuf], network: ProbedNetwork<'_>) -> u8 {
+/// on stderr). `model_socket`: the gateway's model broker, which the agent
+/// then reaches without the host's network.
+pub fn probe(hide: &[PathBuf], network: ProbedNetwork<'_>, model_socket: Option<&Path>) -> u8 {
     let socket = match network {
         ProbedNetwork::Proxy(path) => match open_socket(path) {
             Ok(socket) => Some(socket),
@@ -33,6 +35,12 @@ pub fn probe(hide: &[PathBuf], network: ProbedNetwork<'_>) -> u8 {
             ))),
         },
         ProbedNetwork::Host | ProbedNetwork::Isolated => None,
+    };
+    let model_socket = match model_socket.map(open_socket).transpose() {
+        Ok(socket) => socket,
+        Err(e) => tree::fail(&SandboxError::NotConfined(format!(
+            "the agent cannot reach the model broker: {e}"
+        ))),
     };
     let tool_net = match network {
         ProbedNetwork::Host => ToolNet::Host,
@@ -44,9 +52,17 @@ pub fn probe(hide: &[PathBuf], network: ProbedNetwork<'_>) -> u8 {
             source,
         })
         .and_then(|cwd| SandboxConfig::new(&cwd, hide, tool_net.clone()))
+        .map(|config| match model_socket {
+            Some(_) => config.without_host_network(),
+            None => config,
+        })
         .and_then(|config| {
             let confined = enter(&config)?;
             check(&config, &tool_net, socket.as_ref())?;
+            if let Some(socket) = &model_socket {
+                reachable(socket, "the model broker's socket")?;
+                only_loopback()?;
+            }
             Ok(confined)
         });
     match result {
@@ -109,15 +125,40 @@ fn check(
         })?;
     }
     if let Some(socket) = socket {
-        // What a relay connects through.
-        let link = format!("/proc/self/fd/{}", socket.as_raw_fd());
-        let is_socket = std::fs::metadata(&link).map(|m| m.file_type().is_socket());
-        if !matches!(is_socket, Ok(true)) {
-            return Err(SandboxError::NotConfined(format!(
-                "tools cannot reach the egress socket through {link}"
-            )));
-        }
+        reachable(socket, "the egress socket")?;
     }
     sys::drop_capabilities()
         .map_err(|e| SandboxError::NotConfined(format!("cannot drop capabilities: {e}")))
+}
+
+/// Checks that `socket` (an `O_PATH` descriptor) is reached through its
+/// `/proc/self/fd` link, as a relay or the agent's HTTP client connects.
+fn reachable(socket: &OwnedFd, what: &str) -> Result<(), SandboxError> {
+    let link = format!("/proc/self/fd/{}", socket.as_raw_fd());
+    let is_socket = std::fs::metadata(&link).map(|m| m.file_type().is_socket());
+    if !matches!(is_socket, Ok(true)) {
+        return Err(SandboxError::NotConfined(format!(
+            "{what} cannot be reached through {link}"
+        )));
+    }
+    Ok(())
+}
+
+/// Checks that the only network interface in sight is `lo` (this
+/// process's network namespace, as `/proc/self/net/dev` lists it).
+fn only_loopback() -> Result<(), SandboxError> {
+    let dev = std::fs::read_to_string("/proc/self/net/dev")
+        .map_err(|e| SandboxError::NotConfined(format!("cannot list network interfaces: {e}")))?;
+    let others: Vec<&str> = dev
+        .lines()
+        .filter_map(|line| line.split_once(':').map(|(name, _)| name.trim()))
+        .filter(|name| *name != "lo")
+        .collect();
+    if !others.is_empty() {
+        return Err(SandboxError::NotConfined(format!(
+            "the agent still sees the host's network ({})",
+            others.join(", ")
+        )));
+    }
+    Ok(())
 }

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use super::checks::{at_least, canonical_dir, create_dir, origins};
 use super::settings::{Layers, ServeArgs};
 use super::{
-    child, child_command, defaults, egress, file, hiding, sandbox, throttle, tokens, Config,
-    ConfigError, Confinement, Limits, SupervisorSettings,
+    broker, child, child_command, defaults, egress, file, hiding, sandbox, throttle, tokens,
+    Config, ConfigError, Confinement, Limits, SupervisorSettings,
 };
 use crate::auth::{self, Secret, Tokens};
 
@@ -79,6 +79,7 @@ pub fn load_with_env(
         memory_max: layers.child_memory_max(),
         pids_max: layers.child_pids_max(),
     })?;
+    let model_broker = broker::resolve(layers.model_broker()?, &confinement, env)?;
     if !trusted_proxies.is_empty() {
         throttle::check_trusted_reach(
             &trusted_proxies,
@@ -98,7 +99,7 @@ pub fn load_with_env(
             path_var: env("PATH").as_deref(),
         },
     )?;
-    let (state_dir, sessions_dir, confinement) = state(
+    let (state_dir, sessions_dir, mut confinement) = state(
         layers.state_dir()?,
         &projects_root,
         child_command
@@ -109,6 +110,12 @@ pub fn load_with_env(
         secret_files,
         env,
     )?;
+    if model_broker.is_some() {
+        // Bound by the gateway at start; agents open it before their
+        // sandbox hides the state directory.
+        let socket = state_dir.join("egress").join(crate::broker::SOCKET_NAME);
+        confinement.model_socket = Some(socket);
+    }
     let egress = egress::resolve(
         &layers.egress_allow(),
         &layers.egress_deny(),
@@ -153,6 +160,7 @@ pub fn load_with_env(
         },
         confinement,
         egress,
+        model_broker,
     })
 }
 

@@ -19,9 +19,11 @@
 //! Token files hold one token per line; blank lines and `#` comments are
 //! skipped. Without a client token a loopback listener gets a generated
 //! one ([`Config::generated_token`]); any other address is refused.
-//! The environment is read only for tokens, `PATH` (child lookup) and
-//! `OTEL_EXPORTER_OTLP_ENDPOINT` (declared with `--otlp-endpoint`).
+//! The environment is read only for tokens, `PATH` (child lookup),
+//! `OTEL_EXPORTER_OTLP_ENDPOINT` (declared with `--otlp-endpoint`) and,
+//! with `--model-broker on`, the providers' keys and base URLs.
 
+mod broker;
 mod bytes;
 mod checks;
 mod child;
@@ -103,6 +105,9 @@ pub struct Config {
     pub confinement: Confinement,
     /// The egress proxy's policy and limits (`--tool-network proxy`).
     pub egress: EgressSettings,
+    /// With `--model-broker on`: the providers' endpoints and keys, read
+    /// from the environment (which `main` then masks and clears).
+    pub model_broker: Option<crate::broker::Upstreams>,
 }
 
 /// Bounds on connections, frames and replay.

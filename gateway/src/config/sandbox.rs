@@ -42,6 +42,10 @@ pub struct Confinement {
     /// (`STATE/egress/proxy.sock`), with `--tool-network proxy`; set once
     /// the state directory exists.
     pub egress_socket: Option<PathBuf>,
+    /// The model-key broker's socket (`STATE/egress/broker.sock`), with
+    /// `--model-broker on`: agents reach their model only through it, and
+    /// run without the host's network.
+    pub model_socket: Option<PathBuf>,
     /// Children run as this account instead of the gateway's.
     pub child_user: Option<ChildUser>,
     /// Memory of one child and everything it runs, in bytes.
@@ -95,7 +99,7 @@ impl Confinement {
     }
 
     /// The flags of `corral-agent sandbox-probe` for these settings: the
-    /// hidden paths and the tool network.
+    /// hidden paths, the tool network and the model socket.
     pub fn probe_args(&self) -> Vec<std::ffi::OsString> {
         let mut args = Vec::new();
         for path in &self.hide {
@@ -112,6 +116,10 @@ impl Confinement {
                     args.push(socket.clone().into_os_string());
                 }
             }
+        }
+        if let Some(socket) = &self.model_socket {
+            args.push("--model-socket".into());
+            args.push(socket.clone().into_os_string());
         }
         args
     }
@@ -184,6 +192,7 @@ pub(super) fn resolve(raw: Raw) -> Result<Confinement, ConfigError> {
         hide,
         tool_network,
         egress_socket: None,
+        model_socket: None,
         child_user,
         memory_max,
         pids_max,

@@ -310,6 +310,11 @@ declare_settings! {
         default value(usize = defaults::EGRESS_MAX_CONNECTIONS, number, |s, v| at_least(s, v, 1)),
         help "Tool connections open through the egress proxy at once, over all projects (each holds two of the gateway's descriptors); a project may hold a quarter of them";
 
+    model_broker: Option<OnOff> = "--model-broker" "on|off" [value_enum],
+        key model_broker: Option<OnOff>,
+        default value(OnOff = OnOff::Off, enum_name, any),
+        help "Keep the model API keys in the gateway: agents' model calls go through a broker on a Unix socket (STATE/egress/broker.sock) that checks a per-spawn placeholder key, puts the real ANTHROPIC_API_KEY / OPENAI_API_KEY in (read from the gateway's environment, with ANTHROPIC_BASE_URL / OPENAI_BASE_URL) and forwards only to those endpoints; the agent then runs without the host's network. Needs the sandbox and --tool-network proxy or off";
+
     child_user: Option<String> = "--child-user" "USER",
         key child_user: Option<String>,
         default optional(String, "the gateway's user"),

@@ -865,3 +865,49 @@ fn a_trusted_proxy_on_this_host_needs_tools_off_the_network() {
     let config = load_with_env(args, &no_env).unwrap();
     assert_eq!(config.trusted_proxies.len(), 1);
 }
+
+#[test]
+fn the_model_broker_reads_the_keys_and_needs_the_sandbox_and_tools_apart() {
+    let f = Fixture::new();
+    let keys = |name: &str| match name {
+        "ANTHROPIC_API_KEY" => Some("sk-ant-config-test".to_string()),
+        "ANTHROPIC_BASE_URL" => Some("http://127.0.0.1:9/".to_string()),
+        _ => None,
+    };
+    let config = load_with_env(f.args(), &keys).unwrap();
+    assert!(config.model_broker.is_none());
+    assert_eq!(config.confinement.model_socket, None);
+
+    let mut args = f.args();
+    args.model_broker = Some(OnOff::On);
+    let config = load_with_env(args.clone(), &keys).unwrap();
+    let upstreams = config.model_broker.as_ref().unwrap();
+    let anthropic = upstreams.get(crate::broker::Provider::Anthropic);
+    assert_eq!(anthropic.base, "http://127.0.0.1:9");
+    assert!(!format!("{config:?}").contains("sk-ant-config-test"));
+    let socket = config.state_dir.join("egress/broker.sock");
+    assert_eq!(config.confinement.model_socket.as_ref(), Some(&socket));
+    let probe = config.confinement.probe_args();
+    assert_eq!(
+        &probe[probe.len() - 2..],
+        ["--model-socket".into(), socket.into_os_string()]
+    );
+    args.tool_network = Some(ToolNetwork::Off);
+    assert!(load_with_env(args, &keys).is_ok());
+
+    let refused = |edit: &dyn Fn(&mut ServeArgs), env: &dyn Fn(&str) -> Option<String>| {
+        let mut args = f.args();
+        args.model_broker = Some(OnOff::On);
+        edit(&mut args);
+        load_with_env(args, env).unwrap_err().to_string()
+    };
+    let err = refused(&|a| a.sandbox = Some(OnOff::Off), &keys);
+    assert!(
+        err.contains("--model-broker") && err.contains("sandbox"),
+        "{err}"
+    );
+    let err = refused(&|a| a.tool_network = Some(ToolNetwork::On), &keys);
+    assert!(err.contains("--tool-network on"), "{err}");
+    let err = refused(&|_| {}, &no_env);
+    assert!(err.contains("ANTHROPIC_API_KEY"), "{err}");
+}

@@ -24,6 +24,7 @@ use nix::sys::signal::Signal;
 
 use super::child::{BoxFuture, Launched, Launcher, StartError, StartFailure};
 use super::HubSettings;
+use crate::broker;
 use crate::dialect::ChildGreeting;
 use crate::offload::{self, Lane, WorkLost};
 use crate::process::{handshake, spawner};
@@ -270,6 +271,19 @@ fn spawn_spec(
         })?;
         env.push((corral_protocol::egress::SECRET_ENV.into(), secret.into()));
     }
+    let env = match &settings.model_broker {
+        Some(keys) => {
+            let secret = keys
+                .register(project)
+                .map_err(|e| StartError::crash(e.to_string()))?;
+            let seat = match settings.child_command {
+                Some(_) => broker::Seat::ThirdParty,
+                None => broker::Seat::Agent,
+            };
+            broker::child_env(env, &secret, seat)
+        }
+        None => env,
+    };
     Ok(SpawnSpec {
         program,
         args,

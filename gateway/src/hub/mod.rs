@@ -121,6 +121,10 @@ pub struct HubSettings {
     pub idle_timeout: Option<Duration>,
     pub restart: RestartPolicy,
     pub metrics: Arc<Metrics>,
+    /// With `--model-broker on`: where each spawn registers its child's
+    /// placeholder key (the child's environment gets it instead of the
+    /// provider keys).
+    pub model_broker: Option<Arc<crate::broker::Registry>>,
 }
 
 /// How a client joins a hub.

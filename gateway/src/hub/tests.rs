@@ -69,6 +69,7 @@ fn settings() -> HubSettings {
         )
         .unwrap(),
         metrics: Arc::new(Metrics::new().unwrap()),
+        model_broker: None,
     }
 }
 

@@ -49,6 +49,11 @@ impl DeltaCount {
     pub fn last(&self) -> Option<Instant> {
         self.last
     }
+
+    /// When the first delta arrived.
+    pub fn first(&self) -> Option<Instant> {
+        self.first
+    }
 }
 
 impl Client {

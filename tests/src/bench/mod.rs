@@ -1,9 +1,10 @@
 //! The measurements of the `bench-gateway` program, one module each
-//! ([`pings`], [`fanout`], [`memory`]), on top of the real `corral` and
+//! ([`pings`], [`fanout`], [`memory`]), and of `bench-broker` ([`broker`]), on top of the real `corral` and
 //! `corral-agent` processes ([`procs`]), a WebSocket client whose every read
 //! is bounded ([`client`]) in any of the three dialects ([`wire`]), and
 //! the quantiles and units of the tables ([`stats`]). Everything returns `anyhow` errors instead of panicking.
 
+pub mod broker;
 pub mod client;
 pub mod fanout;
 pub mod memory;

@@ -72,12 +72,19 @@ fn pi_bin_dir() -> PathBuf {
 /// A private HOME whose pi configuration knows one model, served by `mock`
 /// on the OpenAI Chat Completions wire format.
 fn pi_home(home: &Path, mock: &MockLlm) {
+    pi_home_at(home, &mock.openai_base_url(), "mock-key");
+}
+
+/// A private HOME whose pi configuration knows one model at `base_url`
+/// (OpenAI Chat Completions) with `api_key` (a value, or the name of an
+/// environment variable holding it: pi reads it from there if set).
+fn pi_home_at(home: &Path, base_url: &str, api_key: &str) {
     let agent = home.join(".pi/agent");
     std::fs::create_dir_all(&agent).unwrap();
     let models = json!({"providers": {"mock": {
-        "baseUrl": mock.openai_base_url(),
+        "baseUrl": base_url,
         "api": "openai-completions",
-        "apiKey": "mock-key",
+        "apiKey": api_key,
         "compat": {"supportsDeveloperRole": false, "supportsReasoningEffort": false},
         "models": [{"id": "mock-model"}],
     }}});
@@ -252,5 +259,59 @@ async fn pi_acp_under_the_gateway_answers_through_attach() {
     assert!(
         home.join(".pi/agent/sessions").is_dir(),
         "pi kept its state in the project's home"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pi_acp_under_the_gateway_reaches_its_model_through_the_broker() {
+    const KEY: &str = "sk-openai-broker-e2e-51c0ffee";
+    let node = node_ready();
+    let mock = MockLlm::start().await;
+    mock.set_api_key(Some(KEY.into()));
+    mock.push(Turn::text(REPLY));
+    let state = corral_e2e::dir_outside_tmp();
+    let home = state.path().join("homes/alpha");
+    // pi's provider points at the relay's broker port with the key the
+    // gateway puts in the environment: a placeholder, never the key.
+    // (corral_protocol::egress::BROKER_RELAY_URL, then the broker's
+    // OpenAI prefix.)
+    let base = "http://127.0.0.1:3129/openai/v1";
+    pi_home_at(&home, base, "OPENAI_API_KEY");
+    let gw = GatewaySpawn::default()
+        .state_dir(state.path().to_path_buf())
+        .arg("--dialect")
+        .arg("acp")
+        .arg("--child-command")
+        .arg(pi_bin_dir().join("pi-acp").display().to_string())
+        .arg("--child-env")
+        .arg("PI_OFFLINE=1")
+        .arg("--model-broker")
+        .arg("on")
+        .env("PATH", &path_with_pi())
+        .env("OPENAI_BASE_URL", &mock.openai_base_url())
+        .env("OPENAI_API_KEY", KEY)
+        .spawn()
+        .await;
+    let project = gw.root.join("alpha");
+    let args = json!(["attach", "--dialect", "acp", gw.url("alpha")]);
+    let report = prompt(&node, &workspace_bin("corral"), args, &project, &home).await;
+
+    assert_eq!(report["stopReason"], "end_turn", "{report}");
+    assert_eq!(report["text"].as_str().unwrap().trim(), REPLY, "{report}");
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 1, "{requests:?}");
+    assert_eq!(requests[0].path, "/v1/chat/completions");
+    assert_eq!(
+        requests[0].auth.as_deref(),
+        Some(format!("Bearer {KEY}").as_str())
+    );
+    let (status, metrics) = gw
+        .http_get("/metrics", Some(corral_e2e::gateway::ADMIN_TOKEN))
+        .await;
+    assert_eq!(status, 200);
+    assert!(
+        metrics
+            .contains("corral_broker_requests_total{outcome=\"forwarded\",provider=\"openai\"} 1"),
+        "{metrics}"
     );
 }

@@ -69,3 +69,14 @@ fn bench_scale_runs_its_sections() {
     assert!(out.contains("| projects | ready | failed |"), "{out}");
     assert!(out.contains("| idle clients |"), "{out}");
 }
+
+#[test]
+fn bench_broker_compares_both_model_paths() {
+    let out = run(
+        "bench-broker",
+        &["--prompts", "2", "--deltas", "50", "--delta-bytes", "8"],
+    );
+    for row in ["| direct |", "| broker |", "| broker − direct |"] {
+        assert!(out.contains(row), "{row}: {out}");
+    }
+}

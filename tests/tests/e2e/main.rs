@@ -23,6 +23,7 @@ mod gateway_acp;
 mod gateway_admin;
 mod gateway_attach;
 mod gateway_auth;
+mod gateway_broker;
 mod gateway_connections;
 mod gateway_dialects;
 mod gateway_egress;

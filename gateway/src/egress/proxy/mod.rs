@@ -19,7 +19,6 @@
 //! connection, one per tunnel and one per forwarded request's upstream
 //! connection. They all end with the runtime, after [`SHUTDOWN_GRACE`].
 
-mod bind;
 mod connection;
 mod forward;
 mod limits;
@@ -37,7 +36,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-pub use bind::bind;
+pub use crate::child_socket::bind;
 pub use limits::Over;
 pub use report::EVENT_WINDOW;
 pub use request::RULE_HEADER;

@@ -1,6 +1,8 @@
-//! Binding the proxy's Unix socket: a stale socket is replaced, any other
-//! file is left alone, the mode is 0666 (anyone may connect: only a valid
-//! secret gets anything), and paths longer than `sun_path` work.
+//! Binding the Unix sockets sandboxed children reach the gateway through
+//! (the egress proxy's, the model broker's): a stale socket is replaced,
+//! any other file is left alone, the mode is 0666 (anyone may connect:
+//! only a valid per-spawn secret gets anything, and a child running as
+//! another user must be able to), and paths longer than `sun_path` work.
 
 use std::ffi::OsStr;
 use std::io;

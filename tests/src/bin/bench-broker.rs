@@ -1,0 +1,102 @@
+//! `bench-broker [--prompts N] [--deltas N] [--delta-bytes N] [--bin-dir DIR]`:
+//! what the model-key broker (`corral serve --model-broker on`) adds to a
+//! model call, as a markdown table: time to first token (median, p99) and
+//! streaming throughput (median, slowest 1%) of a long answer from the
+//! mock LLM, straight to the provider versus through the broker. See
+//! `corral_e2e::bench::broker` for what is timed.
+//!
+//! Build in release first: `cargo build --release --workspace`, then
+//! `target/release/bench-broker` (it finds `corral` and `corral-agent`
+//! beside itself unless `--bin-dir` says otherwise). The agents run
+//! sandboxed, as the broker needs, so run it where the sandbox works.
+
+use std::io::Write as _;
+use std::path::PathBuf;
+
+use anyhow::{bail, Context};
+use corral_e2e::bench::broker;
+use corral_e2e::bench::procs::Bins;
+
+const USAGE: &str =
+    "usage: bench-broker [--prompts N] [--deltas N] [--delta-bytes N] [--bin-dir DIR]";
+
+struct Args {
+    prompts: usize,
+    deltas: usize,
+    delta_bytes: usize,
+    bin_dir: Option<PathBuf>,
+}
+
+// `--help` prints the usage on stdout.
+#[allow(clippy::print_stdout)]
+fn parse_args() -> anyhow::Result<Args> {
+    let mut args = Args {
+        prompts: 20,
+        deltas: 2000,
+        delta_bytes: 16,
+        bin_dir: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        let mut value = || it.next().with_context(|| format!("{arg} needs a value"));
+        match arg.as_str() {
+            "--prompts" => args.prompts = value()?.parse().context("--prompts")?,
+            "--deltas" => args.deltas = value()?.parse().context("--deltas")?,
+            "--delta-bytes" => args.delta_bytes = value()?.parse().context("--delta-bytes")?,
+            "--bin-dir" => args.bin_dir = Some(value()?.into()),
+            "--help" | "-h" => {
+                println!("{USAGE}");
+                std::process::exit(0);
+            }
+            other => bail!("unknown argument {other:?}; {USAGE}"),
+        }
+    }
+    if args.prompts == 0 || args.deltas == 0 || args.delta_bytes == 0 {
+        bail!("--prompts, --deltas and --delta-bytes must be at least 1");
+    }
+    Ok(args)
+}
+
+/// `--bin-dir`, else the directory of this executable.
+fn bin_dir(args: &Args) -> anyhow::Result<PathBuf> {
+    if let Some(dir) = &args.bin_dir {
+        return Ok(dir.clone());
+    }
+    let exe = std::env::current_exe().context("the benchmark's own path")?;
+    Ok(exe.parent().context("executable directory")?.to_path_buf())
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = parse_args()?;
+    // On Ctrl-C the measurement is dropped, which kills its gateways.
+    tokio::select! {
+        result = run(&args) => result,
+        _ = tokio::signal::ctrl_c() => bail!("interrupted"),
+    }
+}
+
+async fn run(args: &Args) -> anyhow::Result<()> {
+    let dir = bin_dir(args)?;
+    let bins = Bins::in_dir(&dir)?;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    print(&format!(
+        "# bench-broker: --prompts {} --deltas {} --delta-bytes {}; {cores} cores; binaries in {}\n",
+        args.prompts,
+        args.deltas,
+        args.delta_bytes,
+        dir.display()
+    ))?;
+    let report = broker::measure(&bins, args.prompts, args.deltas, args.delta_bytes).await;
+    print(&report.context("model calls through the broker")?.table()?)?;
+    Ok(())
+}
+
+/// Writes one finished section to stdout; a closed stdout is not an error.
+fn print(text: &str) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    match writeln!(out, "{text}").and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other.context("write to stdout"),
+    }
+}

@@ -1,0 +1,231 @@
+//! End-to-end: `--model-broker on`. The gateway holds the provider key;
+//! its sandboxed agent calls the mock LLM through the broker with a
+//! placeholder, and neither its environment, its command line nor its
+//! memory (read as root) holds the key. The agent has no network but
+//! `lo`, and its tools reach neither the broker nor the host.
+
+#![allow(clippy::unwrap_used)]
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::FileExt;
+
+use corral_e2e::brief;
+use corral_e2e::gateway::{parent_of, serve_exit, GatewaySpawn, ADMIN_TOKEN};
+use corral_e2e::harness::is_done;
+use corral_e2e::mock_llm::{MockLlm, Turn};
+use corral_e2e::prerequisites::CURL;
+use serde_json::{json, Value};
+
+/// The provider key only the gateway (and the mock provider) may see.
+const KEY: &str = "sk-ant-broker-e2e-7f3a9c1d5e";
+
+/// The child's three processes: outer (the gateway's child), init
+/// (`corral-init`, pid 1 of its pid namespace) and the agent
+/// (`corral-agent-in`, pid 2), found by their parents.
+fn child_tree(outer: u32) -> [u32; 3] {
+    let below = |parent: u32, comm: &str| {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .find(|pid| {
+                parent_of(*pid) == Some(parent)
+                    && std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                        .is_ok_and(|c| c.trim() == comm)
+            })
+            .unwrap_or_else(|| panic!("no {comm} below {parent}"))
+    };
+    let init = below(outer, "corral-init");
+    [outer, init, below(init, "corral-agent-in")]
+}
+
+/// Whether the readable memory of `pid` holds `needle` (read through
+/// `/proc/PID/mem` along `/proc/PID/maps`, as root may).
+fn memory_holds(pid: u32, needle: &[u8]) -> bool {
+    let maps = std::fs::File::open(format!("/proc/{pid}/maps")).unwrap();
+    let mem = std::fs::File::open(format!("/proc/{pid}/mem")).unwrap();
+    let mut scanned = 0usize;
+    for line in BufReader::new(maps).lines() {
+        let line = line.unwrap();
+        let mut fields = line.split_whitespace();
+        let (Some(range), Some(perms)) = (fields.next(), fields.next()) else {
+            continue;
+        };
+        if !perms.starts_with('r') {
+            continue;
+        }
+        let (start, end) = range.split_once('-').unwrap();
+        let start = u64::from_str_radix(start, 16).unwrap();
+        let end = u64::from_str_radix(end, 16).unwrap();
+        let mut region = vec![0u8; (end - start) as usize];
+        // Some regions ([vvar], guard pages) cannot be read: skip them.
+        let Ok(read) = mem.read_at(&mut region, start) else {
+            continue;
+        };
+        scanned += read;
+        if region[..read].windows(needle.len()).any(|w| w == needle) {
+            return true;
+        }
+    }
+    assert!(scanned > 0, "nothing of {pid}'s memory could be read");
+    false
+}
+
+/// `/proc/PID/environ` as `NAME=VALUE` entries.
+fn environ(pid: u32) -> Vec<String> {
+    std::fs::read(format!("/proc/{pid}/environ"))
+        .unwrap()
+        .split(|b| *b == 0)
+        .map(|e| String::from_utf8_lossy(e).into_owned())
+        .collect()
+}
+
+/// The interfaces `pid`'s network namespace has.
+fn interfaces(pid: u32) -> Vec<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/net/dev"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split_once(':').map(|(n, _)| n.trim().to_string()))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_brokered_agent_calls_its_model_without_ever_holding_the_key() {
+    CURL.require();
+    let mock = MockLlm::start().await;
+    mock.set_api_key(Some(KEY.into()));
+    let dir = corral_e2e::dir_outside_tmp();
+    let gateway = GatewaySpawn::default()
+        .projects_root(dir.path().join("projects"))
+        .state_dir(dir.path().join("state"))
+        .arg("--model-broker")
+        .arg("on")
+        .env("ANTHROPIC_BASE_URL", &mock.anthropic_base_url())
+        .env("ANTHROPIC_API_KEY", KEY)
+        .spawn()
+        .await;
+    let socket = gateway.state.join("egress/broker.sock");
+    assert!(socket.exists(), "the broker's socket");
+    let mut ws = gateway.client("alpha").await;
+
+    // A tool tries the broker's socket, the gateway on the host's
+    // loopback, and the placeholder in its environment.
+    let command = format!(
+        "curl -sS --max-time 5 --unix-socket {socket} -X POST \
+         http://corral-broker/anthropic/v1/messages >/dev/null 2>&1 \
+         && echo broker=reached || echo broker=unreachable; \
+         curl -sS --max-time 5 http://{gateway}/healthz >/dev/null 2>&1 \
+         && echo host=reached || echo host=unreachable",
+        socket = socket.display(),
+        gateway = gateway.addr,
+    );
+    mock.push(Turn::tool_call(
+        "bash",
+        json!({"command": command, "timeout": 30}),
+    ));
+    mock.push(Turn::text("all done"));
+    ws.send(json!({"id":"run","type":"prompt","message":"go"}))
+        .await;
+    let frames = ws.recv_until(is_done).await;
+    let results: Vec<&Value> = frames
+        .iter()
+        .filter(|f| f["type"] == "tool_result")
+        .collect();
+    assert_eq!(results.len(), 1, "{}", brief(&frames));
+    let output = results[0]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(output.contains("broker=unreachable"), "{output}");
+    assert!(output.contains("host=unreachable"), "{output}");
+    let text: String = frames
+        .iter()
+        .filter(|f| f["type"] == "text_delta")
+        .filter_map(|f| f["delta"].as_str())
+        .collect();
+    assert!(text.contains("all done"), "{}", brief(&frames));
+
+    // The mock saw the real key on every call.
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 2, "{requests:?}");
+    for request in &requests {
+        assert_eq!(request.path, "/v1/messages");
+        assert_eq!(request.auth.as_deref(), Some(KEY), "{:?}", request.headers);
+    }
+
+    let outer = gateway.child_pids();
+    assert_eq!(outer.len(), 1, "one child");
+    let [outer, init, agent] = child_tree(outer[0]);
+    let env = environ(agent);
+    assert!(
+        env.iter()
+            .any(|e| e == "ANTHROPIC_BASE_URL=http://corral-broker/anthropic"),
+        "{env:?}"
+    );
+    let placeholder = env
+        .iter()
+        .find_map(|e| e.strip_prefix("ANTHROPIC_API_KEY="))
+        .unwrap()
+        .to_string();
+    assert_eq!(placeholder.len(), 64);
+    for pid in [outer, init, agent] {
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+        assert!(
+            !cmdline.windows(KEY.len()).any(|w| w == KEY.as_bytes()),
+            "{pid}"
+        );
+        assert!(!environ(pid).iter().any(|e| e.contains(KEY)), "{pid}");
+        assert!(
+            !memory_holds(pid, KEY.as_bytes()),
+            "the key in {pid}'s memory"
+        );
+    }
+    // The scan does find what is there: the placeholder the agent uses.
+    assert!(memory_holds(agent, placeholder.as_bytes()));
+    // The agent itself has no network but its own loopback.
+    assert_eq!(interfaces(agent), ["lo"]);
+
+    let (status, metrics) = gateway.http_get("/metrics", Some(ADMIN_TOKEN)).await;
+    assert_eq!(status, 200);
+    assert!(
+        metrics.contains(
+            "corral_broker_requests_total{outcome=\"forwarded\",provider=\"anthropic\"} 2"
+        ),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn the_broker_is_refused_without_the_sandbox_tools_apart_or_a_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("projects");
+    std::fs::create_dir(&root).unwrap();
+    let base = |extra: &[&str]| -> Vec<std::ffi::OsString> {
+        let mut args: Vec<std::ffi::OsString> = vec![
+            "--projects-root".into(),
+            root.clone().into(),
+            "--state-dir".into(),
+            dir.path().join("state").into(),
+            "--model-broker".into(),
+            "on".into(),
+        ];
+        args.extend(extra.iter().map(Into::into));
+        args
+    };
+    let run = |extra: &'static [&'static str], env: &'static [(&str, &str)]| {
+        let args = base(extra);
+        async move {
+            let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
+            serve_exit(&args, env).await
+        }
+    };
+    let key = &[("ANTHROPIC_API_KEY", KEY)][..];
+    let (code, stderr) = run(&["--sandbox", "off"], key).await;
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("--model-broker on"), "{stderr}");
+    let (code, stderr) = run(&["--tool-network", "on"], key).await;
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("--tool-network on"), "{stderr}");
+    let (code, stderr) = run(&["--tool-network", "off"], &[("ANTHROPIC_API_KEY", "")]).await;
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("ANTHROPIC_API_KEY"), "{stderr}");
+    assert!(!stderr.contains(KEY), "{stderr}");
+}
