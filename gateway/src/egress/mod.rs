@@ -74,7 +74,8 @@
 //!
 //! Addresses: IPv4-mapped IPv6 (`::ffff:a.b.c.d`) *is* that IPv4 to a
 //! socket and is judged, and excepted, as it. NAT64 (`64:ff9b::/96`),
-//! 6to4 (`2002::/16`) and IPv4-compatible (`::a.b.c.d`) addresses that
+//! 6to4 (`2002::/16`), IPv4-translated (`::ffff:0:a.b.c.d`) and
+//! IPv4-compatible (`::a.b.c.d`) addresses that
 //! carry a blocked IPv4 are refused with its range and no exception (they
 //! reach it through a translator, not this host's socket); Teredo and
 //! local-use NAT64 are refused whole. Documentation, benchmarking and

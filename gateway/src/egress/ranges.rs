@@ -137,14 +137,15 @@ pub fn canonical(addr: IpAddr) -> IpAddr {
 }
 
 /// The IPv4 address an IPv6 one carries to a translator: NAT64
-/// (`64:ff9b::/96`, last 32 bits), 6to4 (`2002::/16`, bits 16–48) or the
-/// deprecated IPv4-compatible form (`::a.b.c.d`).
+/// (`64:ff9b::/96`, last 32 bits), 6to4 (`2002::/16`, bits 16–48), the
+/// IPv4-translated form of stateless translators (`::ffff:0:a.b.c.d`,
+/// RFC 2765) or the deprecated IPv4-compatible form (`::a.b.c.d`).
 pub fn embedded_v4(addr: IpAddr) -> Option<Ipv4Addr> {
     let IpAddr::V6(v6) = addr else { return None };
     let s = v6.segments();
     let low = Ipv4Addr::new((s[6] >> 8) as u8, s[6] as u8, (s[7] >> 8) as u8, s[7] as u8);
     match s {
-        [0x64, 0xff9b, 0, 0, 0, 0, _, _] => Some(low),
+        [0x64, 0xff9b, 0, 0, 0, 0, _, _] | [0, 0, 0, 0, 0xffff, 0, _, _] => Some(low),
         [0x2002, hi, lo, ..] => Some(Ipv4Addr::new(
             (hi >> 8) as u8,
             hi as u8,
@@ -224,6 +225,7 @@ mod tests {
             "64:ff9b::a9fe:a9fe",
             "2002:a9fe:a9fe::1",
             "::169.254.169.254",
+            "::ffff:0:a9fe:a9fe",
         ] {
             let blocked = classify(wrapped.parse().unwrap()).unwrap();
             assert_eq!(blocked.range, BlockedRange::LinkLocal, "{wrapped}");
