@@ -37,8 +37,11 @@ use super::route::checked_secret;
 use crate::sandbox::{self, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_SANDBOX_UNAVAILABLE};
 
 pub use super::route::{BROKER_FD_FLAG, SELF_EXE, SOCKET_FD_FLAG, SUBCOMMAND};
-/// TCP connections relayed at once; further ones wait in the listen queue.
-pub const MAX_CONNECTIONS: usize = 256;
+/// TCP connections one command may have relayed at once; further ones
+/// wait in the listen queue. The gateway caps a project at a quarter of
+/// `--egress-max-connections` anyway; this keeps one command from taking
+/// all of its project's.
+pub const MAX_CONNECTIONS: usize = 64;
 /// Exit code when the relay cannot start (its reason on stderr): the
 /// confinement cannot be set up, as with the sandbox (`EX_CONFIG`).
 pub const EXIT_RELAY_UNAVAILABLE: u8 = EXIT_SANDBOX_UNAVAILABLE;

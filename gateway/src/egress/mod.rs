@@ -58,9 +58,11 @@
 //!    is allowed by default. An address rule covers any name resolving
 //!    into it: the connection reaches the same address either way.
 //! 5. **Methods**: with a method list, a plain-HTTP request with another
-//!    method is refused (`method:POST`). A CONNECT tunnel (HTTPS) is
-//!    decided by host and port alone: the method of requests inside TLS
-//!    is not visible to the proxy, so a method list cannot limit them.
+//!    method is refused (`method:POST`), and so is a CONNECT tunnel to
+//!    port 80 (`method:CONNECT`), which would carry plain HTTP past the
+//!    list. Any other tunnel (HTTPS) is decided by host and port alone:
+//!    the method of requests inside TLS is not visible to the proxy, so a
+//!    method list cannot limit them; name ports in the allow rules.
 //!
 //! An exception only lifts the block: the request must still be allowed
 //! in step 4, by the allowlist in force (the operator's, or a project's
@@ -102,6 +104,10 @@ pub use proxy::TEST_RESOLVE_ENV;
 pub use ranges::{classify, Blocked, BlockedRange};
 pub use registry::Registry;
 pub use rule::{Destination, Rule, RuleError, Scope};
+
+/// The port a method list closes to tunnels: plain HTTP through a
+/// CONNECT tunnel would get past the list.
+const PLAIN_HTTP_PORT: u16 = 80;
 
 /// An egress policy: the operator's, or the operator's merged with a
 /// project's [`Override`]. The default allows nothing. Built with
@@ -347,9 +353,19 @@ impl Policy {
         let Some(rule) = by_name.or_else(by_address) else {
             return Decision::Refused(Refusal::NotAllowed);
         };
-        if let (Some(methods), Some(method)) = (&self.methods, &request.method) {
-            if *method != Method::CONNECT && !methods.contains(method) {
-                return Decision::Refused(Refusal::Method(method.clone()));
+        if let Some(methods) = &self.methods {
+            match &request.method {
+                Some(method) if *method != Method::CONNECT => {
+                    if !methods.contains(method) {
+                        return Decision::Refused(Refusal::Method(method.clone()));
+                    }
+                }
+                // A tunnel to the plain-HTTP port would carry requests
+                // the list cannot see: with a list, none.
+                _ if port == PLAIN_HTTP_PORT => {
+                    return Decision::Refused(Refusal::Method(Method::CONNECT));
+                }
+                _ => {}
             }
         }
         Decision::Allowed(rule.clone())

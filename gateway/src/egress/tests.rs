@@ -227,7 +227,7 @@ fn names_compare_without_case_or_trailing_dot() {
 }
 
 #[test]
-fn methods_limit_plain_http_but_not_tunnels() {
+fn methods_limit_plain_http_and_tunnels_to_its_port_but_no_other_tunnel() {
     let p = Policy {
         methods: Some(vec![Method::GET, Method::HEAD]),
         ..policy(&["**.example.com"], &[])
@@ -239,8 +239,18 @@ fn methods_limit_plain_http_but_not_tunnels() {
     assert!(p.decide(&with(Some(Method::GET))).is_allowed());
     assert!(p.decide(&with(Some(Method::HEAD))).is_allowed());
     assert_eq!(label(&p, &with(Some(Method::POST))), "method:POST");
-    assert!(p.decide(&with(None)).is_allowed());
-    assert!(p.decide(&with(Some(Method::CONNECT))).is_allowed());
+    // A tunnel to port 80 would carry plain HTTP past the list.
+    assert_eq!(label(&p, &with(None)), "method:CONNECT");
+    assert_eq!(label(&p, &with(Some(Method::CONNECT))), "method:CONNECT");
+    let tls = |method: Option<Method>| Target {
+        method,
+        ..target("example.com", 443, &[PUBLIC])
+    };
+    assert!(p.decide(&tls(None)).is_allowed());
+    assert!(p.decide(&tls(Some(Method::CONNECT))).is_allowed());
+    // Without a list, any tunnel.
+    let open = policy(&["**.example.com"], &[]);
+    assert!(open.decide(&with(None)).is_allowed());
     // A refused host is refused for what it is, not for its method.
     let other = Target {
         method: Some(Method::POST),

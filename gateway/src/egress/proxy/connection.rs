@@ -13,10 +13,10 @@ use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixStream};
 
-use super::limits::{Over, Slot};
+use super::limits::Slot;
 use super::request::{self, Kind, Wanted};
 use super::{forward, Shared, MAX_HEAD};
 use crate::egress::{Decision, Host, Target};
@@ -25,9 +25,6 @@ use crate::egress::{Decision, Host, Target};
 struct Conn {
     project: Arc<str>,
     shared: Arc<Shared>,
-    /// Set when the project was over its connection limit: every request
-    /// is answered 503 and the connection closed.
-    over: Option<Over>,
     /// The connection's place under the limits, freed when the last
     /// holder (the connection, or a tunnel it became) is gone.
     _slot: Slot,
@@ -47,11 +44,17 @@ pub(super) async fn serve(mut stream: UnixStream, mut slot: Slot, shared: Arc<Sh
         return;
     };
     let project: Arc<str> = project.into();
-    let over = slot.claim(project.clone()).err();
+    if let Err(over) = slot.claim(project.clone()) {
+        // Answered at once and closed: a connection over its project's
+        // limit must not hold a place under the total limit meanwhile.
+        drop(slot);
+        shared.report.over_limit(&project, over.label());
+        let _ = stream.write_all(&request::over_limit(over.label())).await;
+        return;
+    }
     let conn = Arc::new(Conn {
         project,
         shared: shared.clone(),
-        over,
         _slot: slot,
     });
     let service = hyper::service::service_fn(move |request| handle(request, conn.clone()));
@@ -59,7 +62,6 @@ pub(super) async fn serve(mut stream: UnixStream, mut slot: Slot, shared: Arc<Sh
         .timer(TokioTimer::new())
         .header_read_timeout(head_timeout)
         .max_buf_size(MAX_HEAD)
-        .keep_alive(over.is_none())
         .serve_connection(TokioIo::new(stream), service)
         .with_upgrades()
         .await;
@@ -97,12 +99,6 @@ async fn handle(request: Request<Incoming>, conn: Arc<Conn>) -> Result<Response<
             return Ok(request::bad_request(why));
         }
     };
-    if let Some(over) = conn.over {
-        shared
-            .report
-            .refused(project, &wanted.host, wanted.port, over.label());
-        return Ok(request::over_limit(project, over.label()));
-    }
     let method = (wanted.kind == Kind::Forward).then(|| request.method().clone());
     let (decision, addrs) = decide(shared, project, &wanted, method).await;
     let rule = decision.to_string();

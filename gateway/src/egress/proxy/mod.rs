@@ -171,7 +171,7 @@ async fn accept_loop(listener: UnixListener, shared: Arc<Shared>, stop: Cancella
                 shared.report.unknown(over.label());
                 // A fresh socket's send buffer is empty: this cannot block,
                 // and if it fails the close says enough.
-                let _ = stream.try_write(&request::over_total(over.label()));
+                let _ = stream.try_write(&request::over_limit(over.label()));
             }
         }
     }

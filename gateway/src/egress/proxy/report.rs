@@ -113,6 +113,25 @@ impl Report {
         }
     }
 
+    /// A connection over its project's limit, answered 503 before its
+    /// request was read: counted as refused, shown once a second per
+    /// project (the target is not known).
+    pub fn over_limit(&self, project: &str, rule: &str) {
+        self.metrics.egress_request(project, false);
+        let shown = self
+            .gate
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .admit(project, rule, Instant::now());
+        match shown {
+            Some(missed) => {
+                tracing::info!(project, rule, missed, "egress refused");
+                self.events.egress_refused(project, "-", rule, missed);
+            }
+            None => tracing::debug!(project, rule, "egress refused"),
+        }
+    }
+
     /// A request that is not one a proxy serves (answered 400): counted
     /// as refused, logged at debug (a tool's mistake, not a policy event).
     pub fn malformed(&self, project: &str, why: &str) {

@@ -119,16 +119,9 @@ pub fn refused(method: &Method, wanted: &Wanted, project: &str, rule: &str) -> R
     with_rule(text(StatusCode::FORBIDDEN, body), rule)
 }
 
-/// 503: over a connection limit (`rule` is its label).
-pub fn over_limit(project: &str, rule: &str) -> Response<Body> {
-    let body =
-        format!("corral egress proxy: too many connections for project {project} (rule {rule})\n");
-    with_rule(text(StatusCode::SERVICE_UNAVAILABLE, body), rule)
-}
-
-/// 503 written raw on a connection refused before anything was read
-/// (over the total limit), followed by a close.
-pub fn over_total(rule: &str) -> Vec<u8> {
+/// 503 written raw on a connection refused before its request was read
+/// (over the total limit, or its project's), followed by a close.
+pub fn over_limit(rule: &str) -> Vec<u8> {
     let body = format!("corral egress proxy: too many connections (rule {rule})\n");
     format!(
         "HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\n\
@@ -184,7 +177,7 @@ mod tests {
 
     #[test]
     fn the_raw_503_is_one_complete_response() {
-        let raw = String::from_utf8(over_total("over-limit:total")).unwrap();
+        let raw = String::from_utf8(over_limit("over-limit:total")).unwrap();
         let (head, body) = raw.split_once("\r\n\r\n").unwrap();
         assert!(head.starts_with("HTTP/1.1 503 "));
         assert!(head.contains(&format!("content-length: {}", body.len())));
