@@ -55,6 +55,50 @@ pub const SECRET_FILE_SETTINGS: &[SecretFileSetting] = &[
     },
 ];
 
+/// Sockets and socket directories of host services hidden from every
+/// sandboxed child, where they exist: a path-named Unix socket is reached
+/// by `connect(2)`, which neither Landlock nor a network namespace stops.
+/// D-Bus (the system bus answers `systemd-run`-style requests and name
+/// lookups; a user bus runs commands outside the sandbox), the users'
+/// runtime directories, the name-service caches and `systemd-resolved`'s
+/// lookup sockets (a tool could resolve names, and so leak data, past the
+/// egress proxy; the agent's own lookups fall back to DNS), the journal,
+/// container engines (their sockets are root on the host) and local
+/// databases (which may trust a local login). A socket
+/// file is covered by itself, not by its directory (see `sandbox_hide`
+/// for why files are otherwise covered by their directories): its
+/// directory may hold what the agent needs (`/run` holds `resolv.conf`'s
+/// target).
+pub const HOST_SOCKETS: &[&str] = &[
+    "/run/dbus",
+    "/run/user",
+    "/run/nscd",
+    "/run/systemd/resolve/io.systemd.Resolve",
+    "/run/systemd/resolve/io.systemd.Resolve.Monitor",
+    "/run/systemd/userdb",
+    "/run/systemd/journal",
+    "/run/systemd/private",
+    "/run/docker.sock",
+    "/run/docker",
+    "/run/containerd",
+    "/run/podman",
+    "/run/crio",
+    "/run/libvirt",
+    "/run/postgresql",
+    "/run/mysqld",
+    "/run/redis",
+    "/run/memcached",
+];
+
+/// The [`HOST_SOCKETS`] that exist on this host, canonical (so
+/// `/var/run/...` links land on `/run/...`).
+pub fn host_sockets() -> Vec<PathBuf> {
+    HOST_SOCKETS
+        .iter()
+        .filter_map(|path| Path::new(path).canonicalize().ok())
+        .collect()
+}
+
 /// Every secret file the configuration names, on either layer (whichever
 /// wins, the gateway may have read both), with the setting that named it.
 pub fn secret_files(args: &ServeArgs, file: &FileConfig) -> Vec<(String, PathBuf)> {

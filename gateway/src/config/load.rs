@@ -278,6 +278,13 @@ fn state(
         .to_path_buf();
     let mut confinement =
         confinement.hiding_first(&[state_dir.clone(), projects_root.to_path_buf()])?;
+    if confinement.sandbox {
+        for socket in hiding::host_sockets() {
+            if !confinement.hide.iter().any(|h| socket.starts_with(h)) {
+                confinement.hide.push(socket);
+            }
+        }
+    }
     if confinement.egress_proxy() {
         // Made (and bound) by the gateway at start; children open it
         // before their sandbox hides the state directory.

@@ -172,8 +172,25 @@ async fn tools_reach_only_what_the_operator_allows() {
         ),
     ]
     .join("\n");
+    // Host services' Unix sockets are out of reach too (connect(2) to a
+    // path needs no network): their directories look empty.
+    let socket_dirs: Vec<&str> = ["/run/dbus", "/run/user", "/run/postgresql"]
+        .into_iter()
+        .filter(|dir| std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_some()))
+        .collect();
+    let script = format!(
+        "{script}\necho \"sockets=$(ls -A {} 2>/dev/null | grep -v ':$' | grep -v '^$' | wc -l)\"",
+        socket_dirs.join(" ")
+    );
     let output = bash(&mut alpha, &mock, &script).await;
 
+    if !socket_dirs.is_empty() {
+        assert_eq!(
+            field(&output, "sockets"),
+            "0",
+            "{socket_dirs:?} hidden: {output}"
+        );
+    }
     assert!(
         field(&output, "proxy").starts_with("http://127.0.0.1:3128"),
         "{output}"
