@@ -355,11 +355,10 @@ impl Policy {
         };
         if let Some(methods) = &self.methods {
             match &request.method {
-                Some(method) if *method != Method::CONNECT => {
-                    if !methods.contains(method) {
-                        return Decision::Refused(Refusal::Method(method.clone()));
-                    }
+                Some(method) if *method != Method::CONNECT && !methods.contains(method) => {
+                    return Decision::Refused(Refusal::Method(method.clone()));
                 }
+                Some(method) if *method != Method::CONNECT => {}
                 // A tunnel to the plain-HTTP port would carry requests
                 // the list cannot see: with a list, none.
                 _ if port == PLAIN_HTTP_PORT => {
