@@ -16,8 +16,10 @@ use nix::sys::signal::Signal;
 use super::limits::{Limits, LimitsError};
 use super::sys::Credentials;
 
-/// Everything needed to start one child.
-#[derive(Clone, Debug)]
+/// Everything needed to start one child. Its `Debug` shows the names of
+/// the environment's variables, never their values (the child's token and
+/// egress secret, maybe provider keys).
+#[derive(Clone)]
 pub struct SpawnSpec {
     pub program: PathBuf,
     pub args: Vec<OsString>,
@@ -30,6 +32,21 @@ pub struct SpawnSpec {
     pub max_line: usize,
     /// Directory, account and resource limits of the child.
     pub confine: Confine,
+}
+
+impl fmt::Debug for SpawnSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let env: Vec<_> = self.env.iter().map(|(name, _)| name).collect();
+        f.debug_struct("SpawnSpec")
+            .field("program", &self.program)
+            .field("args", &self.args)
+            .field("cwd", &self.cwd)
+            .field("env", &env)
+            .field("project", &self.project)
+            .field("max_line", &self.max_line)
+            .field("confine", &self.confine)
+            .finish()
+    }
 }
 
 /// How a child is confined beyond its own process group (the sandbox
@@ -151,4 +168,25 @@ pub enum LineRefused {
     Full,
     #[error("the child process is gone (stdin closed)")]
     Gone,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_names_the_variables_but_shows_no_value() {
+        let spec = SpawnSpec {
+            program: "/bin/agent".into(),
+            args: vec!["rpc".into()],
+            cwd: "/srv/p".into(),
+            env: vec![("ZUTCORE_RPC_TOKEN".into(), "secret-value-123".into())],
+            project: "p".into(),
+            max_line: 1,
+            confine: Confine::default(),
+        };
+        let shown = format!("{spec:?}");
+        assert!(shown.contains("ZUTCORE_RPC_TOKEN"), "{shown}");
+        assert!(!shown.contains("secret-value-123"), "{shown}");
+    }
 }
