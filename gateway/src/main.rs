@@ -290,6 +290,7 @@ fn start_egress(
         max_connections: config.egress.max_connections,
         max_per_project: config.egress.max_per_project(),
         resolver,
+        own_addresses: config::own_addresses(),
         ..ProxyConfig::default()
     };
     proxy::spawn(listener, registry, metrics, events, proxy_config, stop)

@@ -57,6 +57,7 @@ pub use hiding::{CoverRefused, Overlap, SECRET_FILE_SETTINGS};
 pub use load::{load, load_with_env};
 pub use sandbox::{ChildUser, Confinement, MIN_CHILD_MEMORY, MIN_CHILD_PIDS};
 pub use settings::{ServeArgs, SETTINGS, TOKEN_ENV_VARS};
+pub use throttle::own_addresses;
 pub use tokens::{read_token_file, MIN_TOKEN_CHARS};
 pub use values::{OnOff, ToolNetwork};
 

@@ -101,7 +101,7 @@ pub(super) fn check_trusted_reach(
 }
 
 /// Loopback and the addresses of this host's interfaces.
-pub(super) fn own_addresses() -> Vec<IpAddr> {
+pub fn own_addresses() -> Vec<IpAddr> {
     let mut own = vec![
         IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
         IpAddr::V6(std::net::Ipv6Addr::LOCALHOST),

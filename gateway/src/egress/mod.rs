@@ -248,11 +248,17 @@ impl fmt::Display for Refusal {
 impl Policy {
     /// The operator's policy. Its allow rules that name an address or a
     /// network inside an always-refused range (`127.0.0.1:8080`,
-    /// `10.20.0.0/16`) become its exceptions to that range.
+    /// `10.20.0.0/16`) become its exceptions to that range, and those that
+    /// name one address (`203.0.113.7:22`) its exceptions to
+    /// `blocked-range:this-host` ([`Policy::decide_on`]).
     pub fn new(allow: Vec<Rule>, deny: Vec<Rule>, methods: Option<Vec<Method>>) -> Policy {
         let exceptions = allow
             .iter()
-            .filter(|rule| rule.net().is_some_and(ranges::inside_blocked))
+            .filter(|rule| {
+                rule.net().is_some_and(|net| {
+                    ranges::inside_blocked(net) || net.prefix_len() == net.max_prefix_len()
+                })
+            })
             .cloned()
             .collect();
         Policy {
@@ -308,6 +314,33 @@ impl Policy {
             Destination::Net(_) => rule.covers_port(port),
         });
         (!may_allow).then_some(Refusal::NotAllowed)
+    }
+
+    /// Decides `request` on a host whose own addresses are `own` (its
+    /// interfaces'): as [`Policy::decide`], and then an allowed request
+    /// reaching one of `own` is refused (`blocked-range:this-host`) unless
+    /// an operator's allow rule names that very address (a network does
+    /// not do): a public address of the gateway's host reaches its
+    /// services as loopback would.
+    pub fn decide_on(&self, request: &Target, own: &[IpAddr]) -> Decision {
+        let decision = self.decide(request);
+        if !decision.is_allowed() {
+            return decision;
+        }
+        let port = request.port;
+        let reaches_host = request.addresses().into_iter().any(|addr| {
+            own.iter().any(|&mine| ranges::canonical(mine) == addr)
+                && !self.exceptions.iter().any(|rule| {
+                    rule.covers_addr(addr, port)
+                        && rule
+                            .net()
+                            .is_some_and(|n| n.prefix_len() == n.max_prefix_len())
+                })
+        });
+        match reaches_host {
+            true => Decision::Refused(Refusal::BlockedRange(BlockedRange::ThisHost)),
+            false => decision,
+        }
     }
 
     /// Decides `request`; the steps are listed in the module doc.

@@ -277,7 +277,7 @@ mod tests {
     }
 
     #[test]
-    fn exceptions_are_the_operators_address_rules_inside_blocked_ranges() {
+    fn exceptions_are_the_operators_rules_inside_blocked_ranges_or_naming_one_address() {
         let p = Policy::new(
             rules(&[
                 "**.example.com",
@@ -293,7 +293,7 @@ mod tests {
         let exceptions: Vec<String> = p.exceptions().iter().map(ToString::to_string).collect();
         assert_eq!(
             exceptions,
-            ["127.0.0.1:8080", "10.20.0.0/16", "[fd00::1]:443"]
+            ["127.0.0.1:8080", "10.20.0.0/16", "8.8.8.8", "[fd00::1]:443"]
         );
     }
 

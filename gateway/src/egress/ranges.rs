@@ -40,6 +40,9 @@ pub enum BlockedRange {
     /// `64:ff9b:1::/48`: local-use NAT64, translating into the operator's
     /// own IPv4 networks at a prefix length we cannot know.
     Nat64Local,
+    /// An address of the gateway's own host (any of its interfaces'),
+    /// public or not: it reaches the host's services as loopback would.
+    ThisHost,
 }
 
 impl BlockedRange {
@@ -58,6 +61,7 @@ impl BlockedRange {
             BlockedRange::Reserved => "reserved",
             BlockedRange::Teredo => "teredo",
             BlockedRange::Nat64Local => "nat64-local",
+            BlockedRange::ThisHost => "this-host",
         }
     }
 }

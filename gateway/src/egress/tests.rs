@@ -507,3 +507,30 @@ fn a_name_refused_whatever_it_resolves_to_is_refused_before_resolving() {
         Some(Refusal::NotAllowed)
     );
 }
+
+#[test]
+fn the_hosts_own_public_address_is_refused_unless_the_operator_names_it() {
+    let own: Vec<IpAddr> = vec!["127.0.0.1".parse().unwrap(), PUBLIC.parse().unwrap()];
+    let open = policy(&["0.0.0.0/0", "::/0"], &[]);
+    let own_public = target("gateway.example.com", 22, &[PUBLIC]);
+    assert!(open.decide(&own_public).is_allowed());
+    assert_eq!(
+        open.decide_on(&own_public, &own).to_string(),
+        "blocked-range:this-host"
+    );
+    // IPv4-mapped IPv6 is the same address.
+    let mapped = target("[::ffff:93.184.215.14]", 22, &[]);
+    assert_eq!(
+        open.decide_on(&mapped, &own).to_string(),
+        "blocked-range:this-host"
+    );
+    // Another public address is not the host's.
+    let other = target("example.com", 443, &["93.184.215.15"]);
+    assert!(open.decide_on(&other, &own).is_allowed());
+    // An operator exception naming the address (and port) lets it through.
+    let excepted = policy(&["0.0.0.0/0", "93.184.215.14/32:22"], &[]);
+    assert!(excepted.decide_on(&own_public, &own).is_allowed());
+    // A refusal stays the refusal it was.
+    let none = policy(&[], &[]);
+    assert_eq!(none.decide_on(&own_public, &own).to_string(), "not-allowed");
+}

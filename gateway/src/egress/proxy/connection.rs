@@ -152,7 +152,7 @@ async fn decide(
         resolved,
         method,
     };
-    let decision = policy.decide(&target);
+    let decision = policy.decide_on(&target, &shared.config.own_addresses);
     (decision, target.resolved)
 }
 

@@ -86,6 +86,9 @@ pub struct ProxyConfig {
     /// succeed within this.
     pub connect_timeout: Duration,
     pub resolver: Resolver,
+    /// This host's own addresses (its interfaces'), refused like a
+    /// blocked range unless an operator exception names one.
+    pub own_addresses: Vec<std::net::IpAddr>,
 }
 
 impl Default for ProxyConfig {
@@ -96,6 +99,7 @@ impl Default for ProxyConfig {
             head_timeout: DEFAULT_HEAD_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             resolver: Resolver::system(),
+            own_addresses: Vec::new(),
         }
     }
 }
