@@ -15,6 +15,10 @@ use super::SandboxError;
 /// The newest ABI this code asks for; older kernels get what they support.
 const WANTED: ABI = ABI::V10;
 
+/// The link to the running binary: opened by init, it names the agent's
+/// own executable whatever the mounts did to its path.
+const OWN_EXE: &str = "/proc/self/exe";
+
 /// What the kernel enforces.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Enforced {
@@ -48,6 +52,12 @@ fn build_and_restrict(plan: &RulePlan) -> Result<RestrictionStatus, RulesetError
             continue;
         };
         ruleset = ruleset.add_rule(PathBeneath::new(fd, rights(*grant)))?;
+    }
+    // The agent's own binary, wherever it lies (a hidden directory, the
+    // host's /tmp under the private one): tool commands under
+    // `--tool-network proxy` run it again as their relay.
+    if let Ok(fd) = PathFd::new(OWN_EXE) {
+        ruleset = ruleset.add_rule(PathBeneath::new(fd, rights(Grant::ReadExecute)))?;
     }
     ruleset.restrict_self()
 }
