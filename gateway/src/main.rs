@@ -387,6 +387,10 @@ async fn serve(config: Config, limits: Arc<Limits>, sockets: Sockets) -> anyhow:
         tracing::info!(
             "model broker on: agents reach their model through the gateway, which holds the keys"
         );
+    } else if let Some(why) = config.model_broker_off {
+        tracing::info!(
+            "model broker off ({why}): agents get the provider keys in their environment"
+        );
     }
     let state = Arc::new(AppState {
         dialect: config.supervisor.dialect,

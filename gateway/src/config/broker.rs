@@ -1,22 +1,115 @@
-//! `--model-broker on|off`: whether agents reach their model through the
-//! gateway's model-key broker (`crate::broker`), and the providers' keys
-//! and endpoints it forwards to, read from the gateway's environment.
+//! `--model-broker auto|on|off`: whether agents reach their model through
+//! the gateway's model-key broker (`crate::broker`), and the providers'
+//! keys and endpoints it forwards to, read from the gateway's environment.
 
-use super::values::{OnOff, ToolNetwork};
+use std::fmt;
+
+use serde::de::{self, Deserializer, Visitor};
+use serde::Deserialize;
+
+use super::values::ToolNetwork;
 use super::{ConfigError, Confinement};
 use crate::broker::Upstreams;
 
-/// The providers the broker forwards to, with it on; `None` with it off.
-/// On needs the sandbox (the agent runs without the host's network inside
-/// it) and tools off the agent's network (with `--tool-network on` they
-/// would share it, and so have none).
+/// `--model-broker`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BrokerMode {
+    /// On where it can be and nothing asks otherwise (see [`resolve`]).
+    Auto,
+    On,
+    Off,
+}
+
+impl<'de> Deserialize<'de> for BrokerMode {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct ModeVisitor;
+
+        impl Visitor<'_> for ModeVisitor {
+            type Value = BrokerMode;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("\"auto\", \"on\", \"off\", true or false")
+            }
+
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<BrokerMode, E> {
+                Ok(if v { BrokerMode::On } else { BrokerMode::Off })
+            }
+
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<BrokerMode, E> {
+                match v.trim().to_ascii_lowercase().as_str() {
+                    "auto" => Ok(BrokerMode::Auto),
+                    "on" | "true" => Ok(BrokerMode::On),
+                    "off" | "false" => Ok(BrokerMode::Off),
+                    _ => Err(E::custom(format!(
+                        "expected \"auto\", \"on\" or \"off\", found {v:?}"
+                    ))),
+                }
+            }
+        }
+
+        deserializer.deserialize_any(ModeVisitor)
+    }
+}
+
+/// What the rest of the configuration says that the broker depends on.
+pub(super) struct Context<'a> {
+    pub confinement: &'a Confinement,
+    /// A third-party agent (`--child-command`) is the child.
+    pub third_party: bool,
+    /// `-- CHILD_ARGS`.
+    pub child_args: &'a [String],
+}
+
+/// The broker's decision: the providers it forwards to (`None`: off), and
+/// with `auto`, why it is off.
+pub(super) struct Decided {
+    pub upstreams: Option<Upstreams>,
+    pub off_because: Option<&'static str>,
+}
+
+/// `on` needs the sandbox (the agent runs without the host's network
+/// inside it) and tools off the agent's network (with `--tool-network on`
+/// they would share it, and so have none), and a provider key. `auto` is
+/// on when all of that holds, the child is `corral-agent` (a third-party
+/// agent is pointed at the broker by its own configuration, so only `on`
+/// does that) and no `-- CHILD_ARGS` name the model endpoint or key
+/// themselves (`--base-url`, `--api-key`: the operator chose them).
 pub(super) fn resolve(
-    setting: OnOff,
-    confinement: &Confinement,
+    mode: BrokerMode,
+    context: &Context<'_>,
     env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Option<Upstreams>, ConfigError> {
-    if !setting.is_on() {
-        return Ok(None);
+) -> Result<Decided, ConfigError> {
+    let off = |why: &'static str| {
+        Ok(Decided {
+            upstreams: None,
+            off_because: Some(why),
+        })
+    };
+    let confinement = context.confinement;
+    match mode {
+        BrokerMode::Off => return off("--model-broker off"),
+        BrokerMode::Auto => {
+            if !confinement.sandbox {
+                return off("the sandbox is off");
+            }
+            if confinement.tool_network == ToolNetwork::On {
+                return off("tools share the host's network (--tool-network on)");
+            }
+            if context.third_party {
+                return off("the child is a third-party agent (--child-command); --model-broker on points it at the broker");
+            }
+            if context.child_args.iter().any(|arg| names_endpoint(arg)) {
+                return off("-- CHILD_ARGS name the model endpoint or key (--base-url, --api-key)");
+            }
+            return match Upstreams::from_env(env) {
+                Ok(upstreams) => Ok(Decided {
+                    upstreams: Some(upstreams),
+                    off_because: None,
+                }),
+                Err(_) => off("no provider key (ANTHROPIC_API_KEY, OPENAI_API_KEY) in the gateway's environment"),
+            };
+        }
+        BrokerMode::On => {}
     }
     let refused = |reason: String| ConfigError::Invalid {
         setting: "--model-broker on / model_broker".into(),
@@ -33,6 +126,29 @@ pub(super) fn resolve(
         ));
     }
     Upstreams::from_env(env)
-        .map(Some)
+        .map(|upstreams| Decided {
+            upstreams: Some(upstreams),
+            off_because: None,
+        })
         .map_err(|e| refused(e.to_string()))
+}
+
+/// Whether a child argument sets the model's endpoint or key itself.
+fn names_endpoint(arg: &str) -> bool {
+    ["--base-url", "--api-key"]
+        .iter()
+        .any(|flag| arg == *flag || arg.starts_with(&format!("{flag}=")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn child_args_naming_the_endpoint_are_recognised() {
+        assert!(names_endpoint("--base-url"));
+        assert!(names_endpoint("--api-key=x"));
+        assert!(!names_endpoint("--base-urls"));
+        assert!(!names_endpoint("--model"));
+    }
 }

@@ -79,7 +79,6 @@ pub fn load_with_env(
         memory_max: layers.child_memory_max(),
         pids_max: layers.child_pids_max(),
     })?;
-    let model_broker = broker::resolve(layers.model_broker()?, &confinement, env)?;
     if !trusted_proxies.is_empty() {
         throttle::check_trusted_reach(
             &trusted_proxies,
@@ -99,6 +98,16 @@ pub fn load_with_env(
             path_var: env("PATH").as_deref(),
         },
     )?;
+    let broker = broker::resolve(
+        layers.model_broker()?,
+        &broker::Context {
+            confinement: &confinement,
+            third_party: child_command.is_some(),
+            child_args: &child_args,
+        },
+        env,
+    )?;
+    let model_broker = broker.upstreams;
     let (state_dir, sessions_dir, mut confinement) = state(
         layers.state_dir()?,
         &projects_root,
@@ -161,6 +170,7 @@ pub fn load_with_env(
         confinement,
         egress,
         model_broker,
+        model_broker_off: broker.off_because,
     })
 }
 

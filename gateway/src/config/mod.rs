@@ -47,6 +47,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub use broker::BrokerMode;
 pub use bytes::{format_bytes, parse_bytes, SizeError};
 pub use child::{ChildEnv, DEFAULT_CHILD_BIN};
 pub use cli::{AttachArgs, Cli, Command, LogFormat};
@@ -109,6 +110,8 @@ pub struct Config {
     /// With `--model-broker on`: the providers' endpoints and keys, read
     /// from the environment (which `main` then masks and clears).
     pub model_broker: Option<crate::broker::Upstreams>,
+    /// With `--model-broker auto` (or `off`): why the broker is off.
+    pub model_broker_off: Option<&'static str>,
 }
 
 /// Bounds on connections, frames and replay.

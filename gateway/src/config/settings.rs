@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::broker::BrokerMode;
 use super::bytes::{format_bytes, parse_bytes, FileBytes};
 use super::checks::{at_least, auth_failure_rate, positive};
 use super::declare::{any, declare_settings, enum_name, number, path_text};
@@ -310,10 +311,10 @@ declare_settings! {
         default value(usize = defaults::EGRESS_MAX_CONNECTIONS, number, |s, v| at_least(s, v, 1)),
         help "Tool connections open through the egress proxy at once, over all projects (each holds two of the gateway's descriptors); a project may hold a quarter of them";
 
-    model_broker: Option<OnOff> = "--model-broker" "on|off" [value_enum],
-        key model_broker: Option<OnOff>,
-        default value(OnOff = OnOff::Off, enum_name, any),
-        help "Keep the model API keys in the gateway: agents' model calls go through a broker on a Unix socket (STATE/egress/broker.sock) that checks a per-spawn placeholder key, puts the real ANTHROPIC_API_KEY / OPENAI_API_KEY in (read from the gateway's environment, with ANTHROPIC_BASE_URL / OPENAI_BASE_URL) and forwards only to those endpoints; the agent then runs without the host's network. Needs the sandbox and --tool-network proxy or off";
+    model_broker: Option<BrokerMode> = "--model-broker" "auto|on|off" [value_enum],
+        key model_broker: Option<BrokerMode>,
+        default value(BrokerMode = BrokerMode::Auto, enum_name, any),
+        help "Keep the model API keys in the gateway: agents' model calls go through a broker on a Unix socket (STATE/egress/broker.sock) that checks a per-spawn placeholder key, puts the real ANTHROPIC_API_KEY / OPENAI_API_KEY in (read from the gateway's environment, with ANTHROPIC_BASE_URL / OPENAI_BASE_URL) and forwards only to those endpoints; the agent then runs without the host's network. on needs the sandbox, --tool-network proxy or off, and a key; auto is on when those hold, the child is corral-agent and -- CHILD_ARGS name no --base-url or --api-key";
 
     child_user: Option<String> = "--child-user" "USER",
         key child_user: Option<String>,

@@ -871,18 +871,33 @@ fn a_trusted_proxy_on_this_host_needs_tools_off_the_network() {
 
 #[test]
 fn the_model_broker_reads_the_keys_and_needs_the_sandbox_and_tools_apart() {
+    use super::BrokerMode;
     let f = Fixture::new();
     let keys = |name: &str| match name {
         "ANTHROPIC_API_KEY" => Some("sk-ant-config-test".to_string()),
         "ANTHROPIC_BASE_URL" => Some("http://127.0.0.1:9/".to_string()),
         _ => None,
     };
+    // auto: on with a key, the sandbox and tools apart ...
     let config = load_with_env(f.args(), &keys).unwrap();
+    assert!(config.model_broker.is_some());
+    assert_eq!(config.model_broker_off, None);
+    // ... off without a key, with an endpoint in CHILD_ARGS, or when off.
+    let config = load_with_env(f.args(), &no_env).unwrap();
     assert!(config.model_broker.is_none());
     assert_eq!(config.confinement.model_socket, None);
+    assert!(config.model_broker_off.unwrap().contains("no provider key"));
+    let mut args = f.args();
+    args.child_args = vec!["--base-url=http://127.0.0.1:9".into()];
+    let config = load_with_env(args, &keys).unwrap();
+    assert!(config.model_broker.is_none());
+    assert!(config.model_broker_off.unwrap().contains("--base-url"));
+    let mut args = f.args();
+    args.model_broker = Some(BrokerMode::Off);
+    assert!(load_with_env(args, &keys).unwrap().model_broker.is_none());
 
     let mut args = f.args();
-    args.model_broker = Some(OnOff::On);
+    args.model_broker = Some(BrokerMode::On);
     let config = load_with_env(args.clone(), &keys).unwrap();
     let upstreams = config.model_broker.as_ref().unwrap();
     let anthropic = upstreams.get(crate::broker::Provider::Anthropic);
@@ -900,7 +915,7 @@ fn the_model_broker_reads_the_keys_and_needs_the_sandbox_and_tools_apart() {
 
     let refused = |edit: &dyn Fn(&mut ServeArgs), env: &dyn Fn(&str) -> Option<String>| {
         let mut args = f.args();
-        args.model_broker = Some(OnOff::On);
+        args.model_broker = Some(BrokerMode::On);
         edit(&mut args);
         load_with_env(args, env).unwrap_err().to_string()
     };
