@@ -229,3 +229,67 @@ async fn the_broker_is_refused_without_the_sandbox_tools_apart_or_a_key() {
     assert!(stderr.contains("ANTHROPIC_API_KEY"), "{stderr}");
     assert!(!stderr.contains(KEY), "{stderr}");
 }
+
+/// `--model-broker auto`, the default: on for `corral-agent` children when
+/// the gateway holds a key and CHILD_ARGS name no endpoint; off (and said
+/// why) when they do.
+#[tokio::test]
+async fn the_default_keeps_the_key_in_the_gateway_unless_child_args_name_the_endpoint() {
+    let mock = MockLlm::start().await;
+    mock.set_api_key(Some(KEY.into()));
+    let dir = corral_e2e::dir_outside_tmp();
+    let gateway = GatewaySpawn::default()
+        .projects_root(dir.path().join("projects"))
+        .state_dir(dir.path().join("state"))
+        .child_arg("--provider")
+        .child_arg("anthropic")
+        .env("ANTHROPIC_BASE_URL", &mock.anthropic_base_url())
+        .env("ANTHROPIC_API_KEY", KEY)
+        .spawn()
+        .await;
+    let mut ws = gateway.client("alpha").await;
+    mock.push(Turn::text("brokered by default"));
+    ws.send(json!({"id":"1","type":"prompt","message":"hi"}))
+        .await;
+    let frames = ws.recv_until(is_done).await;
+    assert!(
+        frames
+            .iter()
+            .any(|f| f.to_string().contains("brokered by default")),
+        "{}",
+        brief(&frames)
+    );
+    let requests = mock.requests();
+    assert!(!requests.is_empty());
+    assert!(
+        requests.iter().all(|r| r.auth.as_deref() == Some(KEY)),
+        "{requests:?}"
+    );
+    let [_, _, agent] = child_tree(gateway.child_pids()[0]);
+    assert!(!environ(agent).iter().any(|e| e.contains(KEY)));
+    assert!(
+        gateway.log_text().contains("model broker on"),
+        "{}",
+        gateway.log_text()
+    );
+
+    // An endpoint in CHILD_ARGS: the operator chose it, the broker stays off.
+    let mock = MockLlm::start().await;
+    let gateway = GatewaySpawn::default()
+        .mock(&mock.anthropic_base_url())
+        .spawn()
+        .await;
+    // Said once the gateway is up (right after it listens).
+    let mut log = gateway.log_text();
+    for _ in 0..100 {
+        if log.contains("model broker") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        log = gateway.log_text();
+    }
+    assert!(
+        log.contains("model broker off") && log.contains("--base-url"),
+        "{log}"
+    );
+}
