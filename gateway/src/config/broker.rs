@@ -14,7 +14,10 @@ use crate::broker::Upstreams;
 /// `--model-broker`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum BrokerMode {
-    /// On where it can be and nothing asks otherwise (see [`resolve`]).
+    /// On where it can run and nothing asks otherwise: the sandbox on,
+    /// tools off the host's network, a provider key in the environment,
+    /// `corral-agent` as the child, no `--base-url`/`--api-key` in its
+    /// arguments.
     Auto,
     On,
     Off,
