@@ -1,6 +1,7 @@
 //! corral: a gateway that spawns one coding-agent child per project,
 //! supervises it, and multiplexes it to many WebSocket clients.
 
+pub mod access;
 pub mod admin;
 pub mod attach_cli;
 pub mod auth;
