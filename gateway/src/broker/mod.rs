@@ -102,6 +102,10 @@ impl Broker {
             .user_agent(concat!("corral-broker/", env!("CARGO_PKG_VERSION")))
             .connect_timeout(CONNECT_TIMEOUT)
             .read_timeout(READ_TIMEOUT)
+            // A redirect is passed back, never followed: reqwest keeps
+            // custom headers such as `x-api-key` across hosts, so following
+            // one would send the real key wherever `Location` points.
+            .redirect(reqwest::redirect::Policy::none())
             .build()?;
         Ok(Broker {
             registry,

@@ -254,6 +254,65 @@ async fn a_provider_without_a_key_or_out_of_reach_is_a_clear_error() {
     assert_eq!(count(&metrics, "openai", "upstream_error"), 1);
 }
 
+#[tokio::test]
+async fn a_providers_redirect_is_passed_back_without_the_key_following_it() {
+    // Elsewhere: what it is sent would be the key, leaked.
+    let elsewhere = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let elsewhere_port = elsewhere.local_addr().unwrap().port();
+    let (reached_tx, mut reached) = mpsc::channel::<String>(1);
+    tokio::spawn(async move {
+        let (mut socket, _) = elsewhere.accept().await.unwrap();
+        let mut buf = vec![0u8; 8192];
+        let n = socket.read(&mut buf).await.unwrap();
+        let _ = reached_tx
+            .send(String::from_utf8_lossy(&buf[..n]).into_owned())
+            .await;
+        let _ = socket
+            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+            .await;
+    });
+    // The provider redirects to another host (a name, not the address).
+    let provider = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", provider.local_addr().unwrap());
+    let location = format!("http://localhost:{elsewhere_port}/v1/messages");
+    let sent = location.clone();
+    tokio::spawn(async move {
+        let (mut socket, _) = provider.accept().await.unwrap();
+        let mut buf = vec![0u8; 8192];
+        let _ = socket.read(&mut buf).await.unwrap();
+        let answer = format!(
+            "HTTP/1.1 307 Temporary Redirect\r\nlocation: {sent}\r\ncontent-length: 0\r\n\r\n"
+        );
+        socket.write_all(answer.as_bytes()).await.unwrap();
+        // Held open until the test ends.
+        let _ = socket.read(&mut buf).await;
+    });
+    let (socket, registry, metrics, _dir) = broker(&base, Some("sk-ant-real"));
+    let secret = registry.register("demo").unwrap();
+    // The child's client follows no redirect either, to see the broker's answer.
+    let client = reqwest::Client::builder()
+        .unix_socket(socket)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let response = within(
+        client
+            .post(format!("{BROKER_SOCKET_URL}/anthropic/v1/messages"))
+            .header("x-api-key", &secret)
+            .body("{}")
+            .send(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(response.status(), 307);
+    assert_eq!(response.headers()["location"], location.as_str());
+    assert!(
+        reached.try_recv().is_err(),
+        "the broker followed the redirect"
+    );
+    assert_eq!(count(&metrics, "anthropic", "forwarded"), 1);
+}
+
 #[test]
 fn children_see_the_broker_where_the_providers_were() {
     let env = vec![
