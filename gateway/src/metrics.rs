@@ -248,7 +248,7 @@ impl Metrics {
             cost_usd: Counter::with_opts(opts("cost_usd_total", "Model cost reported by the children, in US dollars."))?,
             child_resident_bytes: IntGauge::with_opts(opts("child_resident_bytes", "Resident memory of all children."))?,
             child_cpu_seconds: Counter::with_opts(opts("child_cpu_seconds_total", "CPU time used by children, live and exited."))?,
-            broker_requests: IntCounterVec::new(opts("broker_requests_total", "Requests to the model-key broker by provider (anthropic, openai, none: no provider path) and outcome (forwarded: the provider answered, whatever its status; unauthorized: no or an unknown placeholder key; refused: not a provider path or method; no_key: the gateway holds no key for that provider; too_large; upstream_error: the provider could not be reached)."), &["provider", "outcome"])?,
+            broker_requests: IntCounterVec::new(opts("broker_requests_total", "Requests to the model-key broker by provider (anthropic, openai, none: no provider path) and outcome (forwarded: the provider answered, whatever its status; unauthorized: no or an unknown placeholder key; refused: not a provider path or method; no_key: the gateway holds no key for that provider; too_large; slow: the body did not arrive in time; busy: the project had too many calls open; upstream_error: the provider could not be reached)."), &["provider", "outcome"])?,
             blocking_jobs: IntGaugeVec::new(opts("blocking_jobs", "Blocking work run off the event loop, by lane (files: project and state directories; proc: /proc reads) and state (running, waiting for one of the lane's places)."), &["lane", "state"])?,
             egress_requests: IntCounterVec::new(opts(
                 "egress_requests_total",

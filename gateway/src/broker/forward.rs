@@ -1,8 +1,17 @@
-//! One brokered request: routed, its placeholder key checked, its body
-//! read (at most [`MAX_REQUEST_BYTES`]), sent upstream with the real key,
-//! and the answer streamed back chunk by chunk as it arrives.
+//! One brokered request: routed, its placeholder key checked, its
+//! project's place among its open requests taken, its body read (at most
+//! [`MAX_REQUEST_BYTES`], within [`BODY_TIMEOUT`], under the shared
+//! [`MAX_BUFFERED_BYTES`]), sent upstream with the real key, and the
+//! answer streamed back chunk by chunk as it arrives.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use futures_util::StreamExt;
 
 use axum::body::Body;
+use axum::http::header::CONTENT_LENGTH;
 use axum::http::{Request, Response, StatusCode};
 
 use super::route::{self, Refusal};
@@ -13,6 +22,63 @@ use super::{answer, headers, Broker, Outcome};
 /// request (32 MB). A model request is read whole before it is sent (the
 /// answer is what streams).
 pub const MAX_REQUEST_BYTES: usize = 32_000_000;
+
+/// Time a request's body has to arrive whole (after its headers, which
+/// have `HEADER_TIMEOUT`); a sender that stalls is answered 408.
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Bytes of request bodies held at once over every request: a body is
+/// read only once its size (its `Content-Length`, else the maximum) fits,
+/// so many large or stalled bodies cannot take the gateway's memory.
+pub const MAX_BUFFERED_BYTES: usize = 256 << 20;
+
+/// Requests one project may have open at once (an agent makes one model
+/// call at a time; a third-party agent a few); more are answered 429, so
+/// one project cannot hold every connection of the broker.
+pub const MAX_IN_FLIGHT_PER_PROJECT: usize = 16;
+
+/// The open requests per project, shared with the answers' streams.
+type OpenRequests = Arc<Mutex<HashMap<String, usize>>>;
+
+/// A project's place among its open requests, freed on drop: held by the
+/// answer's stream, so a request counts until its answer is passed on.
+struct InFlight {
+    open: OpenRequests,
+    project: String,
+}
+
+impl InFlight {
+    fn claim(open: &OpenRequests, project: &str) -> Option<InFlight> {
+        let mut counts = open.lock().unwrap_or_else(PoisonError::into_inner);
+        let count = counts.entry(project.to_string()).or_default();
+        if *count >= MAX_IN_FLIGHT_PER_PROJECT {
+            return None;
+        }
+        *count += 1;
+        Some(InFlight {
+            open: open.clone(),
+            project: project.to_string(),
+        })
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let mut counts = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(count) = counts.get_mut(&self.project) {
+            *count -= 1;
+            if *count == 0 {
+                counts.remove(&self.project);
+            }
+        }
+    }
+}
+
+/// KiB permits of [`Broker::buffered`] for a body of `declared` bytes.
+fn permits_for(declared: Option<usize>) -> u32 {
+    let bytes = declared.unwrap_or(MAX_REQUEST_BYTES).min(MAX_REQUEST_BYTES);
+    u32::try_from(bytes.div_ceil(1024).max(1)).unwrap_or(u32::MAX)
+}
 
 /// Answers one request to the broker.
 pub async fn handle(broker: &Broker, request: Request<Body>) -> Response<Body> {
@@ -44,7 +110,7 @@ pub async fn handle(broker: &Broker, request: Request<Body>) -> Response<Body> {
         return answer::error(
             Some(provider),
             StatusCode::UNAUTHORIZED,
-            "the gateway's model broker does not know this key: only the key a child was started with works, while that child runs",
+            "the gateway's model broker does not know this key: only the key the project's latest child was started with works",
         );
     };
     let upstream = broker.upstreams.get(provider);
@@ -59,14 +125,52 @@ pub async fn handle(broker: &Broker, request: Request<Body>) -> Response<Body> {
             ),
         );
     };
-    let body = match axum::body::to_bytes(body, MAX_REQUEST_BYTES).await {
-        Ok(body) => body,
-        Err(_) => {
+    let Some(in_flight) = InFlight::claim(&broker.in_flight, &project) else {
+        broker.count(Some(provider), Outcome::Busy);
+        return answer::error(
+            Some(provider),
+            StatusCode::TOO_MANY_REQUESTS,
+            &format!(
+                "a project may have at most {MAX_IN_FLIGHT_PER_PROJECT} model calls open at once"
+            ),
+        );
+    };
+    let declared = parts
+        .headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > MAX_REQUEST_BYTES) {
+        broker.count(Some(provider), Outcome::TooLarge);
+        return too_large(provider);
+    }
+    // The memory for the body first, then the body, both within the
+    // deadline: a stalled sender holds neither a thread nor the gateway's
+    // memory for long.
+    let read = async {
+        let permits = broker
+            .buffered
+            .clone()
+            .acquire_many_owned(permits_for(declared))
+            .await;
+        let body = axum::body::to_bytes(body, MAX_REQUEST_BYTES).await;
+        (permits, body)
+    };
+    let (_permits, body) = match tokio::time::timeout(broker.body_timeout, read).await {
+        Ok((Ok(permits), Ok(body))) => (permits, body),
+        Ok((_, Err(_))) => {
             broker.count(Some(provider), Outcome::TooLarge);
+            return too_large(provider);
+        }
+        Ok((Err(_), _)) | Err(_) => {
+            broker.count(Some(provider), Outcome::Slow);
             return answer::error(
                 Some(provider),
-                StatusCode::PAYLOAD_TOO_LARGE,
-                &format!("a model request is at most {MAX_REQUEST_BYTES} bytes"),
+                StatusCode::REQUEST_TIMEOUT,
+                &format!(
+                    "the request body did not arrive within {}s",
+                    broker.body_timeout.as_secs()
+                ),
             );
         }
     };
@@ -82,7 +186,11 @@ pub async fn handle(broker: &Broker, request: Request<Body>) -> Response<Body> {
             broker.count(Some(provider), Outcome::Forwarded);
             let status = answer.status();
             let headers = headers::downstream(answer.headers());
-            let mut response = Response::new(Body::from_stream(answer.bytes_stream()));
+            let stream = answer.bytes_stream().map(move |chunk| {
+                let _held = &in_flight;
+                chunk
+            });
+            let mut response = Response::new(Body::from_stream(stream));
             *response.status_mut() = status;
             *response.headers_mut() = headers;
             response
@@ -98,6 +206,14 @@ pub async fn handle(broker: &Broker, request: Request<Body>) -> Response<Body> {
             )
         }
     }
+}
+
+fn too_large(provider: Provider) -> Response<Body> {
+    answer::error(
+        Some(provider),
+        StatusCode::PAYLOAD_TOO_LARGE,
+        &format!("a model request is at most {MAX_REQUEST_BYTES} bytes"),
+    )
 }
 
 /// The provider as people name it.

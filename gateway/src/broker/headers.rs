@@ -30,12 +30,20 @@ pub fn presented_key(provider: Provider, headers: &HeaderMap) -> Option<&str> {
     }
 }
 
+/// Request headers that would choose the account a key spends from.
+const ACCOUNT_HEADERS: [&str; 2] = ["openai-organization", "openai-project"];
+
 /// The headers sent upstream: the child's, without hop-by-hop headers,
 /// `Host` and `Content-Length` (the client sets both) and any credential,
 /// with the real `key` in the provider's key header.
 pub fn upstream(provider: Provider, incoming: &HeaderMap, key: &Secret) -> HeaderMap {
     let mut headers = end_to_end(incoming);
     for name in [HOST, CONTENT_LENGTH, AUTHORIZATION, X_API_KEY] {
+        headers.remove(name);
+    }
+    // Which account pays is the operator's: with a key that reaches
+    // several OpenAI organisations or projects, an agent must not choose.
+    for name in ACCOUNT_HEADERS {
         headers.remove(name);
     }
     let value = match provider {

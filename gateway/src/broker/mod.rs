@@ -34,7 +34,7 @@ use corral_protocol::egress::{BROKER_RELAY_URL, BROKER_SOCKET_URL};
 use tokio_util::sync::CancellationToken;
 
 pub use crate::child_socket::bind;
-pub use forward::MAX_REQUEST_BYTES;
+pub use forward::{BODY_TIMEOUT, MAX_BUFFERED_BYTES, MAX_IN_FLIGHT_PER_PROJECT, MAX_REQUEST_BYTES};
 pub use registry::Registry;
 pub use route::{ANTHROPIC_PREFIX, OPENAI_PREFIX};
 pub use serve::{HEADER_TIMEOUT, MAX_CONNECTIONS};
@@ -64,6 +64,11 @@ pub enum Outcome {
     NoKey,
     /// Over [`MAX_REQUEST_BYTES`].
     TooLarge,
+    /// The body did not arrive within [`BODY_TIMEOUT`], or the bytes
+    /// buffered for all requests were at [`MAX_BUFFERED_BYTES`] that long.
+    Slow,
+    /// The project had [`MAX_IN_FLIGHT_PER_PROJECT`] requests open.
+    Busy,
     /// The provider could not be reached.
     UpstreamError,
 }
@@ -76,6 +81,8 @@ impl Outcome {
             Outcome::Refused => "refused",
             Outcome::NoKey => "no_key",
             Outcome::TooLarge => "too_large",
+            Outcome::Slow => "slow",
+            Outcome::Busy => "busy",
             Outcome::UpstreamError => "upstream_error",
         }
     }
@@ -90,6 +97,12 @@ pub struct Broker {
     /// One client (and connection pool) for every provider.
     client: reqwest::Client,
     metrics: Arc<Metrics>,
+    /// The bytes of request bodies being read or sent, in KiB permits.
+    buffered: Arc<tokio::sync::Semaphore>,
+    /// Time a request's body has to arrive ([`BODY_TIMEOUT`]).
+    body_timeout: Duration,
+    /// Requests open per project (until their answer is streamed).
+    in_flight: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
 }
 
 impl Broker {
@@ -112,7 +125,17 @@ impl Broker {
             upstreams,
             client,
             metrics,
+            buffered: Arc::new(tokio::sync::Semaphore::new(MAX_BUFFERED_BYTES / 1024)),
+            body_timeout: BODY_TIMEOUT,
+            in_flight: Arc::default(),
         })
+    }
+
+    /// The same broker giving request bodies `limit` instead of
+    /// [`BODY_TIMEOUT`] (tests).
+    pub fn with_body_timeout(mut self, limit: Duration) -> Broker {
+        self.body_timeout = limit;
+        self
     }
 
     fn count(&self, provider: Option<Provider>, outcome: Outcome) {

@@ -73,6 +73,14 @@ fn broker(
     anthropic: &str,
     key: Option<&str>,
 ) -> (PathBuf, Arc<Registry>, Arc<Metrics>, tempfile::TempDir) {
+    broker_with(anthropic, key, BODY_TIMEOUT)
+}
+
+fn broker_with(
+    anthropic: &str,
+    key: Option<&str>,
+    body_timeout: Duration,
+) -> (PathBuf, Arc<Registry>, Arc<Metrics>, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join(SOCKET_NAME);
     let (anthropic, key) = (anthropic.to_string(), key.map(str::to_string));
@@ -87,7 +95,9 @@ fn broker(
     let upstreams = Upstreams::from_env(&env).unwrap();
     let registry = Arc::new(Registry::default());
     let metrics = Arc::new(Metrics::new().unwrap());
-    let broker = Broker::new(registry.clone(), upstreams, metrics.clone()).unwrap();
+    let broker = Broker::new(registry.clone(), upstreams, metrics.clone())
+        .unwrap()
+        .with_body_timeout(body_timeout);
     spawn(bind(&path).unwrap(), broker, CancellationToken::new()).unwrap();
     (path, registry, metrics, dir)
 }
@@ -128,6 +138,7 @@ async fn a_model_call_goes_upstream_with_the_real_key_and_streams_back() {
             .header("anthropic-version", "2023-06-01")
             .header("connection", "keep-alive, x-hop")
             .header("x-hop", "1")
+            .header("openai-organization", "org-chosen-by-the-agent")
             .body(r#"{"model":"m","stream":true}"#)
             .send(),
     )
@@ -146,6 +157,7 @@ async fn a_model_call_goes_upstream_with_the_real_key_and_streams_back() {
     assert!(!head.contains(&secret), "{head}");
     assert!(head.contains("anthropic-version: 2023-06-01"), "{head}");
     assert!(!head.contains("x-hop"), "{head}");
+    assert!(!head.contains("org-chosen-by-the-agent"), "{head}");
     assert_eq!(body, r#"{"model":"m","stream":true}"#);
 
     // The first chunk arrives while the provider still holds the second.
@@ -342,4 +354,76 @@ fn children_see_the_broker_where_the_providers_were() {
         value(&third, "OPENAI_BASE_URL"),
         "http://127.0.0.1:3129/openai/v1"
     );
+}
+
+/// A request head for `/anthropic/v1/messages` with `key`, announcing a
+/// body of `length` bytes, of which it sends `sent`.
+async fn stalled(
+    socket: &std::path::Path,
+    key: &str,
+    length: usize,
+    sent: &str,
+) -> tokio::net::UnixStream {
+    let mut stream = tokio::net::UnixStream::connect(socket).await.unwrap();
+    let head = format!(
+        "POST {ANTHROPIC_PREFIX}/v1/messages HTTP/1.1\r\nhost: b\r\nx-api-key: {key}\r\n\
+         content-length: {length}\r\n\r\n{sent}"
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream
+}
+
+/// The status line of what `stream` gets back.
+async fn status_of(stream: &mut tokio::net::UnixStream) -> String {
+    let mut got = vec![0u8; 512];
+    let n = within(stream.read(&mut got)).await.unwrap();
+    String::from_utf8_lossy(&got[..n])
+        .lines()
+        .next()
+        .unwrap_or("")
+        .to_string()
+}
+
+#[tokio::test]
+async fn a_stalled_body_is_answered_408_and_a_project_holds_a_bounded_number_of_calls() {
+    let (socket, registry, metrics, _dir) = broker_with(
+        "http://127.0.0.1:9",
+        Some("sk-ant-real"),
+        Duration::from_millis(200),
+    );
+    let secret = registry.register("demo").unwrap();
+    let mut slow = stalled(&socket, &secret, 1000, "abc").await;
+    assert!(status_of(&mut slow).await.contains(" 408 "));
+    assert_eq!(count(&metrics, "anthropic", "slow"), 1);
+
+    // Bodies that never finish hold the project's places (a long timeout
+    // here): one more call is refused at once, another project's is not.
+    let (socket, registry, metrics, _dir) = broker_with(
+        "http://127.0.0.1:9",
+        Some("sk-ant-real"),
+        Duration::from_secs(600),
+    );
+    let secret = registry.register("demo").unwrap();
+    let mut held = Vec::new();
+    for _ in 0..MAX_IN_FLIGHT_PER_PROJECT {
+        held.push(stalled(&socket, &secret, 1000, "abc").await);
+    }
+    // Once the broker has taken them all (a call that gets in first goes
+    // upstream and is answered 502), the next is refused 429.
+    let mut refused = false;
+    for _ in 0..200 {
+        let mut probe = stalled(&socket, &secret, 2, "{}").await;
+        if status_of(&mut probe).await.contains(" 429 ") {
+            refused = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(refused, "a project's calls beyond the limit are refused");
+    assert_eq!(count(&metrics, "anthropic", "busy"), 1);
+    let other = registry.register("other").unwrap();
+    let mut theirs = stalled(&socket, &other, 2, "{}").await;
+    // Port 9 refuses: the call went upstream, so it was not refused here.
+    assert!(status_of(&mut theirs).await.contains(" 502 "));
+    drop(held);
 }
