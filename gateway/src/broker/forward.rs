@@ -110,7 +110,7 @@ pub async fn handle(broker: &Broker, request: Request<Body>) -> Response<Body> {
         return answer::error(
             Some(provider),
             StatusCode::UNAUTHORIZED,
-            "the gateway's model broker does not know this key: only the key the project's latest child was started with works",
+            "the gateway's model broker does not know this key: only the key a running agent was started with works",
         );
     };
     let upstream = broker.upstreams.get(provider);

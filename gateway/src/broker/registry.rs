@@ -56,6 +56,14 @@ impl Registry {
         Ok(secret)
     }
 
+    /// Forgets the project's key (its hub ended: no child of it runs).
+    pub fn forget(&self, project: &str) {
+        let mut inner = self.inner();
+        if let Some(old) = inner.keys.remove(project) {
+            inner.projects.remove(&old);
+        }
+    }
+
     /// The project whose live key `secret` is.
     pub fn project_of(&self, secret: &str) -> Option<String> {
         self.inner().projects.get(&digest_of(secret)).cloned()
@@ -65,6 +73,17 @@ impl Registry {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_forgotten_project_has_no_live_key() {
+        let registry = Registry::default();
+        let key = registry.register("a").unwrap();
+        let other = registry.register("b").unwrap();
+        registry.forget("a");
+        assert_eq!(registry.project_of(&key), None);
+        assert_eq!(registry.project_of(&other).as_deref(), Some("b"));
+        registry.forget("a");
+    }
 
     #[test]
     fn a_new_spawn_replaces_the_projects_key() {

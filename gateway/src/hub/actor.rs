@@ -126,6 +126,14 @@ impl Hub {
         self.serve(&mut commands).await;
         // A start still in progress is abandoned (its child killed).
         self.supervision = Supervision::Exited;
+        // No child of this hub runs any more: its secrets stop working
+        // (before the channel closes, so no newer hub's are touched).
+        if let Some(egress) = &self.settings.egress {
+            egress.forget(&self.project);
+        }
+        if let Some(broker) = &self.settings.model_broker {
+            broker.forget(&self.project);
+        }
         self.publish();
         // Closed before anyone hears `Gone`, so the registry, asked
         // again, sees this hub ended and starts a new one.

@@ -191,6 +191,33 @@ async fn a_brokered_agent_calls_its_model_without_ever_holding_the_key() {
         ),
         "{metrics}"
     );
+
+    // Once the project's agent is gone, its placeholder gets nothing.
+    let broker = reqwest::Client::builder()
+        .unix_socket(socket.as_path())
+        .build()
+        .unwrap();
+    let call = || {
+        broker
+            .post("http://corral-broker/anthropic/v1/messages")
+            .header("x-api-key", &placeholder)
+            .body("{}")
+            .send()
+    };
+    drop(ws);
+    let (status, _) = gateway
+        .http_post("/v1/projects/alpha/stop", Some(ADMIN_TOKEN))
+        .await;
+    assert_eq!(status, 202);
+    let mut answered = 0;
+    for _ in 0..200 {
+        answered = call().await.unwrap().status().as_u16();
+        if answered == 401 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(answered, 401, "the placeholder of a stopped project");
 }
 
 #[tokio::test]
