@@ -2,10 +2,7 @@
 //! a child presents, and the rewriting both ways (hop-by-hop headers
 //! dropped, the placeholder replaced by the real key). Pure: no I/O.
 
-use axum::http::header::{
-    HeaderName, HeaderValue, AUTHORIZATION, CONNECTION, CONTENT_LENGTH, HOST, PROXY_AUTHENTICATE,
-    PROXY_AUTHORIZATION, TE, TRAILER, TRANSFER_ENCODING, UPGRADE,
-};
+use axum::http::header::{HeaderName, HeaderValue, AUTHORIZATION, CONTENT_LENGTH, HOST};
 use axum::http::HeaderMap;
 
 use super::upstream::Provider;
@@ -13,9 +10,6 @@ use crate::auth::Secret;
 
 /// Anthropic's key header.
 const X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");
-/// Not in `http`'s list of names, but hop-by-hop all the same.
-const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
-const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 
 /// The placeholder key a request presents in its provider's key header:
 /// `x-api-key` for Anthropic, `Authorization: Bearer` for OpenAI.
@@ -72,33 +66,10 @@ pub fn downstream(answer: &HeaderMap) -> HeaderMap {
     headers
 }
 
-/// `headers` without the hop-by-hop ones: the fixed list (RFC 9110
-/// 7.6.1) and every name the `Connection` header lists.
+/// `headers` without the hop-by-hop ones.
 fn end_to_end(headers: &HeaderMap) -> HeaderMap {
-    let listed: Vec<HeaderName> = headers
-        .get_all(CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
-        .collect();
     let mut out = headers.clone();
-    for name in [
-        CONNECTION,
-        KEEP_ALIVE,
-        PROXY_CONNECTION,
-        PROXY_AUTHENTICATE,
-        PROXY_AUTHORIZATION,
-        TE,
-        TRAILER,
-        TRANSFER_ENCODING,
-        UPGRADE,
-    ]
-    .into_iter()
-    .chain(listed)
-    {
-        out.remove(name);
-    }
+    crate::hop_by_hop::strip(&mut out);
     out
 }
 

@@ -20,7 +20,6 @@
 mod answer;
 mod forward;
 mod headers;
-mod registry;
 mod route;
 mod serve;
 mod upstream;
@@ -34,8 +33,10 @@ use corral_protocol::egress::{BROKER_RELAY_URL, BROKER_SOCKET_URL};
 use tokio_util::sync::CancellationToken;
 
 pub use crate::child_socket::bind;
+/// The live placeholder keys (in each child's environment where a
+/// provider key would be).
+pub use crate::spawn_secrets::SpawnSecrets as Registry;
 pub use forward::{BODY_TIMEOUT, MAX_BUFFERED_BYTES, MAX_IN_FLIGHT_PER_PROJECT, MAX_REQUEST_BYTES};
-pub use registry::Registry;
 pub use route::{ANTHROPIC_PREFIX, OPENAI_PREFIX};
 pub use serve::{HEADER_TIMEOUT, MAX_CONNECTIONS};
 pub use upstream::{Provider, UpstreamError, Upstreams, ENV_VARS};

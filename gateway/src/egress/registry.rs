@@ -7,21 +7,9 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use ring::digest::{digest, SHA256};
-
 use super::{Override, Policy};
-use crate::auth::{random_token, RandomError};
-
-/// A SHA-256 digest of a secret: the key secrets are looked up by, so a
-/// lookup's timing depends on the digest, which says nothing about the
-/// secret, and the secrets themselves are not kept.
-type Digest = [u8; 32];
-
-fn digest_of(secret: &str) -> Digest {
-    let mut out = [0u8; 32];
-    out.copy_from_slice(digest(&SHA256, secret.as_bytes()).as_ref());
-    out
-}
+use crate::auth::RandomError;
+use crate::spawn_secrets::SpawnSecrets;
 
 /// The secrets and overrides in force. `Send + Sync`; share it as
 /// `Arc<Registry>`.
@@ -29,67 +17,48 @@ fn digest_of(secret: &str) -> Digest {
 pub struct Registry {
     /// The operator's policy, the base of every project's.
     operator: Arc<Policy>,
-    inner: Mutex<Inner>,
-}
-
-#[derive(Debug, Default)]
-struct Inner {
-    /// Digest of a live secret → its project.
-    projects: HashMap<Digest, String>,
-    /// Project → the digest of its live secret (at most one: a new spawn
-    /// replaces it).
-    secrets: HashMap<String, Digest>,
+    /// Each project's child's live secret.
+    secrets: SpawnSecrets,
     /// Project → its override and the merged policy, merged once when set.
-    overrides: HashMap<String, (Override, Arc<Policy>)>,
+    overrides: Mutex<HashMap<String, (Override, Arc<Policy>)>>,
 }
 
 impl Registry {
     pub fn new(policy: Policy) -> Registry {
         Registry {
             operator: Arc::new(policy),
-            inner: Mutex::default(),
+            secrets: SpawnSecrets::default(),
+            overrides: Mutex::default(),
         }
     }
 
-    fn inner(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    fn locked(&self) -> MutexGuard<'_, HashMap<String, (Override, Arc<Policy>)>> {
+        self.overrides
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A fresh secret for `project`'s new child (32 random bytes from the
-    /// OS, 64 lower-case hex digits); replaces the project's previous
-    /// secret, which stops working at once (connections already open keep
-    /// going until they close). Fails, rather than falling back to a
-    /// weaker source, if the OS random source does.
+    /// A fresh secret for `project`'s new child; the previous one stops
+    /// working at once ([`SpawnSecrets::register`]).
     pub fn register(&self, project: &str) -> Result<String, RandomError> {
-        let secret = random_token()?;
-        let key = digest_of(&secret);
-        let mut inner = self.inner();
-        if let Some(old) = inner.secrets.insert(project.to_string(), key) {
-            inner.projects.remove(&old);
-        }
-        inner.projects.insert(key, project.to_string());
-        Ok(secret)
+        self.secrets.register(project)
     }
 
     /// Forgets the project's secret (its child ended for good). Its
     /// override stays: it belongs to the project, not to the child.
     pub fn forget(&self, project: &str) {
-        let mut inner = self.inner();
-        if let Some(old) = inner.secrets.remove(project) {
-            inner.projects.remove(&old);
-        }
+        self.secrets.forget(project);
     }
 
     /// The project a secret belongs to, if it is a live one.
     pub fn project_of(&self, secret: &str) -> Option<String> {
-        let key = digest_of(secret);
-        self.inner().projects.get(&key).cloned()
+        self.secrets.project_of(secret)
     }
 
     /// The policy in force for `project`: the operator's, or merged with
     /// the project's override.
     pub fn policy_for(&self, project: &str) -> Arc<Policy> {
-        match self.inner().overrides.get(project) {
+        match self.locked().get(project) {
             Some((_, merged)) => merged.clone(),
             None => self.operator.clone(),
         }
@@ -98,29 +67,28 @@ impl Registry {
     /// Sets (`Some`) or removes (`None`) `project`'s override. Requests
     /// decided from then on use it, on connections already open too.
     pub fn set_override(&self, project: &str, change: Option<Override>) {
-        let mut inner = self.inner();
+        let mut overrides = self.locked();
         match change {
             Some(o) => {
                 let merged = Arc::new(self.operator.with_override(&o));
-                inner.overrides.insert(project.to_string(), (o, merged));
+                overrides.insert(project.to_string(), (o, merged));
             }
             None => {
-                inner.overrides.remove(project);
+                overrides.remove(project);
             }
         }
     }
 
     /// Every project's override, by project name.
     pub fn overrides(&self) -> std::collections::BTreeMap<String, Override> {
-        self.inner()
-            .overrides
+        self.locked()
             .iter()
             .map(|(project, (o, _))| (project.clone(), o.clone()))
             .collect()
     }
 
     pub fn override_of(&self, project: &str) -> Option<Override> {
-        self.inner().overrides.get(project).map(|(o, _)| o.clone())
+        self.locked().get(project).map(|(o, _)| o.clone())
     }
 
     pub fn operator_policy(&self) -> Arc<Policy> {

@@ -1,7 +1,9 @@
-//! The per-spawn placeholder keys: each project's child gets a fresh one
-//! at spawn (in its environment, where a provider key would be), and the
-//! broker accepts a request only with a live one. Shared by the hub (it
-//! registers a key per spawn) and the broker (it looks keys up).
+//! Per-spawn secrets: each project's child gets a fresh one at spawn (in
+//! its environment), and a service of the gateway's that children reach
+//! (the egress proxy, the model broker's placeholder keys) accepts a
+//! connection or request only with a live one, and learns the project
+//! from it. The hub registers a secret per spawn and forgets it when it
+//! ends; the service looks secrets up.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -10,9 +12,9 @@ use ring::digest::{digest, SHA256};
 
 use crate::auth::{random_token, RandomError};
 
-/// A SHA-256 digest of a placeholder key: the key it is looked up by, so
-/// a lookup's timing depends on the digest, which says nothing about the
-/// key, and the keys themselves are not kept.
+/// A SHA-256 digest of a secret: what it is looked up by, so a lookup's
+/// timing depends on the digest, which says nothing about the secret, and
+/// the secrets themselves are not kept.
 type Digest = [u8; 32];
 
 fn digest_of(secret: &str) -> Digest {
@@ -21,29 +23,29 @@ fn digest_of(secret: &str) -> Digest {
     out
 }
 
-/// The live placeholder keys. `Send + Sync`; share it as `Arc<Registry>`.
+/// The live secrets, one per project at most. `Send + Sync`.
 #[derive(Debug, Default)]
-pub struct Registry {
+pub struct SpawnSecrets {
     inner: Mutex<Inner>,
 }
 
 #[derive(Debug, Default)]
 struct Inner {
-    /// Digest of a live key → its project.
+    /// Digest of a live secret → its project.
     projects: HashMap<Digest, String>,
-    /// Project → the digest of its live key (at most one: a new spawn
+    /// Project → the digest of its live secret (at most one: a new spawn
     /// replaces it).
     keys: HashMap<String, Digest>,
 }
 
-impl Registry {
+impl SpawnSecrets {
     fn inner(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A fresh key for `project`'s new child (32 random bytes from the OS,
-    /// 64 lower-case hex digits); the project's previous key stops working
-    /// at once. Fails, rather than falling back to a weaker source, if the
+    /// A fresh secret for `project`'s new child (32 random bytes from the
+    /// OS, 64 lower-case hex digits); the project's previous one stops
+    /// working at once (connections already open keep going). Fails, rather than falling back to a weaker source, if the
     /// OS random source does.
     pub fn register(&self, project: &str) -> Result<String, RandomError> {
         let secret = random_token()?;
@@ -56,7 +58,7 @@ impl Registry {
         Ok(secret)
     }
 
-    /// Forgets the project's key (its hub ended: no child of it runs).
+    /// Forgets the project's secret (its hub ended: no child of it runs).
     pub fn forget(&self, project: &str) {
         let mut inner = self.inner();
         if let Some(old) = inner.keys.remove(project) {
@@ -64,7 +66,7 @@ impl Registry {
         }
     }
 
-    /// The project whose live key `secret` is.
+    /// The project whose live secret `secret` is.
     pub fn project_of(&self, secret: &str) -> Option<String> {
         self.inner().projects.get(&digest_of(secret)).cloned()
     }
@@ -76,7 +78,7 @@ mod tests {
 
     #[test]
     fn a_forgotten_project_has_no_live_key() {
-        let registry = Registry::default();
+        let registry = SpawnSecrets::default();
         let key = registry.register("a").unwrap();
         let other = registry.register("b").unwrap();
         registry.forget("a");
@@ -87,7 +89,7 @@ mod tests {
 
     #[test]
     fn a_new_spawn_replaces_the_projects_key() {
-        let registry = Registry::default();
+        let registry = SpawnSecrets::default();
         let first = registry.register("a").unwrap();
         let other = registry.register("b").unwrap();
         assert_eq!(first.len(), 64);
