@@ -2,10 +2,7 @@
 //! the gateway's model-key broker (`crate::broker`), and the providers'
 //! keys and endpoints it forwards to, read from the gateway's environment.
 
-use std::fmt;
-
-use serde::de::{self, Deserializer, Visitor};
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
 
 use super::values::ToolNetwork;
 use super::{ConfigError, Confinement};
@@ -25,32 +22,7 @@ pub enum BrokerMode {
 
 impl<'de> Deserialize<'de> for BrokerMode {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct ModeVisitor;
-
-        impl Visitor<'_> for ModeVisitor {
-            type Value = BrokerMode;
-
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("\"auto\", \"on\", \"off\", true or false")
-            }
-
-            fn visit_bool<E: de::Error>(self, v: bool) -> Result<BrokerMode, E> {
-                Ok(if v { BrokerMode::On } else { BrokerMode::Off })
-            }
-
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<BrokerMode, E> {
-                match v.trim().to_ascii_lowercase().as_str() {
-                    "auto" => Ok(BrokerMode::Auto),
-                    "on" | "true" => Ok(BrokerMode::On),
-                    "off" | "false" => Ok(BrokerMode::Off),
-                    _ => Err(E::custom(format!(
-                        "expected \"auto\", \"on\" or \"off\", found {v:?}"
-                    ))),
-                }
-            }
-        }
-
-        deserializer.deserialize_any(ModeVisitor)
+        super::values::deserialize_switch(deserializer)
     }
 }
 

@@ -23,32 +23,64 @@ impl OnOff {
 
 impl<'de> Deserialize<'de> for OnOff {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct OnOffVisitor;
+        deserialize_switch(deserializer)
+    }
+}
 
-        impl Visitor<'_> for OnOffVisitor {
-            type Value = OnOff;
+/// Deserializes a switch-like choice: one of `T`'s names (any case, as on
+/// the command line), or a TOML boolean (`true` is `on`, `false` is
+/// `off`). An error lists the names.
+pub(super) fn deserialize_switch<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: clap::ValueEnum,
+{
+    struct SwitchVisitor<T>(std::marker::PhantomData<T>);
 
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("\"on\", \"off\", true or false")
-            }
-
-            fn visit_bool<E: de::Error>(self, v: bool) -> Result<OnOff, E> {
-                Ok(if v { OnOff::On } else { OnOff::Off })
-            }
-
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<OnOff, E> {
-                match v.trim().to_ascii_lowercase().as_str() {
-                    "on" | "true" => Ok(OnOff::On),
-                    "off" | "false" => Ok(OnOff::Off),
-                    _ => Err(E::custom(format!(
-                        "expected \"on\" or \"off\", found {v:?}"
-                    ))),
-                }
+    impl<T: clap::ValueEnum> SwitchVisitor<T> {
+        /// `"a", "b" or "c"`.
+        fn names() -> String {
+            let names: Vec<String> = T::value_variants()
+                .iter()
+                .filter_map(|v| v.to_possible_value())
+                .map(|v| format!("{:?}", v.get_name()))
+                .collect();
+            match names.split_last() {
+                Some((last, [])) => last.clone(),
+                Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+                None => String::new(),
             }
         }
 
-        deserializer.deserialize_any(OnOffVisitor)
+        fn named<E: de::Error>(name: &str, found: &str) -> Result<T, E> {
+            T::from_str(name, true)
+                .map_err(|_| E::custom(format!("expected {}, found {found:?}", Self::names())))
+        }
     }
+
+    impl<T: clap::ValueEnum> Visitor<'_> for SwitchVisitor<T> {
+        type Value = T;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            write!(f, "{}, true or false", Self::names())
+        }
+
+        fn visit_bool<E: de::Error>(self, v: bool) -> Result<T, E> {
+            let name = if v { "on" } else { "off" };
+            Self::named(name, &v.to_string())
+        }
+
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<T, E> {
+            let name = match v.trim().to_ascii_lowercase().as_str() {
+                "true" => "on".to_string(),
+                "false" => "off".to_string(),
+                other => other.to_string(),
+            };
+            Self::named(&name, v)
+        }
+    }
+
+    deserializer.deserialize_any(SwitchVisitor(std::marker::PhantomData))
 }
 
 /// How tool commands reach the network (`--tool-network`).
@@ -74,32 +106,7 @@ impl ToolNetwork {
 
 impl<'de> Deserialize<'de> for ToolNetwork {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct ToolNetworkVisitor;
-
-        impl Visitor<'_> for ToolNetworkVisitor {
-            type Value = ToolNetwork;
-
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("\"on\", \"off\", \"proxy\", true or false")
-            }
-
-            fn visit_bool<E: de::Error>(self, v: bool) -> Result<ToolNetwork, E> {
-                Ok(if v { ToolNetwork::On } else { ToolNetwork::Off })
-            }
-
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<ToolNetwork, E> {
-                match v.trim().to_ascii_lowercase().as_str() {
-                    "on" | "true" => Ok(ToolNetwork::On),
-                    "off" | "false" => Ok(ToolNetwork::Off),
-                    "proxy" => Ok(ToolNetwork::Proxy),
-                    _ => Err(E::custom(format!(
-                        "expected \"on\", \"off\" or \"proxy\", found {v:?}"
-                    ))),
-                }
-            }
-        }
-
-        deserializer.deserialize_any(ToolNetworkVisitor)
+        deserialize_switch(deserializer)
     }
 }
 
@@ -184,5 +191,28 @@ mod tests {
         assert_eq!(parse("v = false").unwrap(), OnOff::Off);
         let err = parse("v = \"maybe\"").unwrap_err().to_string();
         assert!(err.contains("expected \"on\" or \"off\""), "{err}");
+    }
+
+    #[test]
+    fn every_switch_takes_its_names_and_booleans() {
+        #[derive(Deserialize)]
+        struct T {
+            network: ToolNetwork,
+            broker: super::super::BrokerMode,
+        }
+        let parse = |text: &str| toml::from_str::<T>(text).map(|t| (t.network, t.broker));
+        let (network, broker) = parse("network = \"Proxy\"\nbroker = \"auto\"").unwrap();
+        assert_eq!(network, ToolNetwork::Proxy);
+        assert_eq!(broker, super::super::BrokerMode::Auto);
+        let (network, broker) = parse("network = true\nbroker = \"false\"").unwrap();
+        assert_eq!(network, ToolNetwork::On);
+        assert_eq!(broker, super::super::BrokerMode::Off);
+        let err = parse("network = \"lan\"\nbroker = \"on\"")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("expected \"on\", \"off\" or \"proxy\""),
+            "{err}"
+        );
     }
 }
