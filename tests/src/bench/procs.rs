@@ -307,3 +307,24 @@ pub fn rss_kib(pid: u32) -> anyhow::Result<u64> {
         .parse()
         .with_context(|| format!("malformed {line:?}"))
 }
+
+/// Where a benchmark finds `corral` and `corral-agent`: `--bin-dir` when
+/// given, else the directory of the benchmark's own executable.
+pub fn bin_dir(given: Option<&Path>) -> anyhow::Result<PathBuf> {
+    if let Some(dir) = given {
+        return Ok(dir.to_path_buf());
+    }
+    let exe = std::env::current_exe().context("the benchmark's own path")?;
+    Ok(exe.parent().context("executable directory")?.to_path_buf())
+}
+
+/// Writes one finished section of a benchmark's report to stdout; a
+/// closed stdout is not an error.
+pub fn print(text: &str) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    match writeln!(out, "{text}").and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other.context("write to stdout"),
+    }
+}

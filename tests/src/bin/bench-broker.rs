@@ -10,12 +10,11 @@
 //! beside itself unless `--bin-dir` says otherwise). The agents run
 //! sandboxed, as the broker needs, so run it where the sandbox works.
 
-use std::io::Write as _;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use corral_e2e::bench::broker;
-use corral_e2e::bench::procs::Bins;
+use corral_e2e::bench::procs::{self, Bins};
 
 const USAGE: &str =
     "usage: bench-broker [--prompts N] [--deltas N] [--delta-bytes N] [--bin-dir DIR]";
@@ -57,15 +56,6 @@ fn parse_args() -> anyhow::Result<Args> {
     Ok(args)
 }
 
-/// `--bin-dir`, else the directory of this executable.
-fn bin_dir(args: &Args) -> anyhow::Result<PathBuf> {
-    if let Some(dir) = &args.bin_dir {
-        return Ok(dir.clone());
-    }
-    let exe = std::env::current_exe().context("the benchmark's own path")?;
-    Ok(exe.parent().context("executable directory")?.to_path_buf())
-}
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = parse_args()?;
@@ -77,10 +67,10 @@ async fn main() -> anyhow::Result<()> {
 }
 
 async fn run(args: &Args) -> anyhow::Result<()> {
-    let dir = bin_dir(args)?;
+    let dir = procs::bin_dir(args.bin_dir.as_deref())?;
     let bins = Bins::in_dir(&dir)?;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    print(&format!(
+    procs::print(&format!(
         "# bench-broker: --prompts {} --deltas {} --delta-bytes {}; {cores} cores; binaries in {}\n",
         args.prompts,
         args.deltas,
@@ -88,15 +78,7 @@ async fn run(args: &Args) -> anyhow::Result<()> {
         dir.display()
     ))?;
     let report = broker::measure(&bins, args.prompts, args.deltas, args.delta_bytes).await;
-    print(&report.context("model calls through the broker")?.table()?)?;
+    procs::print(&report.context("model calls through the broker")?.table()?)?;
     Ok(())
 }
 
-/// Writes one finished section to stdout; a closed stdout is not an error.
-fn print(text: &str) -> anyhow::Result<()> {
-    let mut out = std::io::stdout().lock();
-    match writeln!(out, "{text}").and_then(|()| out.flush()) {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        other => other.context("write to stdout"),
-    }
-}

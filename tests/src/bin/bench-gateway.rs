@@ -14,11 +14,10 @@
 //! beside itself unless `--bin-dir` says otherwise). Everything runs on
 //! 127.0.0.1 and every read is bounded, so a stuck gateway is an error.
 
-use std::io::Write as _;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context};
-use corral_e2e::bench::procs::Bins;
+use corral_e2e::bench::procs::{self, Bins};
 use corral_e2e::bench::wire::Wire;
 use corral_e2e::bench::{fanout, memory, pings};
 
@@ -70,15 +69,6 @@ fn parse_args() -> anyhow::Result<Args> {
     Ok(args)
 }
 
-/// `--bin-dir`, else the directory of this executable.
-fn bin_dir(args: &Args) -> anyhow::Result<PathBuf> {
-    if let Some(dir) = &args.bin_dir {
-        return Ok(dir.clone());
-    }
-    let exe = std::env::current_exe().context("the benchmark's own path")?;
-    Ok(exe.parent().context("executable directory")?.to_path_buf())
-}
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = parse_args()?;
@@ -90,10 +80,10 @@ async fn main() -> anyhow::Result<()> {
 }
 
 async fn run(args: &Args) -> anyhow::Result<()> {
-    let dir = bin_dir(args)?;
+    let dir = procs::bin_dir(args.bin_dir.as_deref())?;
     let bins = Bins::in_dir(&dir)?;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    print(&format!(
+    procs::print(&format!(
         "# bench-gateway: --pings {} --events {} --clients {}; {cores} cores{}; binaries in {}\n",
         args.pings,
         args.events,
@@ -102,17 +92,17 @@ async fn run(args: &Args) -> anyhow::Result<()> {
         dir.display()
     ))?;
     let report = pings::measure(&bins, args.pings).await;
-    print(&report.context("ping round trip")?.table())?;
+    procs::print(&report.context("ping round trip")?.table())?;
     for &wire in &args.dialects {
         let report = fanout::measure(&bins, wire, args.events, args.clients).await;
-        print(
+        procs::print(
             &report
                 .with_context(|| format!("event fan-out, {}", wire.name()))?
                 .table(),
         )?;
     }
     let report = memory::measure(&bins, args.events).await;
-    print(&report.context("memory with a stalled client")?.table())?;
+    procs::print(&report.context("memory with a stalled client")?.table())?;
     Ok(())
 }
 
@@ -122,11 +112,3 @@ fn load_average() -> Option<String> {
     loadavg.split_whitespace().next().map(str::to_string)
 }
 
-/// Writes one finished section to stdout; a closed stdout is not an error.
-fn print(text: &str) -> anyhow::Result<()> {
-    let mut out = std::io::stdout().lock();
-    match writeln!(out, "{text}").and_then(|()| out.flush()) {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        other => other.context("write to stdout"),
-    }
-}
