@@ -411,7 +411,7 @@ async fn a_stalled_body_is_answered_408_and_a_project_holds_a_bounded_number_of_
     // Once the broker has taken them all (a call that gets in first goes
     // upstream and is answered 502), the next is refused 429.
     let mut refused = false;
-    for _ in 0..200 {
+    for _ in 0..2000 {
         let mut probe = stalled(&socket, &secret, 2, "{}").await;
         if status_of(&mut probe).await.contains(" 429 ") {
             refused = true;

@@ -81,4 +81,3 @@ async fn run(args: &Args) -> anyhow::Result<()> {
     procs::print(&report.context("model calls through the broker")?.table()?)?;
     Ok(())
 }
-

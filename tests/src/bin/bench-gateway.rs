@@ -111,4 +111,3 @@ fn load_average() -> Option<String> {
     let loadavg = std::fs::read_to_string("/proc/loadavg").ok()?;
     loadavg.split_whitespace().next().map(str::to_string)
 }
-

@@ -19,6 +19,16 @@ use serde_json::{json, Value};
 /// The provider key only the gateway (and the mock provider) may see.
 const KEY: &str = "sk-ant-broker-e2e-7f3a9c1d5e";
 
+/// A gateway under `dir` whose environment holds the key and the mock's
+/// Anthropic endpoint, as an operator's would.
+fn holding_the_key(mock: &MockLlm, dir: &std::path::Path) -> GatewaySpawn {
+    GatewaySpawn::default()
+        .projects_root(dir.join("projects"))
+        .state_dir(dir.join("state"))
+        .env("ANTHROPIC_BASE_URL", &mock.anthropic_base_url())
+        .env("ANTHROPIC_API_KEY", KEY)
+}
+
 /// The child's three processes: outer (the gateway's child), init
 /// (`corral-init`, pid 1 of its pid namespace) and the agent
 /// (`corral-agent-in`, pid 2), found by their parents.
@@ -94,13 +104,9 @@ async fn a_brokered_agent_calls_its_model_without_ever_holding_the_key() {
     let mock = MockLlm::start().await;
     mock.set_api_key(Some(KEY.into()));
     let dir = corral_e2e::dir_outside_tmp();
-    let gateway = GatewaySpawn::default()
-        .projects_root(dir.path().join("projects"))
-        .state_dir(dir.path().join("state"))
+    let gateway = holding_the_key(&mock, dir.path())
         .arg("--model-broker")
         .arg("on")
-        .env("ANTHROPIC_BASE_URL", &mock.anthropic_base_url())
-        .env("ANTHROPIC_API_KEY", KEY)
         .spawn()
         .await;
     let socket = gateway.state.join("egress/broker.sock");
@@ -209,14 +215,21 @@ async fn a_brokered_agent_calls_its_model_without_ever_holding_the_key() {
         .http_post("/v1/projects/alpha/stop", Some(ADMIN_TOKEN))
         .await;
     assert_eq!(status, 202);
-    let mut answered = 0;
-    for _ in 0..200 {
-        answered = call().await.unwrap().status().as_u16();
-        if answered == 401 {
-            break;
+    // The stop takes the stop grace; the admin API says when it is done.
+    let gone = async {
+        while gateway
+            .http_get("/v1/projects/alpha", Some(ADMIN_TOKEN))
+            .await
+            .0
+            != 404
+        {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(120), gone)
+        .await
+        .expect("the project stopped");
+    let answered = call().await.unwrap().status().as_u16();
     assert_eq!(answered, 401, "the placeholder of a stopped project");
 }
 
@@ -265,13 +278,9 @@ async fn the_default_keeps_the_key_in_the_gateway_unless_child_args_name_the_end
     let mock = MockLlm::start().await;
     mock.set_api_key(Some(KEY.into()));
     let dir = corral_e2e::dir_outside_tmp();
-    let gateway = GatewaySpawn::default()
-        .projects_root(dir.path().join("projects"))
-        .state_dir(dir.path().join("state"))
+    let gateway = holding_the_key(&mock, dir.path())
         .child_arg("--provider")
         .child_arg("anthropic")
-        .env("ANTHROPIC_BASE_URL", &mock.anthropic_base_url())
-        .env("ANTHROPIC_API_KEY", KEY)
         .spawn()
         .await;
     let mut ws = gateway.client("alpha").await;
@@ -307,14 +316,18 @@ async fn the_default_keeps_the_key_in_the_gateway_unless_child_args_name_the_end
         .spawn()
         .await;
     // Said once the gateway is up (right after it listens).
-    let mut log = gateway.log_text();
-    for _ in 0..100 {
-        if log.contains("model broker") {
-            break;
+    let said = async {
+        loop {
+            let log = gateway.log_text();
+            if log.contains("model broker") {
+                return log;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        log = gateway.log_text();
-    }
+    };
+    let log = tokio::time::timeout(std::time::Duration::from_secs(120), said)
+        .await
+        .expect("the gateway says whether its broker is on");
     assert!(
         log.contains("model broker off") && log.contains("--base-url"),
         "{log}"
