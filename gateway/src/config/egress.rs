@@ -21,7 +21,7 @@ impl EgressSettings {
     /// Tool connections one project may hold open: a quarter of the total,
     /// so one busy project cannot starve the others.
     pub fn max_per_project(&self) -> usize {
-        (self.max_connections / 4).max(1)
+        crate::egress::proxy::per_project_share(self.max_connections)
     }
 }
 

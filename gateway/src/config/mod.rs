@@ -210,7 +210,7 @@ pub mod defaults {
     pub const STATE_DIR: &str = "./corral-state";
     pub const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
     pub const MAX_CHILDREN: usize = 64;
-    pub const EGRESS_MAX_CONNECTIONS: usize = 1024;
+    pub const EGRESS_MAX_CONNECTIONS: usize = crate::egress::proxy::DEFAULT_MAX_CONNECTIONS;
     pub const REPLAY_EVENTS: usize = 10_000;
     pub const REPLAY_BYTES: usize = 8 << 20;
     pub const OUTBOX_FRAMES: usize = 256;

@@ -95,7 +95,7 @@ fn field<'a>(output: &'a str, name: &str) -> &'a str {
 fn probe(name: &str, args: &str) -> String {
     format!(
         "echo \"{name}=$(curl -sS -o /dev/null -D /dev/stdout -w 'status:%{{http_code}}:%{{http_connect}}' \
-         --noproxy '' --max-time 20 {args} 2>/dev/null | tr -d '\\r' | grep -i -e '^x-corral-egress-rule' -e '^status:' | tr '\\n' ' ')\""
+         --noproxy '' --max-time 60 {args} 2>/dev/null | tr -d '\\r' | grep -i -e '^x-corral-egress-rule' -e '^status:' | tr '\\n' ' ')\""
     )
 }
 
@@ -154,8 +154,8 @@ async fn tools_reach_only_what_the_operator_allows() {
 
     let script = [
         "echo \"proxy=$HTTPS_PROXY no_proxy=$NO_PROXY\"".to_string(),
-        format!("echo \"allowed=$(curl -sS --noproxy '' --max-time 20 http://127.0.0.1:{registry}/pkg)\""),
-        format!("echo \"by_name=$(curl -sS --max-time 20 http://registry.example.com:{registry}/pkg)\""),
+        format!("echo \"allowed=$(curl -sS --noproxy '' --max-time 60 http://127.0.0.1:{registry}/pkg)\""),
+        format!("echo \"by_name=$(curl -sS --max-time 60 http://registry.example.com:{registry}/pkg)\""),
         probe("elsewhere", &format!("http://127.0.0.1:{elsewhere}/")),
         probe("gateway", &format!("http://127.0.0.1:{gateway_port}/healthz")),
         probe("metadata", "http://169.254.169.254/latest/meta-data/"),
@@ -346,12 +346,12 @@ async fn https_fetches_tunnel_through_to_an_allowed_registry() {
     let ca = ca.display();
     let script = [
         // What `npm pack` and `pip download` do: GET over a CONNECT tunnel.
-        format!("curl -sS --max-time 20 --cacert {ca} -o demo.tgz https://registry.example.com:{port}/demo-1.0.tgz && echo \"npm_like=$(cat demo.tgz)\""),
+        format!("curl -sS --max-time 60 --cacert {ca} -o demo.tgz https://registry.example.com:{port}/demo-1.0.tgz && echo \"npm_like=$(cat demo.tgz)\""),
         format!(
             "echo \"pip_like=$(SSL_CERT_FILE={ca} python3 -c 'import urllib.request,sys; print(urllib.request.urlopen(sys.argv[1]).read().decode().strip())' https://registry.example.com:{port}/simple/demo/index.html 2>&1 | tail -n 1)\""
         ),
         // Inside the tunnel the method list does not apply (it cannot be seen).
-        format!("echo \"post=$(curl -sS --max-time 20 --cacert {ca} -X POST -o /dev/null -w '%{{http_code}}' https://registry.example.com:{port}/demo-1.0.tgz)\""),
+        format!("echo \"post=$(curl -sS --max-time 60 --cacert {ca} -X POST -o /dev/null -w '%{{http_code}}' https://registry.example.com:{port}/demo-1.0.tgz)\""),
         // Another name on the same address and port: still allowed by the
         // address exception; a different port is not.
         probe("other_port", &format!("--cacert {ca} https://other.example.com:{}/", port.wrapping_add(1).max(1))),

@@ -53,10 +53,20 @@ use report::Report;
 /// proxy requests, which carry a tool's ordinary headers.
 pub const MAX_HEAD: usize = 16 * 1024;
 
-/// Default of [`ProxyConfig::max_connections`].
-pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
+/// Default of [`ProxyConfig::max_connections`] (`--egress-max-connections`).
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 /// Default of [`ProxyConfig::max_per_project`].
-pub const DEFAULT_MAX_PER_PROJECT: usize = 64;
+pub const DEFAULT_MAX_PER_PROJECT: usize = per_project_share(DEFAULT_MAX_CONNECTIONS);
+
+/// A project's share of `total` connections: a quarter, so one busy
+/// project cannot starve the others (at least one).
+pub const fn per_project_share(total: usize) -> usize {
+    if total < 4 {
+        1
+    } else {
+        total / 4
+    }
+}
 /// Default of [`ProxyConfig::head_timeout`].
 pub const DEFAULT_HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default of [`ProxyConfig::connect_timeout`].
