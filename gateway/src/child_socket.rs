@@ -1,8 +1,9 @@
-//! Binding the Unix sockets sandboxed children reach the gateway through
-//! (the egress proxy's, the model broker's): a stale socket is replaced,
-//! any other file is left alone, the mode is 0666 (anyone may connect:
-//! only a valid per-spawn secret gets anything, and a child running as
-//! another user must be able to), and paths longer than `sun_path` work.
+//! The Unix sockets sandboxed children reach the gateway through (the
+//! egress proxy's, the model broker's): binding them (a stale socket is
+//! replaced, any other file is left alone, paths longer than `sun_path`
+//! work, the mode is 0666 so that a child running as another user can
+//! connect) and checking who connects ([`Peers`]: only the accounts
+//! children run as, and then only a valid per-spawn secret gets anything).
 
 use std::ffi::OsStr;
 use std::io;
@@ -68,6 +69,35 @@ pub fn bind(path: &Path) -> io::Result<UnixListener> {
     Ok(listener)
 }
 
+/// Who may connect: the accounts children run as. The socket's mode lets
+/// anyone connect (a `--child-user` child must), so the peer's uid
+/// (`SO_PEERCRED`) is checked at accept; anyone else is closed at once and
+/// holds no place under a connection limit.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Peers {
+    /// The uids admitted; `None`: any (tests).
+    uids: Option<Vec<u32>>,
+}
+
+impl Peers {
+    /// Only these accounts.
+    pub fn only(uids: impl IntoIterator<Item = u32>) -> Peers {
+        Peers {
+            uids: Some(uids.into_iter().collect()),
+        }
+    }
+
+    /// Whether the process at the other end of `stream` may be served.
+    pub fn admits(&self, stream: &tokio::net::UnixStream) -> bool {
+        let Some(uids) = &self.uids else {
+            return true;
+        };
+        stream
+            .peer_cred()
+            .is_ok_and(|cred| uids.contains(&cred.uid()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::os::unix::fs::{FileTypeExt, PermissionsExt};
@@ -93,5 +123,15 @@ mod tests {
         let err = bind(&file).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::AlreadyExists);
         assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep");
+    }
+
+    #[tokio::test]
+    async fn only_the_listed_accounts_are_admitted() {
+        let (ours, _theirs) = tokio::net::UnixStream::pair().unwrap();
+        let me = nix::unistd::getuid().as_raw();
+        assert!(Peers::default().admits(&ours));
+        assert!(Peers::only([me]).admits(&ours));
+        assert!(!Peers::only([me.wrapping_add(1)]).admits(&ours));
+        assert!(!Peers::only([]).admits(&ours));
     }
 }

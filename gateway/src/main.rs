@@ -274,6 +274,13 @@ fn bind_egress(config: &Config) -> anyhow::Result<Option<std::os::unix::net::Uni
     Ok(Some(listener))
 }
 
+/// The accounts children run as: the gateway's own, and `--child-user`.
+fn child_peers(config: &Config) -> corral::child_socket::Peers {
+    let own = nix::unistd::geteuid().as_raw();
+    let child = config.confinement.child_user.as_ref().map(|u| u.uid);
+    corral::child_socket::Peers::only(std::iter::once(own).chain(child))
+}
+
 /// Starts the egress proxy's thread on `listener` with `registry` (the
 /// one the hubs give each spawn its secret from).
 fn start_egress(
@@ -291,6 +298,7 @@ fn start_egress(
         max_per_project: config.egress.max_per_project(),
         resolver,
         own_addresses: config::own_addresses(),
+        peers: child_peers(config),
         ..ProxyConfig::default()
     };
     proxy::spawn(listener, registry, metrics, events, proxy_config, stop)
@@ -381,7 +389,8 @@ async fn serve(config: Config, limits: Arc<Limits>, sockets: Sockets) -> anyhow:
     }
     if let (Some((upstreams, socket)), Some(keys)) = (brokered, broker_keys) {
         let broker = corral::broker::Broker::new(keys, upstreams, metrics.clone())
-            .context("cannot set up the model broker's HTTP client")?;
+            .context("cannot set up the model broker's HTTP client")?
+            .with_peers(child_peers(&config));
         corral::broker::spawn(socket, broker, shutdown.token().clone())
             .context("cannot start the model broker")?;
         tracing::info!(

@@ -102,6 +102,8 @@ pub struct Broker {
     buffered: Arc<tokio::sync::Semaphore>,
     /// Time a request's body has to arrive ([`BODY_TIMEOUT`]).
     body_timeout: Duration,
+    /// The accounts that may connect (the children's).
+    peers: crate::child_socket::Peers,
     /// Requests open per project (until their answer is streamed).
     in_flight: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
 }
@@ -128,8 +130,16 @@ impl Broker {
             metrics,
             buffered: Arc::new(tokio::sync::Semaphore::new(MAX_BUFFERED_BYTES / 1024)),
             body_timeout: BODY_TIMEOUT,
+            peers: crate::child_socket::Peers::default(),
             in_flight: Arc::default(),
         })
+    }
+
+    /// The same broker serving only `peers` (the accounts children run
+    /// as).
+    pub fn with_peers(mut self, peers: crate::child_socket::Peers) -> Broker {
+        self.peers = peers;
+        self
     }
 
     /// The same broker giving request bodies `limit` instead of

@@ -52,6 +52,11 @@ pub async fn serve(listener: UnixListener, broker: Arc<Broker>, shutdown: Cancel
                 }
             },
         };
+        if !broker.peers.admits(&stream) {
+            // Not an account children run as: closed unanswered, its
+            // place freed at once.
+            continue;
+        }
         let broker = broker.clone();
         tokio::spawn(async move {
             let service = service_fn(move |request: hyper::Request<hyper::body::Incoming>| {

@@ -427,3 +427,28 @@ async fn a_stalled_body_is_answered_408_and_a_project_holds_a_bounded_number_of_
     assert!(status_of(&mut theirs).await.contains(" 502 "));
     drop(held);
 }
+
+#[tokio::test]
+async fn an_account_children_do_not_run_as_gets_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(SOCKET_NAME);
+    let env = |name: &str| (name == "ANTHROPIC_API_KEY").then(|| "sk-ant-real".to_string());
+    let registry = Arc::new(Registry::default());
+    let metrics = Arc::new(Metrics::new().unwrap());
+    let me = nix::unistd::getuid().as_raw();
+    let broker = Broker::new(
+        registry.clone(),
+        Upstreams::from_env(&env).unwrap(),
+        metrics,
+    )
+    .unwrap()
+    .with_peers(crate::child_socket::Peers::only([me.wrapping_add(1)]));
+    spawn(bind(&path).unwrap(), broker, CancellationToken::new()).unwrap();
+    let secret = registry.register("demo").unwrap();
+    let mut stream = stalled(&path, &secret, 2, "{}").await;
+    let mut got = Vec::new();
+    match within(stream.read_to_end(&mut got)).await {
+        Ok(_) => assert!(got.is_empty(), "{got:?}"),
+        Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset, "{e}"),
+    }
+}

@@ -99,6 +99,8 @@ pub struct ProxyConfig {
     /// This host's own addresses (its interfaces'), refused like a
     /// blocked range unless an operator exception names one.
     pub own_addresses: Vec<std::net::IpAddr>,
+    /// The accounts that may connect (the children's).
+    pub peers: crate::child_socket::Peers,
 }
 
 impl Default for ProxyConfig {
@@ -110,6 +112,7 @@ impl Default for ProxyConfig {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             resolver: Resolver::system(),
             own_addresses: Vec::new(),
+            peers: crate::child_socket::Peers::default(),
         }
     }
 }
@@ -177,6 +180,11 @@ async fn accept_loop(listener: UnixListener, shared: Arc<Shared>, stop: Cancella
                 }
             },
         };
+        if !shared.config.peers.admits(&stream) {
+            // Not an account children run as: closed unanswered.
+            shared.report.unknown("not a child's account");
+            continue;
+        }
         match shared.limits.open() {
             Ok(slot) => {
                 tokio::spawn(connection::serve(stream, slot, shared.clone()));

@@ -504,3 +504,28 @@ async fn a_silent_connection_is_closed_after_the_head_timeout() {
     let unknown = crate::metrics::EGRESS_UNKNOWN_PROJECT;
     assert_eq!(proxy.counted(unknown, "refused"), 1);
 }
+
+#[tokio::test]
+async fn an_account_children_do_not_run_as_is_closed_unanswered() {
+    let me = nix::unistd::getuid().as_raw();
+    let config = ProxyConfig {
+        peers: crate::child_socket::Peers::only([me.wrapping_add(1)]),
+        ..ProxyConfig::default()
+    };
+    let proxy = start(operator(&["0.0.0.0/0"]), config);
+    let secret = proxy.registry.register("p").unwrap();
+    let mut stream = proxy.raw(&secret).await;
+    let _ = stream
+        .write_all(b"CONNECT example.com:443 HTTP/1.1\r\n\r\n")
+        .await;
+    // Closed (or reset, with the request unread) with nothing written.
+    let mut got = Vec::new();
+    match within(stream.read_to_end(&mut got)).await {
+        Ok(_) => assert!(got.is_empty(), "{got:?}"),
+        Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset, "{e}"),
+    }
+    assert!(got.is_empty(), "{got:?}");
+    let unknown = crate::metrics::EGRESS_UNKNOWN_PROJECT;
+    assert_eq!(proxy.counted(unknown, "refused"), 1);
+    assert_eq!(proxy.metrics.egress_connections.get(), 0);
+}
