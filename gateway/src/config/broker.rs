@@ -120,6 +120,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_mode_takes_its_names_and_booleans() {
+        #[derive(Deserialize)]
+        struct T {
+            broker: BrokerMode,
+        }
+        let parse = |text: &str| toml::from_str::<T>(text).map(|t| t.broker);
+        assert_eq!(parse("broker = \"auto\"").unwrap(), BrokerMode::Auto);
+        assert_eq!(parse("broker = \"false\"").unwrap(), BrokerMode::Off);
+        assert_eq!(parse("broker = true").unwrap(), BrokerMode::On);
+    }
+
+    #[test]
     fn child_args_naming_the_endpoint_are_recognised() {
         assert!(names_endpoint("--base-url"));
         assert!(names_endpoint("--api-key=x"));

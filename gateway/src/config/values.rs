@@ -198,18 +198,12 @@ mod tests {
         #[derive(Deserialize)]
         struct T {
             network: ToolNetwork,
-            broker: super::super::BrokerMode,
         }
-        let parse = |text: &str| toml::from_str::<T>(text).map(|t| (t.network, t.broker));
-        let (network, broker) = parse("network = \"Proxy\"\nbroker = \"auto\"").unwrap();
-        assert_eq!(network, ToolNetwork::Proxy);
-        assert_eq!(broker, super::super::BrokerMode::Auto);
-        let (network, broker) = parse("network = true\nbroker = \"false\"").unwrap();
-        assert_eq!(network, ToolNetwork::On);
-        assert_eq!(broker, super::super::BrokerMode::Off);
-        let err = parse("network = \"lan\"\nbroker = \"on\"")
-            .unwrap_err()
-            .to_string();
+        let parse = |text: &str| toml::from_str::<T>(text).map(|t| t.network);
+        assert_eq!(parse("network = \"Proxy\"").unwrap(), ToolNetwork::Proxy);
+        assert_eq!(parse("network = true").unwrap(), ToolNetwork::On);
+        assert_eq!(parse("network = \"false\"").unwrap(), ToolNetwork::Off);
+        let err = parse("network = \"lan\"").unwrap_err().to_string();
         assert!(
             err.contains("expected \"on\", \"off\" or \"proxy\""),
             "{err}"
