@@ -19,6 +19,16 @@ pub enum ToolNetwork {
     Proxy,
 }
 
+/// Whether a project's own `.mcp.json` is used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum ProjectMcpConfig {
+    /// Used: its servers join those of --mcp-config.
+    On,
+    /// Ignored (repository content may not start programs).
+    #[default]
+    Off,
+}
+
 /// Flags shared by every mode.
 #[derive(Debug, Clone, Args)]
 pub struct AgentArgs {
@@ -53,7 +63,9 @@ pub struct AgentArgs {
     /// Offer no tools to the model.
     #[arg(long, conflicts_with = "tools")]
     pub no_tools: bool,
-    /// Comma-separated tools to offer (default: all).
+    /// Comma-separated tools to offer (default: all). MCP tools: `mcp`
+    /// (all), `mcp__SERVER` (one server's), `mcp__SERVER__TOOL` (one); a
+    /// list without them offers none.
     #[arg(long, value_delimiter = ',')]
     pub tools: Option<Vec<String>>,
     /// Do not load AGENTS.md / CLAUDE.md context files.
@@ -100,6 +112,21 @@ pub struct AgentArgs {
     /// commands need --tool-network off or proxy), and exports no traces.
     #[arg(long, value_name = "PATH")]
     pub model_socket: Option<PathBuf>,
+    /// MCP servers whose tools the model may call, as
+    /// {"mcpServers": {NAME: {"command", "args", "env"} | {"type": "http",
+    /// "url", "headers"}}}. Stdio servers run like tool commands (in the
+    /// sandbox with --sandbox); their tools are `mcp__NAME__TOOL`.
+    #[arg(long, value_name = "FILE")]
+    pub mcp_config: Option<PathBuf>,
+    /// Also use the project's own .mcp.json (on), or not (off: a
+    /// repository's content would otherwise choose programs to run).
+    #[arg(long, value_enum, value_name = "on|off", default_value_t = ProjectMcpConfig::Off)]
+    pub mcp_project_config: ProjectMcpConfig,
+    /// Seconds an MCP tool call may take before it is cancelled (a
+    /// server's "timeout" overrides it).
+    #[arg(long, value_name = "SECS", default_value_t = crate::mcp::DEFAULT_CALL_TIMEOUT_SECS,
+        value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub mcp_timeout: u64,
     /// Export OpenTelemetry traces (one per prompt: model calls, tool calls,
     /// waits) over OTLP/HTTP to this base URL, e.g. http://127.0.0.1:4318.
     /// Off unless given.

@@ -154,6 +154,11 @@ pub enum Mode {
         #[arg(last = true, required = true, value_name = "CMD")]
         command: Vec<OsString>,
     },
+    /// Carry MCP messages between stdio and a streamable HTTP server,
+    /// through the egress proxy (run by the agent behind the egress relay
+    /// for an HTTP MCP server with --tool-network proxy; not for people).
+    #[command(hide = true)]
+    McpHttpBridge,
 }
 
 /// The flags of `sandbox-exec`: the sandbox flags of `rpc`, the project
@@ -194,7 +199,10 @@ impl Mode {
     pub fn agent_args(&self) -> Option<&AgentArgs> {
         match self {
             Mode::Rpc { agent, .. } | Mode::Run { agent, .. } => Some(agent),
-            Mode::SandboxProbe { .. } | Mode::SandboxExec { .. } | Mode::EgressRelay { .. } => None,
+            Mode::SandboxProbe { .. }
+            | Mode::SandboxExec { .. }
+            | Mode::EgressRelay { .. }
+            | Mode::McpHttpBridge => None,
         }
     }
 }

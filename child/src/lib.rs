@@ -6,6 +6,7 @@ pub mod agent;
 pub mod agent_args;
 pub mod cli;
 pub mod egress;
+pub mod mcp;
 pub mod prompt;
 pub mod provider;
 pub mod rpc;

@@ -20,6 +20,7 @@ use clap::Parser;
 use corral_agent::agent::{Agent, AgentEvent, Output, PermissionMode, RunKind, RunRequest};
 use corral_agent::cli::{self, AgentArgs, Cli, Mode, SandboxExecArgs, ToolNetwork};
 use corral_agent::egress::{open_socket, relay, EgressRoute};
+use corral_agent::mcp;
 use corral_agent::rpc::dialects::Dialect;
 use corral_agent::rpc::{self, TransportOptions};
 use corral_agent::sandbox::{self, ProbedNetwork, SandboxConfig, ToolConfinement, ToolNet};
@@ -47,6 +48,15 @@ fn main() -> ExitCode {
     let egress_secret = std::env::var_os(SECRET_ENV);
     std::env::remove_var(SECRET_ENV);
     let mut cli = Cli::parse_from(cli::mode_flag_as_subcommand(std::env::args_os().collect()));
+    // The HTTP MCP bridge's server and headers: for the bridge alone (a
+    // relay passes them on to the bridge it runs).
+    if !matches!(cli.mode, Mode::EgressRelay { .. }) {
+        let bridged = std::env::var_os(mcp::bridge::SERVER_ENV);
+        std::env::remove_var(mcp::bridge::SERVER_ENV);
+        if let Mode::McpHttpBridge = &cli.mode {
+            std::process::exit(i32::from(mcp::bridge::run(bridged)));
+        }
+    }
     if let Mode::EgressRelay {
         socket_fd,
         listen,
@@ -73,7 +83,10 @@ fn main() -> ExitCode {
             None
         }
         Mode::Rpc { agent, .. } | Mode::Run { agent, .. } => agent.otlp_endpoint.clone(),
-        Mode::SandboxProbe { .. } | Mode::SandboxExec { .. } | Mode::EgressRelay { .. } => None,
+        Mode::SandboxProbe { .. }
+        | Mode::SandboxExec { .. }
+        | Mode::EgressRelay { .. }
+        | Mode::McpHttpBridge => None,
     };
     let telemetry = init_logging(endpoint.as_deref());
     let prepared = match &mut cli.mode {
@@ -100,6 +113,7 @@ fn main() -> ExitCode {
             Err(code) => return ExitCode::from(code),
         },
         Mode::EgressRelay { .. } => unreachable!("the relay exits above"),
+        Mode::McpHttpBridge => unreachable!("the bridge exits above"),
     };
     // Confined now: the exporter's threads may start.
     if let Some(Err(e)) = telemetry.as_ref().map(Telemetry::start) {
@@ -137,7 +151,10 @@ fn main() -> ExitCode {
                 rpc_mode(&agent, prepared, dialect, token, transport).await
             }
             Mode::Run { agent, prompt } => run_mode(&agent, prepared, prompt).await,
-            Mode::SandboxProbe { .. } | Mode::SandboxExec { .. } | Mode::EgressRelay { .. } => {
+            Mode::SandboxProbe { .. }
+            | Mode::SandboxExec { .. }
+            | Mode::EgressRelay { .. }
+            | Mode::McpHttpBridge => {
                 unreachable!("the sandbox commands exit before the runtime starts")
             }
         }
@@ -178,11 +195,13 @@ fn prepare(args: &mut AgentArgs, egress_secret: Option<OsString>) -> Result<Prep
     )?;
     let model_socket = model_socket(args.model_socket.as_deref())?;
     let journal = setup::open_journal(args).map_err(setup_failed)?;
+    let mcp_servers = setup::load_mcp(args).map_err(setup_failed)?;
     if !args.sandbox {
         return Ok(Prepared {
             journal,
             tool_confinement: ToolConfinement::none(),
             model_socket,
+            mcp_servers,
         });
     }
     let project = setup::resolve_cwd(args.cwd.as_deref()).map_err(setup_failed)?;
@@ -203,6 +222,7 @@ fn prepare(args: &mut AgentArgs, egress_secret: Option<OsString>) -> Result<Prep
         journal,
         tool_confinement: confined.tools,
         model_socket,
+        mcp_servers,
     })
 }
 

@@ -11,7 +11,8 @@ use std::sync::Arc;
 
 use crate::agent::journal::Journal;
 use crate::agent::{Session, Settings};
-use crate::agent_args::AgentArgs;
+use crate::agent_args::{AgentArgs, ProjectMcpConfig};
+use crate::mcp::{self, McpHub, Selection, ServerConfig};
 use crate::prompt::{system_prompt, PromptOptions};
 use crate::provider::{self, catalogue, Provider};
 use crate::sandbox::ToolConfinement;
@@ -26,6 +27,9 @@ pub struct Setup {
     pub session: Session,
     /// A custom base URL serves models the catalogue does not know.
     pub allow_unknown_models: bool,
+    /// The session's MCP servers (also inside `tools`): front-ends select
+    /// servers, add an editor's and report their status.
+    pub mcp: Arc<McpHub>,
 }
 
 /// What `main` opens before the sandbox closes, handed to [`build`].
@@ -38,6 +42,29 @@ pub struct Prepared {
     /// The gateway's model-key broker (`--model-socket`), opened `O_PATH`:
     /// model calls go through it.
     pub model_socket: Option<std::os::fd::OwnedFd>,
+    /// The MCP servers configured (read before the sandbox may hide the
+    /// config file).
+    pub mcp_servers: Vec<ServerConfig>,
+}
+
+/// The project's MCP config file, used with `--mcp-project-config on`.
+pub const PROJECT_MCP_CONFIG: &str = ".mcp.json";
+
+/// Reads the MCP servers of `--mcp-config` and, when allowed, the
+/// project's `.mcp.json` (a missing one is no error); `--mcp-config`'s win
+/// a name both define.
+pub fn load_mcp(args: &AgentArgs) -> Result<Vec<ServerConfig>, SetupError> {
+    let mut servers = match &args.mcp_config {
+        Some(path) => mcp::config::load(path)?,
+        None => Vec::new(),
+    };
+    if args.mcp_project_config == ProjectMcpConfig::On {
+        let path = resolve_cwd(args.cwd.as_deref())?.join(PROJECT_MCP_CONFIG);
+        if path.is_file() {
+            servers = mcp::config::merge(servers, mcp::config::load(&path)?);
+        }
+    }
+    Ok(servers)
 }
 
 /// Opens (and locks) the `--session` journal, if any. Runs before the
@@ -65,6 +92,10 @@ pub enum SetupError {
     Tools(String),
     #[error(transparent)]
     Journal(#[from] crate::agent::journal::JournalError),
+    #[error("--mcp-config: {0}")]
+    McpConfig(#[from] mcp::config::ConfigError),
+    #[error(transparent)]
+    McpServer(#[from] mcp::UnknownServer),
     #[error("unknown model {model:?} for provider {provider}; known models: {known}")]
     UnknownModel {
         model: String,
@@ -126,14 +157,26 @@ pub fn build(args: &AgentArgs, prepared: Prepared) -> Result<Setup, SetupError> 
         });
     }
 
-    let tools = if args.no_tools {
-        ToolSet::none()
+    let (tools, selection) = if args.no_tools {
+        (ToolSet::none(), Selection::Only(Vec::new()))
     } else {
         match &args.tools {
-            Some(names) => ToolSet::select(names).map_err(|e| SetupError::Tools(e.to_string()))?,
-            None => ToolSet::all(),
+            Some(names) => (
+                ToolSet::select(names).map_err(|e| SetupError::Tools(e.to_string()))?,
+                Selection::from_tools_flag(names),
+            ),
+            None => (ToolSet::all(), Selection::All),
         }
     };
+    let hub = McpHub::new(
+        prepared.mcp_servers,
+        selection,
+        cwd.clone(),
+        prepared.tool_confinement.clone(),
+        std::time::Duration::from_secs(args.mcp_timeout),
+    )?;
+    hub.start();
+    let tools = tools.with_mcp(hub.clone());
     let prompt_options = PromptOptions {
         replace: args.system_prompt.clone(),
         append: args.append_system_prompt.clone(),
@@ -158,6 +201,7 @@ pub fn build(args: &AgentArgs, prepared: Prepared) -> Result<Setup, SetupError> 
         },
         session,
         allow_unknown_models,
+        mcp: hub,
     })
 }
 

@@ -19,6 +19,9 @@
 //! - `GET /metrics` — Prometheus text (unless `--metrics-listen` serves it
 //!   elsewhere without a token).
 //! - `GET /v1/openapi.json` — an OpenAPI description of these endpoints.
+//!
+//! Every start, restart, stop and abort is recorded in the audit log
+//! with the admin who asked (`crate::audit`).
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -30,11 +33,14 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
 
+use crate::access::{Action as Admin, Identity};
+use crate::audit::{self, Entry, Outcome};
 use crate::client_addr::ClientAddr;
-use crate::guard::admin_refusal;
+use crate::guard::{self, admin_refusal};
 use crate::hub::{AttachError, ChildState, HubHandle, HubStatus, StopReason};
 use crate::metrics::{Direction, Metrics, CHILD_STATES, TOKEN_KINDS};
 use crate::offload::{self, Lane, WorkLost};
+use crate::process::StderrTail;
 use crate::procfs;
 use crate::projects;
 use crate::registry::RegistryError;
@@ -57,6 +63,8 @@ pub fn router() -> Router<Arc<AppState>> {
         .route("/v1/stats", get(stats))
         .route("/v1/events", get(events))
         .merge(crate::egress_admin::routes())
+        .merge(crate::tokens_admin::routes())
+        .merge(crate::budget_admin::routes())
         // Every route above answers only the admin token (a success
         // proves it); the description below is public.
         .route_layer(axum::middleware::from_fn(
@@ -71,7 +79,7 @@ pub async fn metrics(
     addr: ClientAddr,
     headers: HeaderMap,
 ) -> Response {
-    if let Some(refused) = admin_refusal(&state, &headers, addr) {
+    if let Some(refused) = admin_refusal(&state, &headers, addr, Admin::AdministerGateway) {
         return refused;
     }
     metrics_text(state).await
@@ -197,6 +205,7 @@ fn project_json(status: &HubStatus, detailed: bool) -> Value {
         "rss_bytes": status.pid.and_then(procfs::tree_resident_bytes),
         "cpu_seconds": status.pid.and_then(procfs::tree_cpu_seconds),
         "last_seq": status.last_seq,
+        "mcp": status.mcp,
     });
     if detailed {
         let clients: Vec<Value> = status
@@ -207,13 +216,7 @@ fn project_json(status: &HubStatus, detailed: bool) -> Value {
         let tail: Vec<String> = status
             .stderr_tail
             .as_ref()
-            .map(|t| {
-                t.lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .iter()
-                    .cloned()
-                    .collect()
-            })
+            .map(StderrTail::lines)
             .unwrap_or_default();
         out["clients_detail"] = json!(clients);
         out["stderr_tail"] = json!(tail);
@@ -234,10 +237,12 @@ async fn list(
     addr: ClientAddr,
     headers: HeaderMap,
 ) -> Response {
-    if let Some(refused) = admin_refusal(&state, &headers, addr) {
-        return refused;
-    }
-    let statuses = state.registry.list();
+    let who = match guard::admin(&state, &headers, addr, Admin::ListProjects) {
+        Ok(who) => who,
+        Err(refused) => return *refused,
+    };
+    let mut statuses = state.registry.list();
+    statuses.retain(|s| who.sees(&s.project));
     let listed = offload::run(Lane::Proc, move || {
         statuses
             .iter()
@@ -248,8 +253,9 @@ async fn list(
         Ok(projects) => projects,
         Err(e) => return lost(e),
     };
+    let dialect = state.dialect.rules().name();
     if !query.all {
-        return Json(json!({ "projects": projects })).into_response();
+        return Json(json!({ "projects": projects, "dialect": dialect })).into_response();
     }
     let root = state.projects_root.clone();
     let listed = offload::run(Lane::Files, move || projects::list(&root, MAX_LISTED_DIRS)).await;
@@ -269,17 +275,18 @@ async fn list(
     projects.extend(
         names
             .into_iter()
-            .filter(|name| !running.contains(name))
+            .filter(|name| !running.contains(name) && who.sees(name))
             .map(|name| json!({"project": name, "running": false, "state": "stopped"})),
     );
     projects.sort_by(|a, b| a["project"].as_str().cmp(&b["project"].as_str()));
-    Json(json!({ "projects": projects, "truncated": truncated })).into_response()
+    Json(json!({ "projects": projects, "truncated": truncated, "dialect": dialect }))
+        .into_response()
 }
 
 /// `POST /v1/projects/{project}/start`: the name is checked as a client's
 /// attach checks it; the start runs on (and is not cancelled with) this
 /// request, so an answer after [`START_WAIT`] says it is still starting.
-async fn start(state: &AppState, project: String) -> Response {
+async fn start(state: &AppState, project: String, who: Identity) -> Response {
     let dir = match projects::lookup(&state.projects_root, &project).await {
         Ok(dir) => dir,
         Err(e) => {
@@ -291,7 +298,7 @@ async fn start(state: &AppState, project: String) -> Response {
     let name = project.clone();
     let task = state
         .shutdown
-        .spawn(async move { registry.start(&name, dir).await });
+        .spawn(async move { registry.start(&name, dir, Arc::new(who)).await });
     let error = match tokio::time::timeout(START_WAIT, task).await {
         Ok(Ok(Ok(()))) => {
             tracing::info!(%project, "admin action: start");
@@ -326,6 +333,18 @@ async fn start(state: &AppState, project: String) -> Response {
     (status, Json(json!({"error": error.to_string()}))).into_response()
 }
 
+/// `entry` with the outcome `answer` says: ok, or an error with its
+/// status.
+fn outcome_of(entry: Entry, answer: &Response) -> Entry {
+    let status = answer.status();
+    match status.is_success() {
+        true => entry,
+        false => entry
+            .outcome(Outcome::Error)
+            .detail("status", status.as_u16()),
+    }
+}
+
 fn not_running(project: &str) -> Response {
     (
         StatusCode::NOT_FOUND,
@@ -341,7 +360,7 @@ fn hub(
     addr: ClientAddr,
     project: &str,
 ) -> Result<HubHandle, Box<Response>> {
-    if let Some(refused) = admin_refusal(state, headers, addr) {
+    if let Some(refused) = admin_refusal(state, headers, addr, Admin::Administer(project)) {
         return Err(Box::new(refused));
     }
     state
@@ -386,6 +405,16 @@ enum HubAction {
 }
 
 impl Action {
+    /// What the audit log calls it.
+    fn audited(self) -> audit::Action {
+        match self {
+            Action::Start => audit::Action::AdminStart,
+            Action::OnHub(HubAction::Restart) => audit::Action::AdminRestart,
+            Action::OnHub(HubAction::Stop) => audit::Action::AdminStop,
+            Action::OnHub(HubAction::Abort) => audit::Action::AdminAbort,
+        }
+    }
+
     /// The action named by the path segment, if it is one.
     fn parse(name: &str) -> Option<Action> {
         Some(match name {
@@ -406,24 +435,38 @@ async fn action(
     addr: ClientAddr,
     headers: HeaderMap,
 ) -> Response {
+    let who = match guard::admin(&state, &headers, addr, Admin::Administer(&project)) {
+        Ok(who) => who,
+        Err(refused) => return *refused,
+    };
+    let audited = |audit: Action| {
+        Entry::new(audit.audited())
+            .by(&who)
+            .source(addr.0)
+            .project(&project)
+    };
     let on_hub = match Action::parse(&action) {
         Some(Action::Start) => {
-            if let Some(refused) = admin_refusal(&state, &headers, addr) {
-                return refused;
-            }
-            return start(&state, project).await;
+            let entry = audited(Action::Start);
+            let answer = start(&state, project, who.clone()).await;
+            state.audit.record(outcome_of(entry, &answer));
+            return answer;
         }
         Some(Action::OnHub(on_hub)) => Some(on_hub),
         None => None,
     };
-    let hub = match hub(&state, &headers, addr, &project) {
-        Ok(hub) => hub,
-        Err(response) => return *response,
+    let Some(hub) = state.registry.get(&project) else {
+        if let Some(on_hub) = on_hub {
+            let entry = audited(Action::OnHub(on_hub)).outcome(Outcome::Error);
+            state.audit.record(entry.detail("error", "not_running"));
+        }
+        return not_running(&project);
     };
     let Some(on_hub) = on_hub else {
         let error = format!("unknown action {action:?}; use start, restart, stop or abort");
         return (StatusCode::NOT_FOUND, Json(json!({ "error": error }))).into_response();
     };
+    state.audit.record(audited(Action::OnHub(on_hub)));
     match on_hub {
         HubAction::Restart => hub.restart().await,
         // The stop is graceful and may take the stop grace; answer now.
@@ -443,7 +486,7 @@ async fn stats(
     addr: ClientAddr,
     headers: HeaderMap,
 ) -> Response {
-    if let Some(refused) = admin_refusal(&state, &headers, addr) {
+    if let Some(refused) = admin_refusal(&state, &headers, addr, Admin::AdministerGateway) {
         return refused;
     }
     let refreshed = state.clone();
@@ -506,10 +549,12 @@ async fn events(
     addr: ClientAddr,
     headers: HeaderMap,
 ) -> Response {
-    if let Some(refused) = admin_refusal(&state, &headers, addr) {
-        return refused;
-    }
-    let (events, last_seq) = state.registry.events().after(query.after);
+    let who = match guard::admin(&state, &headers, addr, Admin::ListProjects) {
+        Ok(who) => who,
+        Err(refused) => return *refused,
+    };
+    let (mut events, last_seq) = state.registry.events().after(query.after);
+    events.retain(|e| who.sees(&e.project));
     Json(json!({ "events": events, "last_seq": last_seq })).into_response()
 }
 

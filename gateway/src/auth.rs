@@ -235,10 +235,13 @@ pub enum AuthFailure {
     HelloTooLarge,
     /// Refused without a check: the source's failure budget is empty.
     Throttled,
+    /// A valid credential asked for what it does not cover (a project
+    /// outside its scope, a role it lacks) or has expired.
+    Forbidden,
 }
 
 impl AuthFailure {
-    pub const ALL: [AuthFailure; 7] = [
+    pub const ALL: [AuthFailure; 8] = [
         AuthFailure::InvalidToken,
         AuthFailure::MissingToken,
         AuthFailure::NotHello,
@@ -246,6 +249,7 @@ impl AuthFailure {
         AuthFailure::Origin,
         AuthFailure::HelloTooLarge,
         AuthFailure::Throttled,
+        AuthFailure::Forbidden,
     ];
 
     /// The metric label.
@@ -258,6 +262,7 @@ impl AuthFailure {
             AuthFailure::Origin => "origin",
             AuthFailure::HelloTooLarge => "hello_too_large",
             AuthFailure::Throttled => "throttled",
+            AuthFailure::Forbidden => "forbidden",
         }
     }
 }

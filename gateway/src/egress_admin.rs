@@ -11,7 +11,8 @@
 //! - `DELETE /v1/projects/{project}/egress` — back to the operator's policy.
 //!
 //! Overrides apply to the next request decided, on open connections too,
-//! and are kept on disk (`crate::egress::kept`).
+//! are kept on disk (`crate::egress::kept`), and are recorded in the
+//! audit log with the admin who set them.
 
 use std::sync::Arc;
 
@@ -23,9 +24,10 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::{json, Value};
 
+use crate::access::{Action, Identity};
+use crate::audit::{self, Entry, Outcome};
 use crate::client_addr::ClientAddr;
 use crate::egress::{EgressAdmin, Override, Policy, Registry};
-use crate::guard::admin_refusal;
 use crate::offload::{self, Lane};
 use crate::projects;
 use crate::state::AppState;
@@ -45,25 +47,24 @@ pub fn routes() -> Router<Arc<AppState>> {
 }
 
 /// The admin's refusal, a bad name, or the proxy not in use; else the
-/// registry.
+/// admin and the registry.
 fn guard(
     state: &AppState,
     headers: &HeaderMap,
     addr: ClientAddr,
     project: &str,
-) -> Result<EgressAdmin, Box<Response>> {
-    if let Some(refused) = admin_refusal(state, headers, addr) {
-        return Err(Box::new(refused));
-    }
+) -> Result<(Identity, EgressAdmin), Box<Response>> {
+    let who = crate::guard::admin(state, headers, addr, Action::Administer(project))?;
     if let Err(e) = projects::validate_name(project) {
         return Err(Box::new(error(StatusCode::BAD_REQUEST, &e.to_string())));
     }
-    state.egress.clone().ok_or_else(|| {
+    let egress = state.egress.clone().ok_or_else(|| {
         Box::new(error(
             StatusCode::CONFLICT,
             "the egress proxy is not in use: tools reach the network with --tool-network on or not at all with off; per-project egress rules need --tool-network proxy",
         ))
-    })
+    })?;
+    Ok((who, egress))
 }
 
 fn error(status: StatusCode, message: &str) -> Response {
@@ -98,7 +99,7 @@ async fn show(
     headers: HeaderMap,
 ) -> Response {
     match guard(&state, &headers, addr, &project) {
-        Ok(egress) => Json(view(&egress.registry, &project)).into_response(),
+        Ok((_, egress)) => Json(view(&egress.registry, &project)).into_response(),
         Err(response) => *response,
     }
 }
@@ -110,8 +111,8 @@ async fn set(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let egress = match guard(&state, &headers, addr, &project) {
-        Ok(egress) => egress,
+    let (who, egress) = match guard(&state, &headers, addr, &project) {
+        Ok(guarded) => guarded,
         Err(response) => return *response,
     };
     let change: Override = match serde_json::from_slice(&body) {
@@ -130,7 +131,10 @@ async fn set(
             &format!("at most {MAX_RULES} allow and {MAX_RULES} deny rules per project"),
         );
     }
-    commit(egress, project, Some(change)).await
+    let entry = audited(&who, addr, &project, Some(&change));
+    let answer = commit(egress, project, Some(change)).await;
+    record(&state, entry, &answer);
+    answer
 }
 
 async fn remove(
@@ -140,9 +144,40 @@ async fn remove(
     headers: HeaderMap,
 ) -> Response {
     match guard(&state, &headers, addr, &project) {
-        Ok(egress) => commit(egress, project, None).await,
+        Ok((who, egress)) => {
+            let entry = audited(&who, addr, &project, None);
+            let answer = commit(egress, project, None).await;
+            record(&state, entry, &answer);
+            answer
+        }
         Err(response) => *response,
     }
+}
+
+/// The audit entry of `who` (from `addr`) setting `project`'s override
+/// to `change` (`None`: removing it).
+fn audited(who: &Identity, addr: ClientAddr, project: &str, change: Option<&Override>) -> Entry {
+    let entry = Entry::new(audit::Action::EgressChanged)
+        .by(who)
+        .source(addr.0)
+        .project(project);
+    match change.map(serde_json::to_value) {
+        Some(Ok(rules)) => entry.detail("override", rules),
+        Some(Err(_)) => entry.detail("override", "set"),
+        None => entry.detail("override", Value::Null),
+    }
+}
+
+/// Records `entry` with the outcome `answer` says: an override in force
+/// but not kept across restarts is an error.
+fn record(state: &AppState, entry: Entry, answer: &Response) {
+    let entry = match answer.status().is_success() {
+        true => entry,
+        false => entry
+            .outcome(Outcome::Error)
+            .detail("status", answer.status().as_u16()),
+    };
+    state.audit.record(entry);
 }
 
 /// Applies `change`, keeps every override on disk, answers the new view.

@@ -268,6 +268,7 @@ mod tests {
             model: None,
             usage: None,
             stderr_tail: None,
+            mcp: Vec::new(),
         }
     }
 

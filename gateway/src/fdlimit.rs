@@ -2,17 +2,22 @@
 //!
 //! At start the gateway raises its soft `RLIMIT_NOFILE` to the hard limit.
 //! Connections may then use all of it but a headroom: descriptors for the
-//! children's pipes, session files, the listeners, the egress proxy's
+//! children's stdio sockets (one per child), session files, the listeners, the egress proxy's
 //! tool connections (two each) and the `/proc` reads of
 //! the admin API, so that none of those fails with `EMFILE` while clients
 //! (or an attacker) hold every connection the cap allows.
 
 use nix::sys::resource::{getrlimit, setrlimit, Resource};
 
-/// Descriptors kept free besides those of the children.
+/// Descriptors kept free besides those of the children. A spawn holds a
+/// few more for a moment (the child's ends of its stdio socket, its stderr
+/// file, its cgroups' files, the status pipe of `exec`), but children are
+/// forked one at a time, on one thread, so this covers them.
 pub const BASE_HEADROOM: u64 = 128;
-/// Descriptors kept free per child (stdin, stdout, stderr, pidfd, slack).
-pub const PER_CHILD_HEADROOM: u64 = 4;
+/// Descriptors the gateway holds per running child: its end of the
+/// child's stdio socket. The child's stderr goes to a file only the child
+/// holds, and its exit is learnt from SIGCHLD (no pidfd).
+pub const PER_CHILD_HEADROOM: u64 = 1;
 /// The derived cap never goes below this (a tiny fd limit still serves).
 pub const MIN_CONNECTIONS: usize = 16;
 
@@ -91,11 +96,14 @@ mod tests {
 
     #[test]
     fn default_cap_leaves_headroom() {
-        // 1024 fds, 64 children: 128 + 256 kept free.
-        assert_eq!(default_max_connections(1024, 64, 0), 640);
-        assert_eq!(default_max_connections(1 << 20, 64, 0), (1 << 20) - 384);
+        // 1024 fds, 64 children: 128 + 64 kept free.
+        assert_eq!(default_max_connections(1024, 64, 0), 832);
+        assert_eq!(default_max_connections(1 << 20, 64, 0), (1 << 20) - 192);
         // 100 egress connections hold 200 more.
-        assert_eq!(default_max_connections(1024, 64, 100), 440);
+        assert_eq!(default_max_connections(1024, 64, 100), 632);
+        // 10,010 children under a hard limit of 20,000 leave room for
+        // nearly 10,000 connections.
+        assert_eq!(default_max_connections(20_000, 10_010, 0), 9_862);
         // A tiny limit still allows a few connections.
         assert_eq!(default_max_connections(100, 64, 0), MIN_CONNECTIONS);
         // RLIM_INFINITY does not overflow.

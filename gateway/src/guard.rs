@@ -3,17 +3,21 @@
 //! ([`crate::throttle`]), the constant-time check ([`crate::auth`]), and
 //! how a refusal is answered over HTTP — 401, or 429 with `Retry-After`
 //! when the attempt was not even checked. Callers count the refusal in
-//! `corral_auth_failures_total` once, with [`Refused::failure`].
+//! `corral_auth_failures_total` once, with [`Refused::failure`]. An admin
+//! request refused to a valid credential is also recorded in the audit
+//! log.
 
 use std::net::IpAddr;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::json;
 
-use crate::auth::{self, AuthFailure, Role, Tokens};
+use crate::access::{self, Action, Denied, Identity, Kind, Purpose};
+use crate::audit::{self, Entry};
+use crate::auth::{self, AuthFailure, Role};
 use crate::client_addr::ClientAddr;
 use crate::state::AppState;
 use crate::throttle::Checked;
@@ -80,17 +84,15 @@ impl Refused {
     }
 }
 
-/// Checks `token` from `addr` with `role_of` (which role it grants, if
-/// any), through the failure budget of `addr`.
+/// Checks `token` from `addr` with `identify` (what it proves, if
+/// anything), through the failure budget of `addr`.
 pub fn check<R>(
     state: &AppState,
     addr: IpAddr,
     token: &str,
-    role_of: impl FnOnce(&Tokens, &str) -> Option<R>,
+    identify: impl FnOnce(&str) -> Option<R>,
 ) -> Result<R, Refused> {
-    let checked = state
-        .throttle
-        .check(addr, token, Instant::now(), |t| role_of(&state.tokens, t));
+    let checked = state.throttle.check(addr, token, Instant::now(), identify);
     match checked {
         Checked::Accepted { value, remembered } => {
             if remembered {
@@ -103,34 +105,123 @@ pub fn check<R>(
     }
 }
 
-/// The role a project session opened with `token` from `addr` gets.
-pub fn session_role(state: &AppState, addr: IpAddr, token: &str) -> Result<Role, Refused> {
-    check(state, addr, token, Tokens::session_role)
+/// The identity `token` from `addr` proves, for `purpose`; a managed
+/// token's use is noted for `GET /v1/tokens`.
+pub fn identify(
+    state: &AppState,
+    addr: IpAddr,
+    token: &str,
+    purpose: Purpose,
+) -> Result<Identity, Refused> {
+    let now = SystemTime::now();
+    let who = check(state, addr, token, |t| {
+        state.keyring.identify(t, purpose, now)
+    })?;
+    if let (Kind::Managed, Some(store)) = (who.kind, &state.keyring.managed) {
+        store.note_use(&who.name, addr, now);
+    }
+    Ok(who)
 }
 
-/// The refusal for a request without the admin bearer token: 401 when no
-/// valid token was presented, 429 when its source may not try now, 403
-/// for a valid token of another role.
-pub fn admin_refusal(state: &AppState, headers: &HeaderMap, addr: ClientAddr) -> Option<Response> {
+/// What a refused action is answered over HTTP: 401 for an expired
+/// credential, 403 otherwise. An out-of-scope project gets the same
+/// answer whether it exists or not.
+pub fn denied_response(denied: Denied, action: Action<'_>) -> Response {
+    let (status, error) = match (denied, action) {
+        (Denied::Expired, _) => (StatusCode::UNAUTHORIZED, denied.to_string()),
+        (Denied::OutOfScope, Action::Drive(p) | Action::Observe(p) | Action::Administer(p)) => (
+            StatusCode::FORBIDDEN,
+            format!("the credential does not cover project {p:?}"),
+        ),
+        (Denied::OutOfScope, _) => (
+            StatusCode::FORBIDDEN,
+            "this endpoint shows every project: it needs an admin credential for all of them"
+                .to_string(),
+        ),
+        (Denied::WrongRole, _) => (
+            StatusCode::FORBIDDEN,
+            "this endpoint needs an admin credential".to_string(),
+        ),
+    };
+    (status, Json(json!({ "error": error }))).into_response()
+}
+
+/// The admin identity of a request allowed `action`, or the answer to
+/// send instead: 401 when no valid credential was presented (or it
+/// expired), 429 when its source may not try now, 403 for a valid
+/// credential of another role or scope.
+pub fn admin(
+    state: &AppState,
+    headers: &HeaderMap,
+    addr: ClientAddr,
+    action: Action<'_>,
+) -> Result<Identity, Box<Response>> {
     let header = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
     let Some(token) = auth::bearer(header) else {
         state.metrics.auth_failure(AuthFailure::MissingToken);
         let error = json!({ "error": "admin token required" });
-        return Some((StatusCode::UNAUTHORIZED, Json(error)).into_response());
+        return Err(Box::new(
+            (StatusCode::UNAUTHORIZED, Json(error)).into_response(),
+        ));
     };
-    match check(state, addr.0, token, Tokens::role_of) {
-        Ok(Role::Admin) => None,
-        Ok(_) => {
-            let error = json!({ "error": "this endpoint needs the admin token" });
-            Some((StatusCode::FORBIDDEN, Json(error)).into_response())
-        }
+    let who = match identify(state, addr.0, token, Purpose::Admin) {
+        Ok(who) => who,
         Err(refused) => {
             state.metrics.auth_failure(refused.failure());
-            Some(refused.into_response(true))
+            return Err(Box::new(refused.into_response(true)));
+        }
+    };
+    match access::authorize(&who, action, SystemTime::now()) {
+        Ok(()) => Ok(who),
+        Err(denied) => {
+            state.metrics.auth_failure(AuthFailure::Forbidden);
+            tracing::info!(actor = %who.name, ?action, "admin request refused: {denied}");
+            audit_refusal(state, &who, addr, action, denied);
+            Err(Box::new(denied_response(denied, action)))
         }
     }
+}
+
+/// Records an authenticated admin request refused (the audit log keeps
+/// no refusals of requests without a valid credential: anyone could
+/// fill it with them).
+fn audit_refusal(
+    state: &AppState,
+    who: &Identity,
+    addr: ClientAddr,
+    action: Action<'_>,
+    denied: Denied,
+) {
+    let mut entry = Entry::new(audit::Action::Refused)
+        .by(who)
+        .source(addr.0)
+        .detail("request", "admin");
+    if let Action::Drive(p) | Action::Observe(p) | Action::Administer(p) = action {
+        entry = entry.project(p);
+    }
+    state
+        .audit
+        .record(entry.refused(audit::denied_reason(denied)));
+}
+
+/// The refusal for a request without an admin credential allowed
+/// `action` (see [`admin`]).
+pub fn admin_refusal(
+    state: &AppState,
+    headers: &HeaderMap,
+    addr: ClientAddr,
+    action: Action<'_>,
+) -> Option<Response> {
+    admin(state, headers, addr, action)
+        .err()
+        .map(|refused| *refused)
+}
+
+/// The role a session of `who` on `project` gets, or why not.
+pub fn session_role(who: &Identity, project: &str) -> Result<Role, Denied> {
+    who.session_role(project, SystemTime::now())
 }
 
 #[cfg(test)]

@@ -2,10 +2,14 @@
 //! supervises it, and multiplexes it to many WebSocket clients.
 
 pub mod access;
+pub mod acp_remote;
 pub mod admin;
+pub mod admission;
 pub mod attach_cli;
+pub mod audit;
 pub mod auth;
 pub mod broker;
+pub mod budget_admin;
 pub mod child_socket;
 pub mod client_addr;
 pub mod config;
@@ -21,6 +25,7 @@ pub mod hub;
 pub mod journal;
 pub mod layers;
 pub mod listener;
+pub mod mcp;
 pub mod metrics;
 pub mod notify;
 pub mod offload;
@@ -32,8 +37,11 @@ pub mod scrub;
 pub mod server;
 pub mod shutdown;
 pub mod spawn_secrets;
+pub mod spend;
 pub mod state;
 pub mod statefs;
 pub mod throttle;
+pub mod token_cli;
 pub mod token_slots;
+pub mod tokens_admin;
 pub mod ws;

@@ -1,6 +1,8 @@
 //! The accept loop of the main listener (and of `--proxy-listen`, under
-//! the same bounds): HTTP/1.1 (with upgrades) over hyper, under these
-//! bounds.
+//! the same bounds): HTTP/1.1 (with upgrades) over hyper, and HTTP/2 by
+//! prior knowledge (h2c: a connection that opens with the HTTP/2 preface,
+//! `prior_knowledge`; at most [`H2_MAX_STREAMS`] streams each), under
+//! these bounds.
 //!
 //! - `--max-connections`: at the cap, a connection that has not proved a
 //!   valid credential (an authenticated WebSocket, a request the admin
@@ -18,7 +20,8 @@
 //!   with a fixed `503` written without reading anything; it never reaches
 //!   hyper or a task.
 //! - `--header-timeout`: a connection that does not send a complete
-//!   request head within it is closed (hyper's header read timeout).
+//!   request head within it is closed (hyper's header read timeout on
+//!   HTTP/1.1; on HTTP/2, a connection with no request by then).
 //! - the open-file limit: when `accept` fails for lack of descriptors, one
 //!   held in reserve is freed to take the waiting connection, answer it a
 //!   fixed `503` and close it (`Reserve`), so clients are told at once
@@ -30,6 +33,7 @@
 //! extensions.
 
 mod ops;
+mod prior_knowledge;
 mod slots;
 
 use std::convert::Infallible;
@@ -42,8 +46,8 @@ use axum::Router;
 use futures_util::future::Either;
 use futures_util::FutureExt;
 use hyper::body::Incoming;
-use hyper::server::conn::http1;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper::server::conn::{http1, http2};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
@@ -246,6 +250,30 @@ async fn serve_connection(
             response
         }))
     });
+    if service == Service::Full {
+        // The preface, or the request line, within --header-timeout.
+        let sniffed = tokio::select! {
+            sniffed = tokio::time::timeout(header_timeout, prior_knowledge::sniff(&stream)) => sniffed,
+            () = slot.evicted(), if !shutdown.is_cancelled() => return,
+            () = shutdown.cancelled() => return,
+        };
+        match sniffed {
+            Ok(Ok(true)) => {
+                serve_h2(stream, peer, &slot, handler, header_timeout, shutdown).await;
+                return;
+            }
+            Ok(Ok(false)) => {}
+            Ok(Err(e)) => {
+                tracing::debug!(%peer, error = %e, "connection ended with an error");
+                return;
+            }
+            Err(_) => {
+                slot.metrics().connection_refused("header_timeout");
+                tracing::debug!(%peer, "closed a connection that sent no request in time");
+                return;
+            }
+        }
+    }
     let connection = http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(header_timeout)
@@ -272,5 +300,73 @@ async fn serve_connection(
         } else {
             tracing::debug!(%peer, error = %e, "connection ended with an error");
         }
+    }
+}
+
+/// Streams one HTTP/2 connection may have open at once.
+pub const H2_MAX_STREAMS: u32 = 64;
+/// Bytes of request headers an HTTP/2 request may carry.
+pub const H2_MAX_HEADER_BYTES: u32 = 64 << 10;
+/// Pings on an HTTP/2 connection, and how long an answer may take, so a
+/// peer that vanished is noticed even while its streams are quiet.
+const H2_KEEP_ALIVE: Duration = Duration::from_secs(30);
+const H2_KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Serves a connection that opened with the HTTP/2 preface (h2c by prior
+/// knowledge; there are no upgrades on HTTP/2), under the same eviction,
+/// shutdown and `--header-timeout` as HTTP/1.1: one that has sent no
+/// complete request head within it is closed (hyper has no such timeout
+/// for HTTP/2, and a peer that answers pings would otherwise keep its
+/// socket for good).
+async fn serve_h2<S>(
+    stream: TcpStream,
+    peer: SocketAddr,
+    slot: &ConnectionSlot,
+    handler: S,
+    header_timeout: Duration,
+    shutdown: CancellationToken,
+) where
+    S: hyper::service::HttpService<Incoming> + Send + 'static,
+    S::Future: Send + 'static,
+    S::ResBody: Send + 'static,
+    <S::ResBody as hyper::body::Body>::Data: Send,
+    <S::ResBody as hyper::body::Body>::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let connection = http2::Builder::new(TokioExecutor::new())
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(H2_MAX_STREAMS)
+        .max_header_list_size(H2_MAX_HEADER_BYTES)
+        .keep_alive_interval(H2_KEEP_ALIVE)
+        .keep_alive_timeout(H2_KEEP_ALIVE_TIMEOUT)
+        .serve_connection(TokioIo::new(stream), handler);
+    tokio::pin!(connection);
+    let result = tokio::select! {
+        result = connection.as_mut() => result,
+        () = slot.evicted(), if !shutdown.is_cancelled() => {
+            tracing::debug!(%peer, "closed an unauthenticated connection to make room");
+            return;
+        }
+        () = no_request_within(slot, header_timeout) => {
+            slot.metrics().connection_refused("header_timeout");
+            tracing::debug!(%peer, "closed an HTTP/2 connection that sent no request in time");
+            return;
+        }
+        () = shutdown.cancelled() => {
+            connection.as_mut().graceful_shutdown();
+            connection.await
+        }
+    };
+    if let Err(e) = result {
+        tracing::debug!(%peer, error = %e, "HTTP/2 connection ended with an error");
+    }
+}
+
+/// Completes once `timeout` has passed with no request head on the
+/// connection; never once one arrived.
+async fn no_request_within(slot: &ConnectionSlot, timeout: Duration) {
+    tokio::time::sleep(timeout).await;
+    if slot.was_served() {
+        std::future::pending::<()>().await;
     }
 }

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
+use corral::audit::Audit;
 use corral::client_addr::Listeners;
 use corral::config::{self, ChildUser, Cli, Command, Config, LogFormat};
 use corral::egress::EgressAdmin;
@@ -35,6 +36,8 @@ use tracing_subscriber::Layer as _;
 /// First restart delay after a crash, and the cap of the backoff.
 const RESTART_BASE: Duration = Duration::from_millis(500);
 const RESTART_MAX: Duration = Duration::from_secs(30);
+/// How long a stopping gateway waits for the audit log's last entries.
+const AUDIT_CLOSE_WAIT: Duration = Duration::from_secs(5);
 /// Flags whose value is a token, masked in the process's command line.
 const TOKEN_FLAGS: [&str; 3] = ["--token", "--observer-token", "--admin-token"];
 
@@ -42,13 +45,14 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let otlp_endpoint = match &cli.command {
         Command::Serve(args) => args.otlp_endpoint.clone(),
-        Command::Attach(_) | Command::Journal(_) => None,
+        Command::Attach(_) | Command::Journal(_) | Command::Token(_) => None,
     };
     let telemetry = init_logging(cli.log_format, otlp_endpoint.as_deref());
     match cli.command {
         Command::Serve(args) => serve_main(args, telemetry),
         Command::Attach(args) => run_async(corral::attach_cli::run(args)),
         Command::Journal(args) => journal_main(args),
+        Command::Token(args) => run_async(corral::token_cli::run(args)),
     }
 }
 
@@ -145,7 +149,7 @@ fn serve_main(args: config::ServeArgs, telemetry: Option<Telemetry>) -> ExitCode
         tracing::warn!(error = %e, "no traces are exported");
     }
     run_async(async move {
-        let served = serve(config, limits, sockets).await;
+        let served = serve(config, limits, sockets, telemetry.as_ref()).await;
         if let Some(telemetry) = telemetry {
             // Sends the last spans; blocks, so off the event loop.
             let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
@@ -177,9 +181,9 @@ fn bind_sockets(config: &Config) -> Result<Sockets, ExitCode> {
 /// (so no child inherits them), and the broker's socket bound, before the
 /// sandbox probe opens it and before any thread exists.
 fn broker_socket(config: &Config) -> Result<Option<std::os::unix::net::UnixListener>, ExitCode> {
-    if config.model_broker.is_none() {
+    let (Some(_), Some(socket)) = (&config.model_broker, &config.confinement.model_socket) else {
         return Ok(None);
-    }
+    };
     let keys = corral::broker::Provider::ALL.map(corral::broker::Provider::key_env);
     if let Err(e) = corral::scrub::mask_process_secrets(&[], &keys) {
         tracing::warn!(error = %e, "cannot mask the provider keys in /proc/self/environ");
@@ -187,7 +191,7 @@ fn broker_socket(config: &Config) -> Result<Option<std::os::unix::net::UnixListe
     for name in corral::broker::ENV_VARS {
         std::env::remove_var(name);
     }
-    match corral::broker::open_socket(&config.state_dir) {
+    match corral::broker::open_socket(&config.state_dir, socket) {
         Ok(listener) => Ok(Some(listener)),
         Err(e) => {
             eprintln!(
@@ -314,7 +318,12 @@ fn start_egress(
     Ok(())
 }
 
-async fn serve(config: Config, limits: Arc<Limits>, sockets: Sockets) -> anyhow::Result<()> {
+async fn serve(
+    config: Config,
+    limits: Arc<Limits>,
+    sockets: Sockets,
+    telemetry: Option<&Telemetry>,
+) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(|e| listen_error(e, config.listen, "--listen"))?;
@@ -345,6 +354,7 @@ async fn serve(config: Config, limits: Arc<Limits>, sockets: Sockets) -> anyhow:
     };
     announce(&config, &addresses);
     let metrics = Arc::new(Metrics::new().context("cannot set up metrics")?);
+    let audit = start_audit(&config, &metrics, telemetry)?;
     let egress_dir = config.state_dir.join("egress");
     let egress = match sockets.egress {
         Some(listener) => {
@@ -358,7 +368,24 @@ async fn serve(config: Config, limits: Arc<Limits>, sockets: Sockets) -> anyhow:
         }
         None => None,
     };
-    let mut settings = hub_settings(&config, metrics.clone(), limits.clone())?;
+    let ledger = Arc::new(
+        corral::spend::Ledger::open(
+            &config.state_dir,
+            config.project_budget_usd,
+            metrics.clone(),
+        )
+        .map_err(|e| anyhow::anyhow!("cannot read the budgets: {e}"))?,
+    );
+    if let Some(usd) = config.project_budget_usd {
+        tracing::info!(budget = %corral::spend::usd(usd), "each project's model spend is limited (--project-budget-usd)");
+    }
+    let mut settings = hub_settings(
+        &config,
+        metrics.clone(),
+        limits.clone(),
+        audit.clone(),
+        ledger.clone(),
+    )?;
     settings.egress = egress.as_ref().map(|(_, registry)| registry.clone());
     let brokered = config.model_broker.clone().zip(sockets.broker);
     let broker_keys = brokered
@@ -388,7 +415,7 @@ async fn serve(config: Config, limits: Arc<Limits>, sockets: Sockets) -> anyhow:
         )?;
     }
     if let (Some((upstreams, socket)), Some(keys)) = (brokered, broker_keys) {
-        let broker = corral::broker::Broker::new(keys, upstreams, metrics.clone())
+        let broker = corral::broker::Broker::new(keys, upstreams, metrics.clone(), ledger.clone())
             .context("cannot set up the model broker's HTTP client")?
             .with_peers(child_peers(&config));
         corral::broker::spawn(socket, broker, shutdown.token().clone())
@@ -401,10 +428,36 @@ async fn serve(config: Config, limits: Arc<Limits>, sockets: Sockets) -> anyhow:
             "model broker off ({why}): agents get the provider keys in their environment"
         );
     }
+    if !config.mcp.servers.is_empty() {
+        let names: Vec<&str> = config.mcp.servers.iter().map(|s| s.name.as_str()).collect();
+        match config.supervisor.child_command {
+            Some(_) => tracing::warn!(
+                servers = ?names,
+                "--mcp-servers is not given to a --child-command agent: its projects get no operator MCP servers"
+            ),
+            None => {
+                tracing::info!(servers = ?names, client_mcp = ?config.mcp.client, "MCP servers of the operator")
+            }
+        }
+    }
+    let managed = corral::access::store::Store::open(&config.state_dir).with_context(|| {
+        format!(
+            "cannot read the managed tokens in {}/{}",
+            config.state_dir.display(),
+            corral::access::store::DIR
+        )
+    })?;
+    let keyring = corral::access::Keyring {
+        statics: config.tokens.clone(),
+        configured: config.configured_tokens.clone(),
+        managed: Some(Arc::new(managed)),
+        jwt: jwt_verify(&config, &shutdown)?,
+    };
     let state = Arc::new(AppState {
         dialect: config.supervisor.dialect,
         registry,
-        tokens: config.tokens.clone(),
+        keyring,
+        live: Arc::default(),
         projects_root: config.projects_root.clone(),
         allowed_origins: config.allowed_origins.clone(),
         hello_timeout: config.limits.hello_timeout,
@@ -418,10 +471,15 @@ async fn serve(config: Config, limits: Arc<Limits>, sockets: Sockets) -> anyhow:
         started: std::time::Instant::now(),
         confinement: confinement_status(&config, &limits),
         egress: egress_admin,
+        spend: ledger.clone(),
+        audit: audit.clone(),
+        acp_connections: Default::default(),
     });
+    corral::spend::spawn_keeper(ledger.clone(), &shutdown);
     if let Some(listener) = metrics_listener {
         serve_metrics(listener, state.clone(), config.limits.header_timeout);
     }
+    shutdown.spawn(corral::tokens_admin::follow(state.clone()));
     // Orphans of the children's tools become the gateway's, so they can
     // be killed and reaped (the children were already checked by the probe).
     match corral::process::leftovers::become_subreaper() {
@@ -452,9 +510,71 @@ async fn serve(config: Config, limits: Arc<Limits>, sockets: Sockets) -> anyhow:
         trusted: config.trusted_proxies.clone(),
     };
     server::run(listeners, state, listener_limits, config.shutdown_grace).await;
+    // The children have stopped: their last spend is kept.
+    ledger.sync().await;
+    // The entries of the shutdown itself included; blocks, so off the loop.
+    let _ = tokio::task::spawn_blocking(move || audit.close(AUDIT_CLOSE_WAIT)).await;
     limits.cleanup();
+    // This gateway's own sockets go with it (other gateways on the state
+    // directory have theirs).
+    for socket in [
+        &config.confinement.egress_socket,
+        &config.confinement.model_socket,
+    ]
+    .into_iter()
+    .flatten()
+    {
+        let _ = std::fs::remove_file(socket);
+    }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// With a JWT secret or JWKS: the verifier the keyring asks for what
+/// looks like a JWT (its JWKS URL refreshed in the background); else none.
+fn jwt_verify(
+    config: &Config,
+    shutdown: &corral::shutdown::Shutdown,
+) -> anyhow::Result<Option<corral::access::keyring::JwtVerify>> {
+    let verifier = Arc::new(
+        corral::access::jwt::Verifier::from_settings(&config.jwt)
+            .context("cannot set up JWT verification")?,
+    );
+    if !verifier.is_enabled() {
+        return Ok(None);
+    }
+    verifier.spawn_refresh(shutdown);
+    tracing::info!(accepted = %verifier.summary(), "signed tokens (JWT) accepted");
+    Ok(Some(Arc::new(move |token: &str, now| {
+        verifier
+            .verify(token, now)
+            .map_err(|error| tracing::debug!(%error, "JWT refused"))
+            .ok()
+    })))
+}
+
+/// With `--audit-log`: the file opened, its writer thread started and, with
+/// `--otlp-endpoint`, its entries exported as log records; else an audit
+/// that records nothing.
+fn start_audit(
+    config: &Config,
+    metrics: &Metrics,
+    telemetry: Option<&Telemetry>,
+) -> anyhow::Result<Audit> {
+    let Some(settings) = &config.audit else {
+        return Ok(Audit::disabled());
+    };
+    let export = match telemetry.map(Telemetry::audit_export) {
+        Some(Ok(export)) => Some(export),
+        Some(Err(e)) => {
+            tracing::warn!(error = %e, "audit entries are not exported");
+            None
+        }
+        None => None,
+    };
+    let audit = Audit::start(settings, metrics.audit_entries.clone(), export)?;
+    tracing::info!(file = %settings.path.display(), prompts = settings.prompts, "audit log on");
+    Ok(audit)
 }
 
 /// Raises the open-file limit and bounds connections under it.
@@ -571,6 +691,8 @@ fn hub_settings(
     config: &Config,
     metrics: Arc<Metrics>,
     limits: Arc<Limits>,
+    audit: Audit,
+    spend: Arc<corral::spend::Ledger>,
 ) -> anyhow::Result<HubSettings> {
     let supervisor = &config.supervisor;
     let restart = RestartPolicy::new(
@@ -582,6 +704,8 @@ fn hub_settings(
     )
     .context("invalid restart settings")?;
     Ok(HubSettings {
+        epoch: corral::hub::new_epoch()
+            .map_err(|e| anyhow::anyhow!("cannot make the seq epoch: {e}"))?,
         dialect: supervisor.dialect,
         child_bin: supervisor.child_bin.clone(),
         child_args: agent_args(config),
@@ -590,6 +714,7 @@ fn hub_settings(
             .as_ref()
             .map(|words| words.iter().map(Into::into).collect()),
         homes_dir: config.state_dir.join("homes"),
+        state_dir: config.state_dir.clone(),
         child_env: {
             let pass = &supervisor.child_env.pass;
             let set = &supervisor.child_env.set;
@@ -626,6 +751,14 @@ fn hub_settings(
         restart,
         metrics,
         model_broker: None,
+        gate: Arc::new(corral::admission::Admission::new(
+            config.limits.max_prompts_per_minute,
+            spend.clone(),
+        )),
+        audit,
+        spend: Some(spend),
+        mcp: Arc::new(config.mcp.clone()),
+        mcp_dir: config.state_dir.join("mcp"),
     })
 }
 

@@ -18,8 +18,8 @@ use prometheus::core::Collector;
 use crate::auth::AuthFailure;
 use crate::offload::{Jobs, Lane};
 use prometheus::{
-    Counter, Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
-    IntGaugeVec, Opts, Registry, TextEncoder,
+    Counter, Encoder, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
+    IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 /// Which hop a frame crossed.
@@ -70,8 +70,10 @@ pub const EXIT_REASONS: [&str; 9] = [
 /// `--auth-failure-burst` + `--auth-failure-rate` per second from one
 /// source), `throttled` attempts refused unchecked because their source's
 /// failure budget was empty, `hello_too_large` a client that sent more
-/// than `--max-hello-bytes` before authenticating.
-pub const AUTH_REASONS: [AuthFailure; 7] = AuthFailure::ALL;
+/// than `--max-hello-bytes` before authenticating, `forbidden` a valid
+/// credential asking for a project outside its scope, a role it lacks, or
+/// presented after it expired.
+pub const AUTH_REASONS: [AuthFailure; 8] = AuthFailure::ALL;
 /// Who sent an invalid frame (`invalid_frames_total{source}`).
 pub const FRAME_SOURCES: [&str; 2] = ["client", "child"];
 /// Why a frame was invalid (`invalid_frames_total{reason}`): not a JSON
@@ -91,7 +93,7 @@ pub const REFUSAL_REASONS: [&str; 5] = [
 ];
 /// Reasons of `requests_refused_total{reason}`: over the per-client bound
 /// of requests in flight, or the child's input queue is full.
-pub const REQUEST_REFUSALS: [&str; 2] = ["in_flight", "child_busy"];
+pub const REQUEST_REFUSALS: [&str; 4] = ["in_flight", "child_busy", "rate_limit", "budget"];
 /// `reason` labels of `corral_client_buffer_closes_total`: which byte
 /// bound a client went over (the hub's `budget::Overflow`, whose tests
 /// check it names exactly these).
@@ -105,6 +107,17 @@ pub const EGRESS_DECISIONS: [&str; 2] = ["allowed", "refused"];
 /// before its secret was read. The parentheses keep it apart from every
 /// project name, which may hold only letters, digits, `.`, `_` and `-`.
 pub const EGRESS_UNKNOWN_PROJECT: &str = "(unknown)";
+/// `scope` labels of the budget metrics ([`crate::spend::Scope`]): the
+/// budgets' names (projects, identities) are not labels, since identity
+/// names are unbounded; the admin API shows each budget.
+pub const BUDGET_SCOPES: [&str; 2] = ["project", "identity"];
+/// Outcomes of `audit_entries_total{outcome}`: `written` (durable in the
+/// audit file), `dropped` (the queue was full, or the gateway stopping),
+/// `failed` (the file could not be written).
+pub const AUDIT_OUTCOMES: [&str; 3] = ["written", "dropped", "failed"];
+/// Outcomes of `mcp_calls_total{outcome}`: the call's result, or a
+/// failed one (the server's `isError`, a timeout, a crash, a refusal).
+pub const MCP_OUTCOMES: [&str; 2] = ["ok", "error"];
 /// Kinds of `tokens_total{kind}`.
 pub const TOKEN_KINDS: [&str; 5] = ["input", "output", "reasoning", "cache_read", "cache_write"];
 
@@ -161,6 +174,30 @@ pub struct Metrics {
     /// ([`crate::broker::Outcome`]); no series until the first request, so
     /// a gateway without the broker shows none.
     pub broker_requests: IntCounterVec,
+    /// USD spent since the last reset, summed over the budgets of each
+    /// `scope`, as every gateway on the state directory counts it (set at
+    /// each sync of the ledger).
+    pub budget_spent: GaugeVec,
+    /// Budgets crossed by a charge of this gateway, by `scope`.
+    pub budget_exhausted: IntCounterVec,
+    /// Model calls the broker priced 0: the catalogue does not know the
+    /// model.
+    pub budget_unpriced_calls: IntCounter,
+    /// Audit log entries by outcome ([`AUDIT_OUTCOMES`]); the writer
+    /// thread and `Audit::record` count into it.
+    pub audit_entries: IntCounterVec,
+    /// Streamable HTTP connections of the ACP endpoint
+    /// ([`crate::acp_remote`]) open now.
+    pub acp_http_connections: IntGauge,
+    /// Streamable HTTP connections of the ACP endpoint ended by the
+    /// gateway because no stream was open and no request came for their
+    /// idle grace.
+    pub acp_http_idle_closes: IntCounter,
+    /// MCP tool calls by operator `server` and `outcome` ([`MCP_OUTCOMES`]);
+    /// count through [`Metrics::mcp_call`].
+    mcp_calls: IntCounterVec,
+    /// MCP tool calls' time from start to end, by operator `server`.
+    mcp_call_seconds: HistogramVec,
 }
 
 fn opts(name: &str, help: &str) -> Opts {
@@ -187,6 +224,9 @@ impl Metrics {
         ];
         let long = vec![
             0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0,
+        ];
+        let mcp_latency = vec![
+            0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
         ];
         let metrics = Metrics {
             registry: Registry::new(),
@@ -231,7 +271,7 @@ impl Metrics {
             ), &["reason"])?,
             requests_refused: IntCounterVec::new(opts(
                 "requests_refused_total",
-                "Client requests refused by the gateway without reaching the agent: over --max-client-requests in flight (in_flight), or the agent's input queue was full (child_busy).",
+                "Client requests refused by the gateway without reaching the agent: over --max-client-requests in flight (in_flight), the agent's input queue was full (child_busy), a prompt over its identity's --max-prompts-per-minute (rate_limit) or over a spent budget (budget).",
             ), &["reason"])?,
             auth_remembered: IntCounter::with_opts(opts("auth_remembered_total", "Authentications accepted while their source's failure budget was empty, because the same credential had succeeded from that source before."))?,
             auth_throttled_sources: IntGauge::with_opts(opts("auth_throttled_sources", "Source addresses whose failure budget is empty: their next attempts are refused unchecked (unless with a credential that worked from there)."))?,
@@ -255,6 +295,26 @@ impl Metrics {
                 "Tool requests through the egress proxy, by project and decision: allowed by the policy, or refused (by the policy, over a connection limit, malformed, or without a valid secret: project \"(unknown)\").",
             ), &["project", "decision"])?,
             egress_connections: IntGauge::with_opts(opts("egress_connections", "Open tool connections to the egress proxy."))?,
+            budget_spent: GaugeVec::new(opts("budget_spent_usd", "USD spent on models since the budgets' last reset, summed over the budgets of each scope (project: every project; identity: every token name or JWT subject), as all gateways on the state directory count it."), &["scope"])?,
+            budget_exhausted: IntCounterVec::new(opts("budget_exhausted_total", "Budgets found spent when this gateway counted a model call's cost (the call crossed the limit), by scope (project or identity)."), &["scope"])?,
+            budget_unpriced_calls: IntCounter::with_opts(opts("budget_unpriced_calls_total", "Model calls through the broker priced $0 because the model catalogue has no price for the model."))?,
+            audit_entries: IntCounterVec::new(opts("audit_entries_total", "Audit log entries by outcome: written (durable in --audit-log), dropped (its queue was full: the audit never stalls the gateway), failed (the file could not be written)."), &["outcome"])?,
+            acp_http_connections: IntGauge::with_opts(opts(
+                "acp_http_connections",
+                "Open Streamable HTTP connections of the ACP endpoint (/v1/projects/NAME/acp); its WebSocket clients count in clients.",
+            ))?,
+            acp_http_idle_closes: IntCounter::with_opts(opts(
+                "acp_http_idle_closes_total",
+                "Streamable HTTP connections of the ACP endpoint closed because no stream was open and no request came within their idle grace.",
+            ))?,
+            mcp_calls: IntCounterVec::new(opts(
+                "mcp_calls_total",
+                "MCP tool calls of agents, by server (only names of --mcp-servers) and outcome (ok, or error: the server's isError, a timeout, a crash, a refusal).",
+            ), &["server", "outcome"])?,
+            mcp_call_seconds: HistogramVec::new(
+                hopts("mcp_call_seconds", "MCP tool calls from their start to their result, by server (only names of --mcp-servers).", mcp_latency),
+                &["server"],
+            )?,
         };
         metrics.register_all()?;
         metrics.initialise_labels();
@@ -296,6 +356,14 @@ impl Metrics {
             Box::new(self.egress_requests.clone()),
             Box::new(self.egress_connections.clone()),
             Box::new(self.broker_requests.clone()),
+            Box::new(self.budget_spent.clone()),
+            Box::new(self.budget_exhausted.clone()),
+            Box::new(self.budget_unpriced_calls.clone()),
+            Box::new(self.audit_entries.clone()),
+            Box::new(self.acp_http_connections.clone()),
+            Box::new(self.acp_http_idle_closes.clone()),
+            Box::new(self.mcp_calls.clone()),
+            Box::new(self.mcp_call_seconds.clone()),
         ];
         for collector in collectors {
             self.registry.register(collector)?;
@@ -340,6 +408,13 @@ impl Metrics {
         }
         for lane in Lane::ALL {
             self.set_blocking_jobs(lane, Jobs::default());
+        }
+        for scope in BUDGET_SCOPES {
+            self.budget_spent.with_label_values(&[scope]).set(0.0);
+            self.budget_exhausted.with_label_values(&[scope]);
+        }
+        for outcome in AUDIT_OUTCOMES {
+            self.audit_entries.with_label_values(&[outcome]);
         }
         for why in CLIENT_BUFFER_CLOSES {
             self.client_buffer_closes.with_label_values(&[why]);
@@ -409,6 +484,16 @@ impl Metrics {
 
     pub fn connection_refused(&self, reason: &'static str) {
         self.connections_refused.with_label_values(&[reason]).inc();
+    }
+
+    /// Counts an MCP call of the operator's `server` (the caller checks
+    /// the name is one) that took `seconds`.
+    pub fn mcp_call(&self, server: &str, ok: bool, seconds: f64) {
+        let outcome = MCP_OUTCOMES[usize::from(!ok)];
+        self.mcp_calls.with_label_values(&[server, outcome]).inc();
+        self.mcp_call_seconds
+            .with_label_values(&[server])
+            .observe(seconds);
     }
 
     pub fn child_exit(&self, reason: &'static str) {
@@ -490,6 +575,7 @@ mod tests {
             "corral_blocking_jobs{lane=\"files\",state=\"waiting\"} 0",
             "corral_egress_requests_total{decision=\"refused\",project=\"(unknown)\"} 0",
             "corral_egress_connections 0",
+            "corral_audit_entries_total{outcome=\"dropped\"} 0",
             "corral_memory_limit_bytes ",
             "corral_memory_available_bytes ",
             "process_open_fds ",

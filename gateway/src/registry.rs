@@ -253,8 +253,15 @@ impl Registry {
     /// transient observer attaches, which waits until the child is ready
     /// under the same `--max-children` rules as any client, and leaves.
     /// A project that runs already is left as it is.
-    pub async fn start(&self, project: &str, dir: PathBuf) -> Result<(), RegistryError> {
+    pub async fn start(
+        &self,
+        project: &str,
+        dir: PathBuf,
+        who: Arc<crate::access::Identity>,
+    ) -> Result<(), RegistryError> {
         let join = Join {
+            who,
+            peer: None,
             role: Role::Observer,
             resume_after: None,
             hello: None,
@@ -344,6 +351,7 @@ mod tests {
             model: None,
             usage: None,
             stderr_tail: None,
+            mcp: Vec::new(),
         }
     }
 

@@ -5,6 +5,8 @@
 //! - `GET /healthz` — the process is alive (always 200).
 //! - `GET /readyz` — 200 while accepting clients, 503 once shutting down.
 //! - `GET /v1/projects/{project}/rpc` — the WebSocket endpoint ([`crate::ws`]).
+//! - `GET|POST|DELETE /v1/projects/{project}/acp` — ACP's remote transport
+//!   (Streamable HTTP and WebSocket, [`crate::acp_remote`]).
 //! - the admin API and `/metrics` ([`crate::admin`]).
 //! - `GET /` — the dashboard and console ([`crate::dashboard`]).
 
@@ -37,6 +39,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .merge(crate::dashboard::router());
     Router::new()
         .route("/v1/projects/{project}/rpc", get(crate::ws::upgrade))
+        .merge(crate::acp_remote::router())
         .merge(crate::layers::http(http))
         .with_state(state)
 }

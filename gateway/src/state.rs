@@ -1,13 +1,14 @@
 //! What every request handler shares ([`AppState`]): the registry of
 //! hubs, the tokens, the limits read from the configuration, the shutdown,
-//! the metrics, and how children are confined (for `/v1/stats`). Built once
+//! the metrics, the audit log, and how children are confined (for
+//! `/v1/stats`). Built once
 //! in `main`, handed to [`crate::server::router`].
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::auth::Tokens;
+use crate::access::{Keyring, Live};
 use crate::metrics::Metrics;
 use crate::registry::Registry;
 use crate::shutdown::Shutdown;
@@ -19,7 +20,11 @@ pub struct AppState {
     /// What clients speak (the children's dialect).
     pub dialect: crate::dialect::Dialect,
     pub registry: Arc<Registry>,
-    pub tokens: Tokens,
+    /// Every credential the gateway accepts ([`crate::guard`] asks it).
+    pub keyring: Keyring,
+    /// The sessions each credential holds, for closing them when it is
+    /// revoked.
+    pub live: Arc<Live>,
     pub projects_root: PathBuf,
     pub allowed_origins: Vec<String>,
     pub hello_timeout: Duration,
@@ -45,6 +50,14 @@ pub struct AppState {
     /// With `--tool-network proxy`: the egress proxy's registry, for the
     /// per-project overrides of the admin API.
     pub egress: Option<crate::egress::EgressAdmin>,
+    /// The budgets: what projects and identities spent on models, and
+    /// their limits (the admin API's `/v1/budgets`).
+    pub spend: Arc<crate::spend::Ledger>,
+    /// The audit log (`--audit-log`); records nothing when off.
+    pub audit: crate::audit::Audit,
+    /// The open Streamable HTTP connections of the ACP endpoint
+    /// ([`crate::acp_remote`]).
+    pub acp_connections: crate::acp_remote::Connections,
 }
 
 /// How children are confined, as `/v1/stats` reports it under `sandbox`.

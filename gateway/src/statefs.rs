@@ -29,9 +29,24 @@ impl StateFsError {
         self.errno == Errno::LOOP || self.errno == Errno::NOTDIR
     }
 
+    /// Whether the path is not what was asked for: a link, a directory
+    /// where a file was expected or the other way round, a FIFO, socket
+    /// or device where a regular file was expected.
+    pub fn is_wrong_kind(&self) -> bool {
+        matches!(
+            self.errno,
+            Errno::LOOP | Errno::NOTDIR | Errno::ISDIR | Errno::NXIO
+        )
+    }
+
     /// Whether the path does not exist.
     pub fn is_not_found(&self) -> bool {
         self.errno == Errno::NOENT
+    }
+
+    /// Whether something exists at the path already.
+    pub fn errno_is_exists(&self) -> bool {
+        self.errno == Errno::EXIST
     }
 }
 
@@ -104,9 +119,13 @@ impl Dir {
         self.open_file(name, flags, mode)
     }
 
-    /// Opens the regular file `name` for reading; a link is refused.
+    /// Opens the regular file `name` for reading; a link is refused, and
+    /// so is anything else that is not a regular file, without waiting
+    /// (`O_NONBLOCK`: opening a FIFO for reading would otherwise block
+    /// until someone writes to it; regular files ignore the flag).
     pub fn read_file(&self, name: &str) -> Result<File, StateFsError> {
-        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NOCTTY;
+        let flags =
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NOCTTY | OFlags::NONBLOCK;
         self.open_file(name, flags, 0)
     }
 
@@ -128,6 +147,127 @@ impl Dir {
             path: self.path.join(name),
             errno,
         })
+    }
+
+    /// Writes `text` to a new file `name`, failing with `EEXIST` when one
+    /// is there: written whole under a unique temporary name, then linked
+    /// to `name` (`link(2)` never replaces, also on network file systems,
+    /// so of two writers racing for one name exactly one wins).
+    pub fn create_new_file(&self, name: &str, text: &str, mode: u32) -> Result<(), StateFsError> {
+        use std::io::Write as _;
+        let mut unique = [0u8; 8];
+        getrandom::getrandom(&mut unique).map_err(|_| StateFsError {
+            path: self.path.join(name),
+            errno: Errno::IO,
+        })?;
+        let tmp = format!(
+            ".{name}.{}.tmp",
+            unique
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
+        );
+        let flags =
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC | OFlags::NOCTTY;
+        let mut file = self.open_file(&tmp, flags, mode)?;
+        let written = file
+            .write_all(text.as_bytes())
+            .and_then(|()| file.sync_all())
+            .map_err(|e| self.io_failed(&tmp, e));
+        let linked = written.and_then(|()| {
+            rustix::fs::linkat(
+                &self.fd,
+                tmp.as_str(),
+                &self.fd,
+                name,
+                rustix::fs::AtFlags::empty(),
+            )
+            .map_err(|errno| StateFsError {
+                path: self.path.join(name),
+                errno,
+            })
+        });
+        let _ = rustix::fs::unlinkat(&self.fd, tmp.as_str(), rustix::fs::AtFlags::empty());
+        linked
+    }
+
+    /// Writes `text` to `name` whole and durably, for files several
+    /// processes share (on a network file system too): into `tmp`, a
+    /// name of the caller's own so that two writers never share a
+    /// temporary file (a link there is refused, a stale file replaced),
+    /// flushed to storage, then renamed over `name`. Readers see the old
+    /// file or the new one, never a part.
+    pub fn replace_file_durably(
+        &self,
+        name: &str,
+        tmp: &str,
+        text: &str,
+    ) -> Result<(), StateFsError> {
+        use std::io::Write as _;
+        let flags = OFlags::WRONLY
+            | OFlags::CREATE
+            | OFlags::TRUNC
+            | OFlags::NOFOLLOW
+            | OFlags::CLOEXEC
+            | OFlags::NOCTTY;
+        let mut file = self.open_file(tmp, flags, 0o600)?;
+        file.write_all(text.as_bytes())
+            .and_then(|()| file.sync_data())
+            .map_err(|e| self.io_failed(tmp, e))?;
+        self.rename(tmp, name)
+    }
+
+    /// Renames `from` to `to` within this directory, replacing `to`
+    /// atomically. Only one of several processes renaming the same
+    /// `from` succeeds; the others get a not-found error.
+    pub fn rename(&self, from: &str, to: &str) -> Result<(), StateFsError> {
+        rustix::fs::renameat(&self.fd, from, &self.fd, to).map_err(|errno| StateFsError {
+            path: self.path.join(from),
+            errno,
+        })
+    }
+
+    /// Removes the file `name` (a link is removed, not followed).
+    pub fn remove_file(&self, name: &str) -> Result<(), StateFsError> {
+        rustix::fs::unlinkat(&self.fd, name, rustix::fs::AtFlags::empty()).map_err(|errno| {
+            StateFsError {
+                path: self.path.join(name),
+                errno,
+            }
+        })
+    }
+
+    /// The names of the entries of this directory (not `.` and `..`; names
+    /// that are not UTF-8 are left out), at most `limit` of them.
+    pub fn names(&self, limit: usize) -> Result<Vec<String>, StateFsError> {
+        let failed = |errno| StateFsError {
+            path: self.path.clone(),
+            errno,
+        };
+        let mut names = Vec::new();
+        for entry in rustix::fs::Dir::read_from(&self.fd).map_err(failed)? {
+            let entry = entry.map_err(failed)?;
+            let Ok(name) = entry.file_name().to_str() else {
+                continue;
+            };
+            if name == "." || name == ".." {
+                continue;
+            }
+            if names.len() == limit {
+                break;
+            }
+            names.push(name.to_string());
+        }
+        Ok(names)
+    }
+
+    /// When this directory last changed (a file added, removed or renamed).
+    pub fn modified(&self) -> Result<(i64, u64), StateFsError> {
+        let stat = rustix::fs::fstat(&self.fd).map_err(|errno| StateFsError {
+            path: self.path.clone(),
+            errno,
+        })?;
+        Ok((stat.st_mtime, stat.st_mtime_nsec as u64))
     }
 
     /// Sets the mode and, when given, the owner of this directory.
@@ -215,6 +355,41 @@ mod tests {
             .unwrap();
         assert_eq!(text, "s2\n");
         assert!(!state.path().join("sessions/a.session-id.tmp").exists());
+    }
+
+    #[test]
+    fn shared_files_are_replaced_renamed_listed_and_removed() {
+        let state = tempfile::tempdir().unwrap();
+        let dir = Dir::open_root(state.path())
+            .unwrap()
+            .subdir("shared", 0o755)
+            .unwrap();
+        dir.replace_file_durably("a.json", "a.json.w1.tmp", "one\n")
+            .unwrap();
+        dir.replace_file_durably("a.json", "a.json.w2.tmp", "two\n")
+            .unwrap();
+        assert_eq!(
+            std::fs::read_to_string(state.path().join("shared/a.json")).unwrap(),
+            "two\n"
+        );
+        dir.rename("a.json", "b.json").unwrap();
+        assert!(dir.rename("a.json", "c.json").unwrap_err().is_not_found());
+        let mut names = dir.names(10).unwrap();
+        names.sort();
+        assert_eq!(names, ["b.json"]);
+        std::fs::write(state.path().join("shared/c.json"), "").unwrap();
+        assert_eq!(dir.names(1).unwrap().len(), 1);
+        dir.remove_file("b.json").unwrap();
+        assert!(dir.remove_file("b.json").unwrap_err().is_not_found());
+        let elsewhere = tempfile::tempdir().unwrap();
+        let target = elsewhere.path().join("target");
+        std::fs::write(&target, "precious").unwrap();
+        symlink(&target, state.path().join("shared/d.json.tmp")).unwrap();
+        assert!(dir
+            .replace_file_durably("d.json", "d.json.tmp", "x")
+            .unwrap_err()
+            .is_link());
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "precious");
     }
 
     #[test]

@@ -26,6 +26,14 @@ pub mod method {
     pub const SESSION_PROMPT: &str = "session/prompt";
     pub const SESSION_CANCEL: &str = "session/cancel";
     pub const SESSION_SET_MODE: &str = "session/set_mode";
+    pub const SESSION_SET_CONFIG_OPTION: &str = "session/set_config_option";
+    pub const SESSION_LIST: &str = "session/list";
+    pub const SESSION_RESUME: &str = "session/resume";
+    pub const SESSION_CLOSE: &str = "session/close";
+    /// corral's extension: the `session/update`s a `session/load` would
+    /// replay, returned in pages instead of sent (for a gateway that
+    /// replays a shared session into one connection).
+    pub const CORRAL_SESSION_HISTORY: &str = "_corral/session/history";
     /// Agent → client notification.
     pub const SESSION_UPDATE: &str = "session/update";
     /// Agent → client request.
@@ -182,6 +190,10 @@ pub struct ToolCall {
     pub locations: Vec<ToolCallLocation>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub raw_input: Option<Value>,
+    /// Extension data; corral-agent puts the tool's own name in
+    /// `_meta.corral.tool` (the title is for people).
+    #[serde(rename = "_meta", default, skip_serializing_if = "Option::is_none")]
+    pub meta: Option<Value>,
 }
 
 /// A change to a tool call (`sessionUpdate: tool_call_update`, and the
@@ -253,6 +265,84 @@ pub enum SessionUpdate {
     CurrentModeUpdate {
         current_mode_id: String,
     },
+    /// The slash commands the agent runs (the whole list).
+    #[serde(rename_all = "camelCase")]
+    AvailableCommandsUpdate {
+        available_commands: Vec<AvailableCommand>,
+    },
+    /// Every config option with its current value.
+    #[serde(rename_all = "camelCase")]
+    ConfigOptionUpdate {
+        config_options: Vec<ConfigOption>,
+    },
+    /// Tokens in the context now, the model's context window, and what
+    /// the session cost so far.
+    UsageUpdate {
+        used: u64,
+        size: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cost: Option<Cost>,
+    },
+}
+
+/// A slash command (`/name`, typed as the prompt's text).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AvailableCommand {
+    pub name: String,
+    pub description: String,
+    /// What may follow the name; `None` for a command that takes nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<CommandInput>,
+}
+
+/// Free text after a command's name.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommandInput {
+    pub hint: String,
+}
+
+/// A session setting the client may change (`session/set_config_option`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigOption {
+    pub id: String,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// `mode`, `model`, `thought_level`, … (for the client's layout only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub category: Option<String>,
+    #[serde(flatten)]
+    pub kind: ConfigKind,
+}
+
+/// The kind of a config option, with its value.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ConfigKind {
+    /// One value out of a list.
+    #[serde(rename_all = "camelCase")]
+    Select {
+        current_value: String,
+        options: Vec<ConfigValue>,
+    },
+}
+
+/// A value a select option may take.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConfigValue {
+    pub value: String,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+}
+
+/// An amount of money (`usage_update.cost`: the session's total so far).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Cost {
+    pub amount: f64,
+    /// ISO 4217, e.g. `USD`.
+    pub currency: String,
 }
 
 /// A choice offered by `session/request_permission`.
@@ -381,6 +471,68 @@ pub struct SetModeParams {
     pub mode_id: String,
 }
 
+/// `session/resume` params: like `session/load`, without the replay.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResumeSessionParams {
+    pub session_id: String,
+    pub cwd: String,
+    #[serde(default)]
+    pub mcp_servers: Vec<Value>,
+}
+
+/// `session/close` params.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CloseSessionParams {
+    pub session_id: String,
+}
+
+/// `session/list` params (all optional; `null` params read as none).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListSessionsParams {
+    /// Only sessions in this directory.
+    #[serde(default)]
+    pub cwd: Option<String>,
+    /// Where the previous page ended (its `nextCursor`).
+    #[serde(default)]
+    pub cursor: Option<String>,
+}
+
+/// One session in a `session/list` answer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionInfo {
+    pub session_id: String,
+    pub cwd: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// RFC 3339.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<String>,
+}
+
+/// `session/set_config_option` params. `value` is a value id (a string)
+/// for select options, a boolean for boolean ones (`type: "boolean"`).
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SetConfigOptionParams {
+    pub session_id: String,
+    pub config_id: String,
+    pub value: Value,
+}
+
+/// `_corral/session/history` params.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionHistoryParams {
+    pub session_id: String,
+    /// Where the previous page ended (its `nextCursor`); none for the first.
+    #[serde(default)]
+    pub cursor: Option<String>,
+}
+
 /// A capability object the schema says to read leniently: a malformed one
 /// counts as absent.
 fn default_on_error<'de, D, T>(deserializer: D) -> Result<T, D::Error>
@@ -415,13 +567,15 @@ mod tests {
                 line: None,
             }],
             raw_input: Some(json!({"path": "a.rs"})),
+            meta: Some(json!({"corral": {"tool": "edit"}})),
         });
         assert_eq!(
             serde_json::to_value(update).unwrap(),
             json!({"sessionUpdate": "tool_call", "toolCallId": "t1", "title": "Edit a.rs",
                    "kind": "edit", "status": "pending",
                    "content": [{"type": "diff", "path": "/p/a.rs", "oldText": "a", "newText": "b"}],
-                   "locations": [{"path": "/p/a.rs"}], "rawInput": {"path": "a.rs"}})
+                   "locations": [{"path": "/p/a.rs"}], "rawInput": {"path": "a.rs"},
+                   "_meta": {"corral": {"tool": "edit"}}})
         );
         let chunk = SessionUpdate::AgentThoughtChunk {
             content: ContentBlock::text("hm"),
@@ -487,5 +641,64 @@ mod tests {
             serde_json::from_value(json!({"protocolVersion": 1, "clientCapabilities": {"fs": 3}}))
                 .unwrap();
         assert_eq!(lenient.client_capabilities, ClientCapabilities::default());
+    }
+
+    #[test]
+    fn v1_session_updates_and_options_have_the_schema_shapes() {
+        let commands = SessionUpdate::AvailableCommandsUpdate {
+            available_commands: vec![AvailableCommand {
+                name: "compact".into(),
+                description: "Summarise".into(),
+                input: None,
+            }],
+        };
+        assert_eq!(
+            serde_json::to_value(commands).unwrap(),
+            json!({"sessionUpdate": "available_commands_update",
+                   "availableCommands": [{"name": "compact", "description": "Summarise"}]})
+        );
+        let option = ConfigOption {
+            id: "model".into(),
+            name: "Model".into(),
+            description: None,
+            category: Some("model".into()),
+            kind: ConfigKind::Select {
+                current_value: "a".into(),
+                options: vec![ConfigValue {
+                    value: "a".into(),
+                    name: "A".into(),
+                    description: None,
+                }],
+            },
+        };
+        assert_eq!(
+            serde_json::to_value(SessionUpdate::ConfigOptionUpdate {
+                config_options: vec![option]
+            })
+            .unwrap(),
+            json!({"sessionUpdate": "config_option_update", "configOptions": [
+                {"id": "model", "name": "Model", "category": "model", "type": "select",
+                 "currentValue": "a", "options": [{"value": "a", "name": "A"}]}]})
+        );
+        let usage = SessionUpdate::UsageUpdate {
+            used: 10,
+            size: 100,
+            cost: Some(Cost {
+                amount: 0.5,
+                currency: "USD".into(),
+            }),
+        };
+        assert_eq!(
+            serde_json::to_value(usage).unwrap(),
+            json!({"sessionUpdate": "usage_update", "used": 10, "size": 100,
+                   "cost": {"amount": 0.5, "currency": "USD"}})
+        );
+        let set: SetConfigOptionParams = serde_json::from_value(
+            json!({"sessionId": "s", "configId": "model", "value": "a", "_meta": {}}),
+        )
+        .unwrap();
+        assert_eq!(set.value, json!("a"));
+        let list: ListSessionsParams = serde_json::from_value(json!({})).unwrap();
+        assert_eq!(list, ListSessionsParams::default());
     }
 }

@@ -6,14 +6,19 @@
 //! Span attributes carry names, counts, durations and status only: never
 //! prompt text, tool arguments, file contents, tokens or keys.
 //!
-//! Also the stderr log filter both binaries share ([`log_filter`]).
+//! Also the stderr log filter both binaries share ([`log_filter`]), and
+//! the gateway's audit log as OTLP log records ([`AuditExport`], from
+//! [`Telemetry::audit_export`]).
 
+mod audit;
 mod deferred;
 mod logs;
 
+pub use audit::{AuditExport, AUDIT_SCOPE};
 pub use logs::log_filter;
 
 use std::collections::HashMap;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use opentelemetry::propagation::TextMapPropagator;
@@ -34,7 +39,7 @@ use deferred::Deferred;
 pub const TARGET: &str = "corral::trace";
 /// The field of a frame (or of ACP's `_meta`) that carries the trace context.
 pub const TRACEPARENT: &str = "traceparent";
-/// How long finished spans wait to be sent in one batch.
+/// How long finished spans (and audit records) wait to be sent in one batch.
 const EXPORT_DELAY: Duration = Duration::from_secs(1);
 /// How long one export may take.
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -44,10 +49,10 @@ const SHUTDOWN_WAIT: Duration = Duration::from_secs(3);
 
 /// The exporter could not be set up.
 #[derive(Debug, thiserror::Error)]
-#[error("cannot export traces to {endpoint}: {reason}")]
+#[error("cannot export to {endpoint}: {reason}")]
 pub struct TelemetryError {
-    endpoint: String,
-    reason: String,
+    pub(crate) endpoint: String,
+    pub(crate) reason: String,
 }
 
 /// The trace pipeline of one process. Spans are kept from the start but
@@ -58,6 +63,12 @@ pub struct Telemetry {
     processor: Deferred,
     /// Where spans go: the endpoint's `/v1/traces`.
     traces_url: String,
+    /// The base URL given, for the other signals' paths.
+    endpoint: String,
+    /// The `service.name` of everything this process sends.
+    service: &'static str,
+    /// The audit log's records, once [`Telemetry::audit_export`] asked.
+    audit: OnceLock<audit::AuditPipeline>,
 }
 
 impl Telemetry {
@@ -83,7 +94,10 @@ impl Telemetry {
         let telemetry = Telemetry {
             provider,
             processor,
-            traces_url: traces_url(endpoint),
+            traces_url: signal_url(endpoint, "traces"),
+            endpoint: endpoint.to_string(),
+            service,
+            audit: OnceLock::new(),
         };
         (telemetry, layer)
     }
@@ -130,23 +144,40 @@ impl Telemetry {
         Ok(())
     }
 
-    /// Exports the spans not yet sent and stops the exporter. Blocks until
-    /// done (a few seconds at most): call it outside async code.
+    /// Where the audit log's entries go as log records (`ENDPOINT/v1/logs`):
+    /// the first call starts that pipeline (its exporter's threads, so
+    /// call it once the process is confined, like [`Telemetry::start`]);
+    /// later calls share it.
+    pub fn audit_export(&self) -> Result<AuditExport, TelemetryError> {
+        if let Some(pipeline) = self.audit.get() {
+            return Ok(pipeline.export());
+        }
+        let pipeline = audit::AuditPipeline::start(self.service, &self.endpoint)?;
+        Ok(self.audit.get_or_init(|| pipeline).export())
+    }
+
+    /// Exports the spans and audit records not yet sent and stops the
+    /// exporters. Blocks until done (a few seconds at most): call it
+    /// outside async code.
     pub fn shutdown(self) {
         if let Err(e) = self.provider.shutdown_with_timeout(SHUTDOWN_WAIT) {
             tracing::warn!(error = %e, "cannot send the last traces");
         }
+        if let Some(audit) = self.audit.get() {
+            audit.shutdown(SHUTDOWN_WAIT);
+        }
     }
 }
 
-/// `ENDPOINT/v1/traces`, the OTLP/HTTP path of traces.
-fn traces_url(endpoint: &str) -> String {
+/// `ENDPOINT/v1/SIGNAL` (`traces`, `logs`), the OTLP/HTTP path of a
+/// signal; an endpoint given with a signal's path has it replaced.
+fn signal_url(endpoint: &str, signal: &str) -> String {
     let base = endpoint.trim_end_matches('/');
-    if base.ends_with("/v1/traces") {
-        base.to_string()
-    } else {
-        format!("{base}/v1/traces")
-    }
+    let base = ["/v1/traces", "/v1/logs"]
+        .iter()
+        .find_map(|path| base.strip_suffix(path))
+        .unwrap_or(base);
+    format!("{base}/v1/{signal}")
 }
 
 /// The W3C `traceparent` of `span`, to pass to another process; `None`

@@ -60,11 +60,19 @@ fn spans_of_other_targets_are_not_exported() {
 #[test]
 fn the_endpoint_is_a_base_url() {
     assert_eq!(
-        traces_url("http://127.0.0.1:4318/"),
+        signal_url("http://127.0.0.1:4318/", "traces"),
         "http://127.0.0.1:4318/v1/traces"
     );
     assert_eq!(
-        traces_url("http://collector/v1/traces"),
+        signal_url("http://collector/v1/traces", "traces"),
         "http://collector/v1/traces"
+    );
+    assert_eq!(
+        signal_url("http://collector/v1/traces", "logs"),
+        "http://collector/v1/logs"
+    );
+    assert_eq!(
+        signal_url("http://collector:4318", "logs"),
+        "http://collector:4318/v1/logs"
     );
 }

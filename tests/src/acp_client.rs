@@ -1,5 +1,6 @@
 //! The Node ACP clients of the suites (`tests/acp_client`: the official
-//! SDK's `ClientSideConnection`) and the third-party agent package
+//! SDK 1.x's `ClientSideConnection`, and the 2.x client app installed as
+//! `acp-sdk-2`) and the third-party agent package
 //! (`tests/acp_third_party`): installed with `npm ci` on first use, run
 //! with a bounded wait, their one-line JSON report parsed.
 
@@ -44,11 +45,12 @@ pub fn npm_ci(dir: &Path, installed: &str) {
     });
 }
 
-/// The node binary, with the SDK client installed (a missing node or npm
-/// fails the test, naming what to install).
+/// The node binary, with both SDK releases installed (a missing node or
+/// npm fails the test, naming what to install). One lock file pins both,
+/// so the 2.x alias being there means the install is current.
 pub fn sdk_ready() -> PathBuf {
     let node = NODE.require();
-    npm_ci(&client_dir(), "@agentclientprotocol/sdk");
+    npm_ci(&client_dir(), "acp-sdk-2/package.json");
     node
 }
 

@@ -1,6 +1,6 @@
-//! A small OTLP/HTTP trace receiver for tests: it accepts
-//! `POST /v1/traces` with JSON bodies (the `http/json` protocol) on
-//! `127.0.0.1:0` and keeps every span it is sent, flattened.
+//! A small OTLP/HTTP receiver for tests: it accepts `POST /v1/traces` and
+//! `POST /v1/logs` with JSON bodies (the `http/json` protocol) on
+//! `127.0.0.1:0` and keeps every span and log record it is sent, flattened.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -41,12 +41,43 @@ impl ReceivedSpan {
     }
 }
 
-type Spans = Arc<Mutex<Vec<ReceivedSpan>>>;
+/// One received log record.
+#[derive(Debug, Clone)]
+pub struct ReceivedLog {
+    /// `service.name` of the process that sent it.
+    pub service: String,
+    /// The instrumentation scope's name.
+    pub scope: String,
+    pub event_name: String,
+    /// The body, when it is a string.
+    pub body: String,
+    /// `timeUnixNano`.
+    pub time_unix_nano: u64,
+    pub severity_number: i64,
+    /// Attribute name → OTLP `AnyValue`.
+    pub attributes: Map<String, Value>,
+}
+
+impl ReceivedLog {
+    /// An attribute as a string.
+    pub fn string(&self, key: &str) -> Option<&str> {
+        self.attributes.get(key)?.get("stringValue")?.as_str()
+    }
+}
+
+/// What the receiver was sent.
+#[derive(Default)]
+struct Received {
+    spans: Mutex<Vec<ReceivedSpan>>,
+    logs: Mutex<Vec<ReceivedLog>>,
+}
+
+type Shared = Arc<Received>;
 
 /// The receiver; stops when dropped.
 pub struct OtlpReceiver {
     addr: SocketAddr,
-    spans: Spans,
+    received: Shared,
     server: tokio::task::JoinHandle<()>,
 }
 
@@ -58,16 +89,17 @@ impl OtlpReceiver {
             .await
             .expect("bind the OTLP receiver");
         let addr = listener.local_addr().expect("receiver address");
-        let spans = Spans::default();
+        let received = Shared::default();
         let app = Router::new()
-            .route("/v1/traces", post(receive))
-            .with_state(spans.clone());
+            .route("/v1/traces", post(receive_spans))
+            .route("/v1/logs", post(receive_logs))
+            .with_state(received.clone());
         let server = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
         OtlpReceiver {
             addr,
-            spans,
+            received,
             server,
         }
     }
@@ -79,7 +111,8 @@ impl OtlpReceiver {
 
     /// Every span received so far.
     pub fn spans(&self) -> Vec<ReceivedSpan> {
-        self.spans
+        self.received
+            .spans
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
@@ -101,6 +134,32 @@ impl OtlpReceiver {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
+
+    /// Every log record received so far.
+    pub fn logs(&self) -> Vec<ReceivedLog> {
+        self.received
+            .logs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Waits until `done` holds for the log records received, at most
+    /// `limit`; returns them either way.
+    pub async fn wait_for_logs(
+        &self,
+        limit: Duration,
+        done: impl Fn(&[ReceivedLog]) -> bool,
+    ) -> Vec<ReceivedLog> {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let logs = self.logs();
+            if done(&logs) || tokio::time::Instant::now() >= deadline {
+                return logs;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
 }
 
 impl Drop for OtlpReceiver {
@@ -109,26 +168,78 @@ impl Drop for OtlpReceiver {
     }
 }
 
-async fn receive(State(spans): State<Spans>, Json(body): Json<Value>) -> (StatusCode, Json<Value>) {
-    let received = flatten(&body);
-    spans
+async fn receive_spans(
+    State(received): State<Shared>,
+    Json(body): Json<Value>,
+) -> (StatusCode, Json<Value>) {
+    let spans = flatten_spans(&body);
+    received
+        .spans
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
-        .extend(received);
+        .extend(spans);
     (StatusCode::OK, Json(json!({})))
 }
 
+async fn receive_logs(
+    State(received): State<Shared>,
+    Json(body): Json<Value>,
+) -> (StatusCode, Json<Value>) {
+    let logs = flatten_logs(&body);
+    received
+        .logs
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .extend(logs);
+    (StatusCode::OK, Json(json!({})))
+}
+
+/// The `service.name` of a `resourceSpans` or `resourceLogs` entry.
+fn service_of(resource_entry: &Value) -> String {
+    attributes(resource_entry.get("resource").unwrap_or(&Value::Null))
+        .get("service.name")
+        .and_then(|v| v.get("stringValue"))
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// The log records of an `ExportLogsServiceRequest`, each with its
+/// service and scope.
+fn flatten_logs(body: &Value) -> Vec<ReceivedLog> {
+    let mut out = Vec::new();
+    for resource_logs in array(body, "resourceLogs") {
+        let service = service_of(resource_logs);
+        for scope_logs in array(resource_logs, "scopeLogs") {
+            let scope = scope_logs["scope"]["name"].as_str().unwrap_or_default();
+            for record in array(scope_logs, "logRecords") {
+                // OTLP JSON writes 64-bit integers as strings.
+                let int = |v: &Value| v.as_i64().or_else(|| v.as_str()?.parse().ok());
+                out.push(ReceivedLog {
+                    service: service.clone(),
+                    scope: scope.to_string(),
+                    event_name: record["eventName"].as_str().unwrap_or_default().to_string(),
+                    body: record["body"]["stringValue"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                    time_unix_nano: int(&record["timeUnixNano"])
+                        .and_then(|n| u64::try_from(n).ok())
+                        .unwrap_or_default(),
+                    severity_number: int(&record["severityNumber"]).unwrap_or_default(),
+                    attributes: attributes(record),
+                });
+            }
+        }
+    }
+    out
+}
+
 /// The spans of an `ExportTraceServiceRequest`, each with its service.
-fn flatten(body: &Value) -> Vec<ReceivedSpan> {
+fn flatten_spans(body: &Value) -> Vec<ReceivedSpan> {
     let mut out = Vec::new();
     for resource_spans in array(body, "resourceSpans") {
-        let resource = attributes(resource_spans.get("resource").unwrap_or(&Value::Null));
-        let service = resource
-            .get("service.name")
-            .and_then(|v| v.get("stringValue"))
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string();
+        let service = service_of(resource_spans);
         for scope_spans in array(resource_spans, "scopeSpans") {
             for span in array(scope_spans, "spans") {
                 let text = |key: &str| span[key].as_str().unwrap_or_default().to_string();

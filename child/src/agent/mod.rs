@@ -200,10 +200,16 @@ impl Agent {
 
     /// Queues a run. It starts when every earlier run has finished.
     pub fn submit(&self, run: RunRequest) -> Result<(), QueueFull> {
+        let spans = RunSpans::open(&run.kind, run.traceparent.as_deref());
+        self.submit_traced(run, spans)
+    }
+
+    /// Queues a run whose spans the caller opened (to learn the run's own
+    /// trace context before it starts; `run.traceparent` is not read).
+    pub(crate) fn submit_traced(&self, run: RunRequest, spans: RunSpans) -> Result<(), QueueFull> {
         let runs = self.runs.as_ref().ok_or(QueueFull)?;
         self.shared.queued.fetch_add(1, Ordering::SeqCst);
         let number = self.shared.submitted.fetch_add(1, Ordering::SeqCst) + 1;
-        let spans = RunSpans::open(&run.kind, run.traceparent.as_deref());
         runs.try_send((number, run, spans)).map_err(|_| {
             self.shared.queued.fetch_sub(1, Ordering::SeqCst);
             QueueFull

@@ -1,9 +1,12 @@
 //! The permission gate, the one place that decides whether a tool call may
 //! run: under the session's [`PermissionMode`], calls that write files
 //! (`write`, `edit`) or run commands (`bash`) run (`auto`), wait for the
-//! client's answer (`ask`) or are refused (`read-only`). Answers given as
-//! `*_always` hold for the rest of the session, per kind of call. Pure
-//! state; the turn loop does the waiting and the front-ends the wire.
+//! client's answer (`ask`) or are refused (`read-only`). MCP tools (another
+//! program acting) always ask under `ask`, and under `read-only` run only
+//! when their server marks them `readOnlyHint`. Answers given as
+//! `*_always` hold for the rest of the session, per kind of call (per tool
+//! for MCP tools, whose names say server and tool). Pure state; the turn
+//! loop does the waiting and the front-ends the wire.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -19,6 +22,35 @@ pub enum Risk {
     Edit,
     /// Runs a command (`bash`).
     Execute,
+    /// Has an MCP server act (`mcp__SERVER__TOOL`).
+    External,
+}
+
+/// How the gate treats a tool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Class {
+    /// Only looks (`read`, `ls`, …): never gated.
+    Free,
+    /// A built-in tool that edits or runs.
+    Gated(Risk),
+    /// An MCP tool; `read_only` when its server marks it `readOnlyHint`.
+    External { read_only: bool },
+}
+
+impl Class {
+    /// The class of the built-in tool `tool`.
+    pub fn of(tool: &str) -> Class {
+        Risk::of(tool).map_or(Class::Free, Class::Gated)
+    }
+}
+
+/// What a `*_always` answer is remembered for.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Remembered {
+    /// Every call of a built-in kind.
+    Kind(Risk),
+    /// One MCP tool (server and tool).
+    Tool(String),
 }
 
 impl Risk {
@@ -31,11 +63,12 @@ impl Risk {
         }
     }
 
-    /// The wire name (ACP's tool kind): `edit` or `execute`.
+    /// The wire name (ACP's tool kind): `edit`, `execute` or `other`.
     pub fn as_str(self) -> &'static str {
         match self {
             Risk::Edit => "edit",
             Risk::Execute => "execute",
+            Risk::External => "other",
         }
     }
 
@@ -43,6 +76,7 @@ impl Risk {
         match self {
             Risk::Edit => "changes files",
             Risk::Execute => "runs a command",
+            Risk::External => "is an MCP tool its server does not mark read-only (readOnlyHint)",
         }
     }
 }
@@ -101,10 +135,11 @@ pub struct Permissions {
 #[derive(Debug, Default)]
 struct Inner {
     mode: PermissionMode,
-    /// `*_always` answers: whether calls of a kind are allowed.
-    remembered: HashMap<Risk, bool>,
+    /// `*_always` answers: whether calls of a kind (or an MCP tool) are
+    /// allowed.
+    remembered: HashMap<Remembered, bool>,
     /// Requests not yet answered, by id.
-    waiting: HashMap<String, (Risk, oneshot::Sender<Outcome>)>,
+    waiting: HashMap<String, (Remembered, oneshot::Sender<Outcome>)>,
     /// Requests made so far; the next id's number.
     asked: u64,
 }
@@ -143,27 +178,40 @@ impl Permissions {
         }
     }
 
-    /// Decides on a call of `tool` with `args` (tool call `call_id`).
+    /// Decides on a call of the built-in tool `tool` with `args` (tool
+    /// call `call_id`).
     pub fn check(&self, call_id: &str, tool: &str, args: &Value) -> Gate {
-        let Some(risk) = Risk::of(tool) else {
-            return Gate::Allow;
+        self.check_class(call_id, tool, Class::of(tool), args)
+    }
+
+    /// Decides on a call of `tool`, of class `class`, with `args`.
+    pub fn check_class(&self, call_id: &str, tool: &str, class: Class, args: &Value) -> Gate {
+        let (risk, read_only, key) = match class {
+            Class::Free => return Gate::Allow,
+            Class::Gated(risk) => (risk, false, Remembered::Kind(risk)),
+            Class::External { read_only } => (
+                Risk::External,
+                read_only,
+                Remembered::Tool(tool.to_string()),
+            ),
         };
         let mut inner = self.lock();
         match inner.mode {
             PermissionMode::Auto => Gate::Allow,
+            PermissionMode::ReadOnly if read_only => Gate::Allow,
             PermissionMode::ReadOnly => Gate::Refuse(format!(
                 "refused: the permission mode is read-only and `{tool}` {}; ask the user to \
                  switch the mode to ask or auto if this is needed",
                 risk.doing()
             )),
-            PermissionMode::Ask => match inner.remembered.get(&risk) {
+            PermissionMode::Ask => match inner.remembered.get(&key) {
                 Some(true) => Gate::Allow,
                 Some(false) => Gate::Refuse(rejected(tool, true)),
                 None => {
                     inner.asked += 1;
                     let id = format!("perm-{}", inner.asked);
                     let (reply, answer) = oneshot::channel();
-                    inner.waiting.insert(id.clone(), (risk, reply));
+                    inner.waiting.insert(id.clone(), (key, reply));
                     let ask = PermissionAsk {
                         id,
                         call_id: call_id.to_string(),
@@ -181,12 +229,12 @@ impl Permissions {
     /// remembered for the request's kind of call.
     pub fn answer(&self, id: &str, option: PermissionOption) -> Result<(), NotWaiting> {
         let mut inner = self.lock();
-        let (risk, reply) = inner
+        let (key, reply) = inner
             .waiting
             .remove(id)
             .ok_or_else(|| NotWaiting(id.to_string()))?;
         if option.remembered() {
-            inner.remembered.insert(risk, option.allows());
+            inner.remembered.insert(key, option.allows());
         }
         let _ = reply.send(Outcome::Selected(option));
         Ok(())
@@ -306,6 +354,49 @@ mod tests {
             panic!("not refused")
         };
         assert!(message.contains("rest of the session"), "{message}");
+    }
+
+    #[test]
+    fn mcp_tools_ask_always_pass_read_only_when_marked_and_are_remembered_per_tool() {
+        let external = |read_only| Class::External { read_only };
+        let auto = Permissions::new(PermissionMode::Auto);
+        assert!(matches!(
+            auto.check_class("c", "mcp__s__a", external(false), &json!({})),
+            Gate::Allow
+        ));
+        let read_only = Permissions::new(PermissionMode::ReadOnly);
+        assert!(matches!(
+            read_only.check_class("c", "mcp__s__echo", external(true), &json!({})),
+            Gate::Allow
+        ));
+        let Gate::Refuse(message) =
+            read_only.check_class("c", "mcp__s__write", external(false), &json!({}))
+        else {
+            panic!("not refused")
+        };
+        assert!(
+            message.contains("readOnlyHint") && message.contains("mcp__s__write"),
+            "{message}"
+        );
+
+        let ask = Permissions::new(PermissionMode::Ask);
+        let Gate::Ask(first, _answer) =
+            ask.check_class("c", "mcp__s__echo", external(true), &json!({}))
+        else {
+            panic!("read-only MCP tools are asked about too")
+        };
+        assert_eq!(first.risk, Risk::External);
+        ask.answer(&first.id, PermissionOption::AllowAlways)
+            .unwrap();
+        assert!(matches!(
+            ask.check_class("c", "mcp__s__echo", external(true), &json!({})),
+            Gate::Allow
+        ));
+        assert!(matches!(
+            ask.check_class("c", "mcp__s__other", external(true), &json!({})),
+            Gate::Ask(..)
+        ));
+        assert!(matches!(ask.check("c", "bash", &json!({})), Gate::Ask(..)));
     }
 
     #[tokio::test]

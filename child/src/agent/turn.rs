@@ -55,6 +55,8 @@ pub(crate) async fn resume(ctx: &RunCtx<'_>) {
 async fn steps(ctx: &RunCtx<'_>) {
     let max_steps = ctx.shared.settings.max_steps;
     let mut recovered = false;
+    // The MCP servers' tools are listed before the first model call.
+    ctx.shared.tools.ready(&ctx.cancel).await;
     for step in 1..=max_steps {
         take_steering(ctx).await;
         ctx.emit(AgentEvent::TurnStart { step }).await;
@@ -243,12 +245,12 @@ async fn finish_step(ctx: &RunCtx<'_>, response: ModelResponse, model: &str) -> 
 /// Runs one tool, forwarding its progress lines, until it finishes or the
 /// run is aborted (dropping the tool's future kills what it started).
 async fn execute_tool(ctx: &RunCtx<'_>, id: &str, name: &str, args: Value) -> ToolOutput {
-    let Some(tool) = ctx.shared.tools.get(name) else {
+    if !ctx.shared.tools.has(name) {
         return ToolOutput::error(format!(
             "unknown tool `{name}`; available tools: {}",
-            ctx.shared.tools.names().join(", ")
+            ctx.shared.tools.all_names().join(", ")
         ));
-    };
+    }
     if let Err(refused) = permit(ctx, id, name, &args).await {
         return refused;
     }
@@ -265,7 +267,7 @@ async fn execute_tool(ctx: &RunCtx<'_>, id: &str, name: &str, args: Value) -> To
         progress,
         files: ctx.shared.client_files(),
     };
-    let run = tool.run(args, tool_ctx);
+    let run = ctx.shared.tools.call(name, args, tool_ctx);
     tokio::pin!(run);
     let mut open = true;
     let output = loop {
@@ -298,7 +300,12 @@ async fn permit(
     name: &str,
     args: &Value,
 ) -> Result<(), ToolOutput> {
-    let (ask, answer) = match ctx.shared.permissions.check(call_id, name, args) {
+    let class = ctx.shared.tools.class(name);
+    let (ask, answer) = match ctx
+        .shared
+        .permissions
+        .check_class(call_id, name, class, args)
+    {
         Gate::Allow => return Ok(()),
         Gate::Refuse(message) => return Err(ToolOutput::error(message)),
         Gate::Ask(ask, answer) => (ask, answer),

@@ -61,20 +61,9 @@ pub enum ModelStop {
     Other(String),
 }
 
-/// Token counts of one model call, as the backend reported them.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct TokenUsage {
-    /// Uncached prompt tokens.
-    pub input: u64,
-    pub output: u64,
-    /// Reasoning tokens, when the backend reports them separately.
-    pub reasoning: Option<u64>,
-    pub cache_read: u64,
-    pub cache_write: u64,
-    /// Whether the backend reported cache counters at all (the spec's
-    /// "measured" cache fields only count calls where it did).
-    pub cache_reported: bool,
-}
+/// Token counts of one model call, as the backend reported them (shared
+/// with the gateway, which prices them the same way).
+pub use corral_protocol::catalogue::TokenUsage;
 
 /// The assembled result of one model call.
 #[derive(Clone, Debug, PartialEq)]

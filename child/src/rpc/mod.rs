@@ -14,6 +14,7 @@
 pub mod acp;
 pub mod dialects;
 pub mod letscode;
+pub mod mcp_status;
 mod trace_context;
 pub mod transcript_wire;
 pub mod zi;

@@ -19,7 +19,9 @@ use std::path::{Path, PathBuf};
 
 use corral_protocol::egress::SECRET_ENV;
 
-use super::{enter, sys, SandboxConfig, SandboxError, ToolNet, EXIT_SANDBOX_UNAVAILABLE};
+use super::{
+    enter_under_init, sys, SandboxConfig, SandboxError, ToolNet, EXIT_SANDBOX_UNAVAILABLE,
+};
 use crate::egress;
 
 /// Exit code when the command cannot be found (as in a shell).
@@ -111,7 +113,7 @@ fn confine(
             (config.writable_too(&home)?, Some(home))
         }
     };
-    enter(&config)?;
+    enter_under_init(&config)?;
     if let ToolNet::Proxy(route) = config.tool_network() {
         // While the capabilities needed to make a network namespace last.
         sys::isolate_network()

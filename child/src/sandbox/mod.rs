@@ -8,6 +8,7 @@
 
 mod error;
 mod exec;
+mod init;
 mod mounts;
 mod namespaces;
 mod plan;
@@ -178,9 +179,25 @@ pub struct Confined {
 }
 
 /// Enters the sandbox. Must run before any thread exists. Returns in the
-/// agent (pid 2 of the new pid namespace); the calling process becomes
-/// outer and init's failures end it with [`EXIT_SANDBOX_UNAVAILABLE`].
+/// agent, pid 1 of the new pid namespace, which reaps the orphans of its
+/// tools (a thread it starts) and ends on SIGHUP/SIGQUIT, and on
+/// SIGTERM/SIGINT until it handles them itself, as a process that is not
+/// an init would; the calling process becomes outer, and a failure in the
+/// agent before it returns ends both with [`EXIT_SANDBOX_UNAVAILABLE`].
+/// Every process the agent starts must come from
+/// [`ToolConfinement::command`] (its pid is registered, so the orphan
+/// reaper leaves its exit status to the agent).
 pub fn enter(config: &SandboxConfig) -> Result<Confined, SandboxError> {
+    enter_as(config, tree::Shape::AgentIsInit)
+}
+
+/// Enters the sandbox under a small init (pid 1), returning in pid 2:
+/// for a program that will replace the process (`sandbox-exec`).
+fn enter_under_init(config: &SandboxConfig) -> Result<Confined, SandboxError> {
+    enter_as(config, tree::Shape::UnderInit)
+}
+
+fn enter_as(config: &SandboxConfig, shape: tree::Shape) -> Result<Confined, SandboxError> {
     std::env::set_current_dir(&config.project).map_err(|source| SandboxError::Project {
         path: config.project.clone(),
         source,
@@ -200,7 +217,7 @@ pub fn enter(config: &SandboxConfig) -> Result<Confined, SandboxError> {
             SandboxError::NotConfined(format!("cannot take the host's network away: {e}"))
         })?;
     }
-    tree::start(|| {
+    tree::start(shape, || {
         mounts::apply(&mounts)?;
         // From now on the working directory is the exposed project.
         std::env::set_current_dir(&config.project).map_err(|source| SandboxError::Project {

@@ -91,9 +91,9 @@ fn check(
     network: &ToolNet,
     socket: Option<&OwnedFd>,
 ) -> Result<(), SandboxError> {
-    if nix::unistd::getpid().as_raw() != 2 {
+    if nix::unistd::getpid().as_raw() != 1 {
         return Err(SandboxError::NotConfined(
-            "the agent is not pid 2 of a new pid namespace".into(),
+            "the agent is not pid 1 of a new pid namespace".into(),
         ));
     }
     let outside = [Some(Path::new("/")), config.project().parent()];

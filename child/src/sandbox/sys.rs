@@ -1,12 +1,14 @@
-//! The sandbox's only unsafe code: fork, signal handlers, the capability
+//! The sandbox's only unsafe code: fork, signal handlers (forwarding, the
+//! agent-as-init's ending and its SIGCHLD wake-up), the capability
 //! bounding set, bringing `lo` up, handing a descriptor on across exec, and
-//! the pre-exec hook of tool commands.
+//! the pre-exec hook of tool commands (which registers their pid with the
+//! agent-as-init).
 //! Each block says why it is sound; everything else uses safe `nix` calls.
 
 #![allow(unsafe_code)]
 
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{IntoRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicI32, Ordering};
 
 use nix::errno::Errno;
@@ -81,6 +83,124 @@ pub fn forward_signals(signals: &[Signal], target: Pid) -> Result<(), SandboxErr
     Ok(())
 }
 
+/// The agent-as-init's report pipe to outer (-1: none).
+static REPORT_FD: AtomicI32 = AtomicI32::new(-1);
+/// Where the agent's children register their pid (-1: nowhere).
+static REGISTRY_FD: AtomicI32 = AtomicI32::new(-1);
+/// The reaper's wake-up pipe, written at every SIGCHLD (-1: none).
+static WAKE_FD: AtomicI32 = AtomicI32::new(-1);
+
+/// Signal handler of the agent as pid 1: ends the process as `signal`
+/// would have, unless another handler was installed over this one (the
+/// agent handles the signal itself, and calls this one after its own).
+extern "C" fn end_like(signal: libc::c_int) {
+    // SAFETY: sigaction (to read the disposition), write and _exit are
+    // async-signal-safe; `current` is a valid, zeroed sigaction, and the
+    // report is two bytes on the stack.
+    unsafe {
+        let mut current: libc::sigaction = std::mem::zeroed();
+        let ours = end_like as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        if libc::sigaction(signal, std::ptr::null(), &mut current) == 0
+            && current.sa_sigaction != ours
+        {
+            return;
+        }
+        let fd = REPORT_FD.load(Ordering::Relaxed);
+        if fd >= 0 {
+            let report = [b's', signal as u8];
+            libc::write(fd, report.as_ptr().cast(), report.len());
+        }
+        libc::_exit(128 + signal);
+    }
+}
+
+/// Makes SIGTERM, SIGINT, SIGHUP and SIGQUIT end the agent (pid 1, which
+/// the kernel never kills by a default action), reporting each through
+/// `report`, which stays open (close-on-exec) for the agent's life.
+pub fn end_like_signals(report: OwnedFd) -> Result<(), SandboxError> {
+    REPORT_FD.store(report.into_raw_fd(), Ordering::Relaxed);
+    let action = SigAction::new(
+        SigHandler::Handler(end_like),
+        SaFlags::SA_RESTART,
+        SigSet::empty(),
+    );
+    for signal in [
+        Signal::SIGTERM,
+        Signal::SIGINT,
+        Signal::SIGHUP,
+        Signal::SIGQUIT,
+    ] {
+        // SAFETY: `end_like` only calls async-signal-safe functions.
+        unsafe { sigaction(signal, &action) }.map_err(|source| SandboxError::Process {
+            what: "sigaction",
+            source,
+        })?;
+    }
+    Ok(())
+}
+
+/// From now on every command built by [`confine_command`] writes its pid
+/// to `fd` (blocking, close-on-exec) before it executes; kept open for the
+/// process's life.
+pub fn set_registry(fd: OwnedFd) {
+    REGISTRY_FD.store(fd.into_raw_fd(), Ordering::Relaxed);
+}
+
+/// Signal handler: one byte to [`WAKE_FD`].
+extern "C" fn wake(_: libc::c_int) {
+    let fd = WAKE_FD.load(Ordering::Relaxed);
+    if fd >= 0 {
+        // SAFETY: write(2) is async-signal-safe; errno is saved and
+        // restored; a full pipe (EAGAIN) already holds a wake-up.
+        unsafe {
+            let errno = *libc::__errno_location();
+            libc::write(fd, [1u8].as_ptr().cast(), 1);
+            *libc::__errno_location() = errno;
+        }
+    }
+}
+
+/// Writes a byte to `fd` (non-blocking, close-on-exec, kept open for the
+/// process's life) at every SIGCHLD. Installed before the async runtime,
+/// whose own SIGCHLD handler then calls this one after its own.
+pub fn wake_on_sigchld(fd: OwnedFd) -> Result<(), SandboxError> {
+    WAKE_FD.store(fd.into_raw_fd(), Ordering::Relaxed);
+    let action = SigAction::new(
+        SigHandler::Handler(wake),
+        SaFlags::SA_RESTART | SaFlags::SA_NOCLDSTOP,
+        SigSet::empty(),
+    );
+    // SAFETY: `wake` only calls write(2), saving errno.
+    unsafe { sigaction(Signal::SIGCHLD, &action) }.map_err(|source| SandboxError::Process {
+        what: "sigaction",
+        source,
+    })?;
+    Ok(())
+}
+
+/// In a forked child: registers its pid with the agent-as-init, if there
+/// is one. Async-signal-safe.
+fn register_pid() -> io::Result<()> {
+    let fd = REGISTRY_FD.load(Ordering::Relaxed);
+    if fd < 0 {
+        return Ok(());
+    }
+    // SAFETY: getpid takes nothing.
+    let pid = unsafe { libc::getpid() }.to_ne_bytes();
+    loop {
+        // SAFETY: write takes a pointer to the four bytes on the stack; a
+        // pipe write of four bytes is atomic (all or nothing).
+        let written = unsafe { libc::write(fd, pid.as_ptr().cast(), pid.len()) };
+        if written == 4 {
+            return Ok(());
+        }
+        let error = io::Error::last_os_error();
+        if error.kind() != io::ErrorKind::Interrupted {
+            return Err(error);
+        }
+    }
+}
+
 /// Restores the default disposition of `signals` (in a forked child that
 /// must not forward).
 pub fn default_signals(signals: &[Signal]) -> Result<(), SandboxError> {
@@ -116,17 +236,23 @@ pub struct ExecConfinement {
     pub inherit_fd: Option<RawFd>,
     /// An empty capability bounding set and ambient set.
     pub no_capabilities: bool,
+    /// A Landlock domain of the command's own, nested in the agent's (see
+    /// [`enter_own_domain`]).
+    pub own_domain: bool,
 }
 
 /// Makes `command` apply `confinement` in the child before exec.
 pub fn confine_command(command: &mut tokio::process::Command, confinement: ExecConfinement) {
     // SAFETY: the hook runs between fork and exec in a copy of a
     // multi-threaded process, so it must be async-signal-safe: it only
-    // makes raw syscalls (unshare, socket, ioctl, close, fcntl, prctl) on
+    // makes raw syscalls (getpid, write, unshare, socket, ioctl, close,
+    // fcntl, prctl, landlock_create_ruleset, landlock_restrict_self) on
     // stack data and builds errors with `last_os_error`, which does not
     // allocate.
     unsafe {
         command.pre_exec(move || {
+            // First: from here on this process may exit.
+            register_pid()?;
             if confinement.no_network {
                 isolate_network()?;
             }
@@ -135,6 +261,9 @@ pub fn confine_command(command: &mut tokio::process::Command, confinement: ExecC
             }
             if confinement.no_capabilities {
                 drop_capabilities()?;
+            }
+            if confinement.own_domain {
+                enter_own_domain()?;
             }
             Ok(())
         });
@@ -220,4 +349,51 @@ pub fn drop_capabilities() -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// `struct landlock_ruleset_attr` up to `handled_access_fs`, the part
+/// every Landlock ABI knows.
+#[repr(C)]
+struct RulesetAttrV1 {
+    handled_access_fs: u64,
+}
+
+/// `LANDLOCK_ACCESS_FS_MAKE_BLOCK`: making block devices, which nothing in
+/// the sandbox may do anyway (no `CAP_MKNOD`).
+const ACCESS_FS_MAKE_BLOCK: u64 = 1 << 11;
+
+/// Moves the calling process into a Landlock domain of its own, nested in
+/// the one it is in, that takes away nothing it still had. What it buys:
+/// Landlock lets a process ptrace (and so read `/proc/<pid>/mem`,
+/// `/proc/<pid>/environ`, `/proc/<pid>/fd`) only processes in its own
+/// domain or one nested below it, so two commands started this way cannot
+/// reach each other, nor the agent, though they share a uid. Needs
+/// `no_new_privs` (which the sandbox set). Async-signal-safe.
+pub fn enter_own_domain() -> io::Result<()> {
+    let attr = RulesetAttrV1 {
+        handled_access_fs: ACCESS_FS_MAKE_BLOCK,
+    };
+    // SAFETY: landlock_create_ruleset reads `size_of::<RulesetAttrV1>()`
+    // bytes from `attr`, a live, initialised repr(C) value on the stack.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            &attr as *const RulesetAttrV1,
+            std::mem::size_of::<RulesetAttrV1>(),
+            0u32,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let fd = fd as libc::c_int;
+    // SAFETY: landlock_restrict_self takes our ruleset descriptor and flags.
+    let restricted = unsafe { libc::syscall(libc::SYS_landlock_restrict_self, fd, 0u32) };
+    let result = match restricted {
+        0 => Ok(()),
+        _ => Err(io::Error::last_os_error()),
+    };
+    // SAFETY: `fd` is ours and closed exactly once.
+    unsafe { libc::close(fd) };
+    result
 }

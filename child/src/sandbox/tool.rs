@@ -52,6 +52,15 @@ impl ToolConfinement {
         &self.network
     }
 
+    /// The variables [`ToolConfinement::command`] sets, for a caller that
+    /// clears the command's environment after it: the relay's secret.
+    pub fn command_env(&self) -> Vec<(&'static str, std::ffi::OsString)> {
+        match &self.network {
+            ToolNet::Proxy(route) => vec![(SECRET_ENV, route.secret().into())],
+            ToolNet::Host | ToolNet::Isolated => Vec::new(),
+        }
+    }
+
     /// A command that runs `program` confined as this says; arguments added
     /// to it go to `program`. With a proxy route the process started is the
     /// relay (`/proc/self/exe egress-relay --socket-fd N -- program …`),
@@ -82,6 +91,7 @@ impl ToolConfinement {
                         ToolNet::Host | ToolNet::Isolated => None,
                     },
                     no_capabilities: self.no_capabilities,
+                    own_domain: self.no_capabilities,
                 },
             );
         }

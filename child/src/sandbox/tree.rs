@@ -1,9 +1,13 @@
 //! The sandbox's process tree: outer (in the caller's pid namespace) →
-//! init (pid 1 of the new one) → agent (pid 2). [`start`] returns only in
-//! the agent; outer and init forward SIGTERM/SIGINT/SIGHUP/SIGQUIT down the
-//! tree, reap, and exit exactly like the agent did. When init exits the
-//! kernel kills whatever is left in its pid namespace, tools included.
-//! init leads a session of its own, without a controlling terminal.
+//! the agent as pid 1 of the new one ([`Shape::AgentIsInit`]: two
+//! processes, the agent doing init's duties itself, see `init`), or
+//! outer → init (pid 1) → the confined program (pid 2) for a program that
+//! cannot be an init ([`Shape::UnderInit`], `sandbox-exec`). [`start`]
+//! returns only in the agent or program; outer (and init) forward
+//! SIGTERM/SIGINT/SIGHUP/SIGQUIT down the tree, reap, and exit exactly like
+//! the agent did. When pid 1 exits the kernel kills whatever is left in its
+//! pid namespace, tools included. Pid 1 leads a session of its own,
+//! without a controlling terminal.
 
 use std::fs::File;
 use std::io::Read;
@@ -71,10 +75,25 @@ impl AgentEnd {
     }
 }
 
-/// Forks init, which runs `setup` (its mounts and Landlock) and then forks
-/// the agent. Returns only in the agent, with what `setup` produced; a
-/// failure in init is printed there and ends the tree with exit code 78.
-pub fn start<T>(setup: impl FnOnce() -> Result<T, SandboxError>) -> Result<T, SandboxError> {
+/// Who is pid 1 of the new pid namespace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shape {
+    /// The agent itself, reaping orphans and ending on signals as init
+    /// must (our own code, which knows how).
+    AgentIsInit,
+    /// A small init, with the program as its child (pid 2): for a program
+    /// of someone else's, which cannot be expected to reap.
+    UnderInit,
+}
+
+/// Forks pid 1 of the new pid namespace, which runs `setup` (its mounts
+/// and Landlock); with [`Shape::UnderInit`] it then forks the program.
+/// Returns only in the agent or program, with what `setup` produced; a
+/// failure in pid 1 is printed there and ends the tree with exit code 78.
+pub fn start<T>(
+    shape: Shape,
+    setup: impl FnOnce() -> Result<T, SandboxError>,
+) -> Result<T, SandboxError> {
     let (report_read, report_write) = pipe()?;
     let (lifeline_read, lifeline_write) = pipe()?;
     let forwarded: SigSet = FORWARDED.iter().copied().collect();
@@ -92,9 +111,51 @@ pub fn start<T>(setup: impl FnOnce() -> Result<T, SandboxError>) -> Result<T, Sa
         }
         Ok(Forked::Child) => {
             drop((report_read, lifeline_write));
-            init(setup, lifeline_read, report_write, &forwarded)
+            match shape {
+                Shape::AgentIsInit => agent(setup, lifeline_read, report_write, &forwarded),
+                Shape::UnderInit => init(setup, lifeline_read, report_write, &forwarded),
+            }
         }
     }
+}
+
+/// The agent as pid 1: sets the sandbox up, takes up init's duties
+/// (`init`) and returns. Its end reaches outer as its exit status, or
+/// through `report` when a signal ended it.
+fn agent<T>(
+    setup: impl FnOnce() -> Result<T, SandboxError>,
+    lifeline: OwnedFd,
+    report: OwnedFd,
+    forwarded: &SigSet,
+) -> Result<T, SandboxError> {
+    let value = pid_one(setup, &lifeline, c"corral-agent-in");
+    drop(lifeline);
+    super::init::become_init(report).unwrap_or_else(|e| fail(&e));
+    let _ = forwarded.thread_unblock();
+    Ok(value)
+}
+
+/// The first steps of pid 1: dies with outer, names itself, leads a
+/// session of its own and runs `setup` (exiting 78 on failure).
+fn pid_one<T>(
+    setup: impl FnOnce() -> Result<T, SandboxError>,
+    lifeline: &OwnedFd,
+    name: &std::ffi::CStr,
+) -> T {
+    let _ = prctl::set_pdeathsig(Signal::SIGKILL);
+    if parent_gone(lifeline) {
+        std::process::exit(1);
+    }
+    let _ = prctl::set_name(name);
+    // A session of its own: nothing inside has the host's terminal as its
+    // controlling terminal, so `/dev/tty` can only name a private one.
+    let own_session = nix::unistd::setsid().map_err(|source| SandboxError::Process {
+        what: "setsid",
+        source,
+    });
+    own_session
+        .and_then(|_| setup())
+        .unwrap_or_else(|e| fail(&e))
 }
 
 fn pipe() -> Result<(OwnedFd, OwnedFd), SandboxError> {
@@ -129,28 +190,15 @@ fn outer(init: Pid, report: OwnedFd, lifeline: OwnedFd, forwarded: &SigSet) -> !
     finish(AgentEnd::decode(&bytes).unwrap_or(status))
 }
 
-/// init: sets the sandbox up, forks the agent, then reaps until the agent
-/// ends and reports how.
+/// init (under which a program of someone else's runs): sets the sandbox
+/// up, forks the program, then reaps until it ends and reports how.
 fn init<T>(
     setup: impl FnOnce() -> Result<T, SandboxError>,
     lifeline: OwnedFd,
     report: OwnedFd,
     forwarded: &SigSet,
 ) -> Result<T, SandboxError> {
-    let _ = prctl::set_pdeathsig(Signal::SIGKILL);
-    if parent_gone(&lifeline) {
-        std::process::exit(1);
-    }
-    let _ = prctl::set_name(c"corral-init");
-    // A session of its own: nothing inside has the host's terminal as its
-    // controlling terminal, so `/dev/tty` can only name a private one.
-    let own_session = nix::unistd::setsid().map_err(|source| SandboxError::Process {
-        what: "setsid",
-        source,
-    });
-    let value = own_session
-        .and_then(|_| setup())
-        .unwrap_or_else(|e| fail(&e));
+    let value = pid_one(setup, &lifeline, c"corral-init");
     match sys::fork() {
         Err(e) => fail(&e),
         Ok(Forked::Parent(agent)) => reap(agent, report, forwarded),

@@ -26,6 +26,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::agent::permission::Class;
 use crate::provider::ToolSpec;
 use crate::sandbox::ToolConfinement;
 use crate::transcript::Block;
@@ -146,10 +147,38 @@ pub struct UnknownTool {
     pub name: String,
 }
 
-/// The tools enabled for a session, in [`ALL_TOOL_NAMES`] order.
+/// The tools enabled for a session: the built-in ones in [`ALL_TOOL_NAMES`]
+/// order, then those of the session's MCP servers.
 #[derive(Clone, Default)]
 pub struct ToolSet {
     tools: Vec<Arc<dyn Tool>>,
+    /// The MCP servers whose tools the session offers.
+    mcp: Option<Arc<dyn ExternalTools>>,
+}
+
+/// Tools that come from elsewhere and change at run time (the session's
+/// MCP servers, `crate::mcp::McpHub`), known by name.
+pub trait ExternalTools: Send + Sync {
+    fn is_empty(&self) -> bool;
+    /// Waits until the tools are listed (or `cancel` fires).
+    fn ready<'a>(&'a self, cancel: &'a CancellationToken) -> BoxFuture<'a, ()>;
+    fn specs(&self) -> Vec<ToolSpec>;
+    fn names(&self) -> Vec<String>;
+    fn has(&self, name: &str) -> bool;
+    /// Whether the tool's owner marks it read-only.
+    fn read_only(&self, name: &str) -> bool;
+    fn call(
+        self: Arc<Self>,
+        name: String,
+        args: Value,
+        cancel: CancellationToken,
+    ) -> BoxFuture<'static, ToolOutput>;
+}
+
+/// Whether a `--tools` entry names MCP tools (`mcp`, `mcp__…`) rather than
+/// a built-in tool.
+pub fn is_mcp_entry(name: &str) -> bool {
+    name == "mcp" || name.starts_with("mcp__")
 }
 
 impl ToolSet {
@@ -160,6 +189,7 @@ impl ToolSet {
                 .iter()
                 .filter_map(|n| tool_by_name(n))
                 .collect(),
+            mcp: None,
         }
     }
 
@@ -169,8 +199,10 @@ impl ToolSet {
     }
 
     /// The named tools; duplicates are ignored, order follows
-    /// [`ALL_TOOL_NAMES`]. Fails on the first unknown name.
+    /// [`ALL_TOOL_NAMES`]. Fails on the first unknown name. MCP entries
+    /// (`mcp`, `mcp__…`) are left to the MCP selection.
     pub fn select(names: &[String]) -> Result<ToolSet, UnknownTool> {
+        let names: Vec<String> = names.iter().filter(|n| !is_mcp_entry(n)).cloned().collect();
         if let Some(bad) = names.iter().find(|n| tool_by_name(n).is_none()) {
             return Err(UnknownTool { name: bad.clone() });
         }
@@ -179,12 +211,54 @@ impl ToolSet {
             .filter(|n| names.iter().any(|m| m == *n))
             .filter_map(|n| tool_by_name(n))
             .collect();
-        Ok(ToolSet { tools })
+        Ok(ToolSet { tools, mcp: None })
+    }
+
+    /// These tools and those of the `hub`'s servers.
+    pub fn with_mcp(mut self, hub: Arc<dyn ExternalTools>) -> ToolSet {
+        // Kept even when empty: an ACP editor's servers may join later.
+        self.mcp = Some(hub);
+        self
+    }
+
+    /// Waits until the MCP servers were tried once (their tools listed).
+    pub async fn ready(&self, cancel: &CancellationToken) {
+        if let Some(hub) = &self.mcp {
+            hub.ready(cancel).await;
+        }
     }
 
     /// The specs to offer the model.
     pub fn specs(&self) -> Vec<ToolSpec> {
-        self.tools.iter().map(|t| t.spec()).collect()
+        let mut specs: Vec<ToolSpec> = self.tools.iter().map(|t| t.spec()).collect();
+        if let Some(hub) = &self.mcp {
+            specs.extend(hub.specs());
+        }
+        specs
+    }
+
+    /// Whether the model may call `name`.
+    pub fn has(&self, name: &str) -> bool {
+        self.get(name).is_some() || self.mcp.as_ref().is_some_and(|hub| hub.has(name))
+    }
+
+    /// How the permission gate treats a call of `name`.
+    pub fn class(&self, name: &str) -> Class {
+        match &self.mcp {
+            Some(hub) if hub.has(name) => Class::External {
+                read_only: hub.read_only(name),
+            },
+            _ => Class::of(name),
+        }
+    }
+
+    /// Every name the model may call: built-in, then MCP.
+    pub fn all_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.names().into_iter().map(String::from).collect();
+        if let Some(hub) = &self.mcp {
+            names.extend(hub.names());
+        }
+        names
     }
 
     /// The enabled tool called `name`.
@@ -201,7 +275,7 @@ impl ToolSet {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.tools.is_empty()
+        self.tools.is_empty() && self.mcp.as_ref().is_none_or(|hub| hub.is_empty())
     }
 
     /// Runs the tool the model called; a tool that is not enabled becomes an
@@ -212,12 +286,15 @@ impl ToolSet {
         args: Value,
         ctx: ToolContext,
     ) -> BoxFuture<'static, ToolOutput> {
-        match self.get(name) {
-            Some(tool) => tool.run(args, ctx),
-            None => {
+        match (self.get(name), &self.mcp) {
+            (Some(tool), _) => tool.run(args, ctx),
+            (None, Some(hub)) if hub.has(name) => {
+                Arc::clone(hub).call(name.to_string(), args, ctx.cancel)
+            }
+            (None, _) => {
                 let msg = format!(
                     "unknown tool `{name}`; available tools: {}",
-                    self.names().join(", ")
+                    self.all_names().join(", ")
                 );
                 Box::pin(async move { ToolOutput::error(msg) })
             }
@@ -227,7 +304,7 @@ impl ToolSet {
 
 impl fmt::Debug for ToolSet {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_list().entries(self.names()).finish()
+        f.debug_list().entries(self.all_names()).finish()
     }
 }
 

@@ -8,23 +8,64 @@
 //! same way whether it exists or not: the decision never sees existence.
 //! Pure: no I/O, the time is passed in.
 
+pub mod digest;
+pub mod jwt;
+pub mod keyring;
+mod live;
+pub mod rate;
 mod scope;
+pub mod store;
 
 use std::time::SystemTime;
 
+pub use keyring::{ConfiguredToken, Keyring, Purpose};
+pub use live::{Live, Ticket};
 pub use scope::{PatternError, ProjectPattern, ProjectScope};
 
 use crate::auth::Role;
 
 /// Who is asking, as a credential proves it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Identity {
     /// The token's name, or the JWT's `sub`: what logs and the audit name.
     pub name: String,
+    /// Where the credential was defined.
+    pub kind: Kind,
     pub role: Role,
     pub scope: ProjectScope,
     /// When the credential stops working; `None`: never.
     pub expires: Option<SystemTime>,
+    /// The most this identity's prompts may spend on the model, in USD;
+    /// `None`: no budget of its own.
+    pub budget_usd: Option<f64>,
+}
+
+/// Where a credential was defined, which says how it ends: a static
+/// token with the gateway's configuration, a managed one when revoked, a
+/// JWT when it expires.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// `--token`, `--observer-token`, `--admin-token` and their variables
+    /// and config keys: named `client-token-N` and so on, every project.
+    Static,
+    /// A `[[token]]` entry of the config file.
+    Configured,
+    /// Made through `POST /v1/tokens`, kept in `STATE/tokens`.
+    Managed,
+    /// A signed token; its name is the `sub` claim.
+    Jwt,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Static => "static",
+            Kind::Configured => "configured",
+            Kind::Managed => "managed",
+            Kind::Jwt => "jwt",
+        }
+    }
 }
 
 /// What an identity asks to do.
@@ -58,7 +99,31 @@ pub enum Denied {
     OutOfScope,
 }
 
+/// The key of the credential of `kind` named `name` (see [`Identity::key`]).
+pub fn credential_key(kind: Kind, name: &str) -> String {
+    format!("{}:{name}", kind.as_str())
+}
+
 impl Identity {
+    /// The gateway itself, for what it does on no one's behalf (every
+    /// project, read-only).
+    pub fn gateway() -> Identity {
+        Identity {
+            name: "gateway".into(),
+            kind: Kind::Static,
+            role: Role::Observer,
+            scope: ProjectScope::All,
+            expires: None,
+            budget_usd: None,
+        }
+    }
+
+    /// A key naming this credential among all kinds (`managed:alice`,
+    /// `jwt:user-42`): what per-identity limits count and revocation finds.
+    pub fn key(&self) -> String {
+        credential_key(self.kind, &self.name)
+    }
+
     /// Whether a project shows up in this identity's lists.
     pub fn sees(&self, project: &str) -> bool {
         self.scope.covers(project)
@@ -91,9 +156,9 @@ pub fn authorize(identity: &Identity, action: Action<'_>, now: SystemTime) -> Re
             if identity.role != Role::Admin {
                 return Err(Denied::WrongRole);
             }
-            return match identity.scope {
-                ProjectScope::All => Ok(()),
-                ProjectScope::Only(_) => Err(Denied::OutOfScope),
+            return match identity.scope.is_everything() {
+                true => Ok(()),
+                false => Err(Denied::OutOfScope),
             };
         }
         Action::ListProjects => (&[Role::Admin], None),
@@ -116,6 +181,8 @@ mod tests {
     fn identity(role: Role, scope: &[&str], expires: Option<u64>) -> Identity {
         Identity {
             name: "t".into(),
+            kind: Kind::Configured,
+            budget_usd: None,
             role,
             scope: match scope {
                 ["ALL"] => ProjectScope::All,
@@ -198,6 +265,8 @@ mod tests {
                 Err(OutOfScope),
             ),
             (Role::Admin, &["ALL"], None, AdministerGateway, ok),
+            (Role::Admin, &["*"], None, AdministerGateway, ok),
+            (Role::Admin, &["*-x", "*"], None, AdministerGateway, ok),
             (Role::Admin, &["ALL"], None, Drive("x"), Err(WrongRole)),
             // No patterns: nothing.
             (Role::Client, &[], None, Drive("x"), Err(OutOfScope)),

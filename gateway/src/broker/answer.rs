@@ -12,6 +12,7 @@ use super::upstream::Provider;
 pub fn error(provider: Option<Provider>, status: StatusCode, message: &str) -> Response<Body> {
     let kind = match status {
         StatusCode::UNAUTHORIZED => "authentication_error",
+        StatusCode::PAYMENT_REQUIRED => "billing_error",
         StatusCode::FORBIDDEN => "permission_error",
         StatusCode::NOT_FOUND => "not_found_error",
         StatusCode::PAYLOAD_TOO_LARGE => "request_too_large",

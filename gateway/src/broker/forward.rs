@@ -2,7 +2,9 @@
 //! project's place among its open requests taken, its body read (at most
 //! [`MAX_REQUEST_BYTES`], within [`BODY_TIMEOUT`], under the shared
 //! [`MAX_BUFFERED_BYTES`]), sent upstream with the real key, and the
-//! answer streamed back chunk by chunk as it arrives.
+//! answer streamed back chunk by chunk as it arrives, its usage read on
+//! the way and charged to the budgets (a model call of a spent budget is
+//! answered 402 instead).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -14,7 +16,9 @@ use axum::body::Body;
 use axum::http::header::CONTENT_LENGTH;
 use axum::http::{Request, Response, StatusCode};
 
+use super::meter::{self, Call, Meter};
 use super::route::{self, Refusal};
+use super::tap::Api;
 use super::upstream::Provider;
 use super::{answer, headers, Broker, Outcome};
 
@@ -125,6 +129,20 @@ pub async fn handle(broker: &Broker, request: Request<Body>) -> Response<Body> {
             ),
         );
     };
+    // Model calls are charged to the project and to the identity whose
+    // run it is, and refused once either budget is spent.
+    let api = Api::of_path(&route.rest);
+    let payer = broker.ledger.payer_of(&project);
+    if api.is_some() {
+        if let Err(spent) = broker.ledger.check(&project, payer.as_ref()) {
+            broker.count(Some(provider), Outcome::OverBudget);
+            return answer::error(
+                Some(provider),
+                StatusCode::PAYMENT_REQUIRED,
+                &spent.to_string(),
+            );
+        }
+    }
     let Some(in_flight) = InFlight::claim(&broker.in_flight, &project) else {
         broker.count(Some(provider), Outcome::Busy);
         return answer::error(
@@ -174,6 +192,13 @@ pub async fn handle(broker: &Broker, request: Request<Body>) -> Response<Body> {
             );
         }
     };
+    let call = api.map(|api| Call {
+        provider,
+        api,
+        requested: meter::requested_model(&body),
+        project: project.clone(),
+        payer,
+    });
     let sent = broker
         .client
         .request(parts.method, route.url(&upstream.base))
@@ -186,8 +211,21 @@ pub async fn handle(broker: &Broker, request: Request<Body>) -> Response<Body> {
             broker.count(Some(provider), Outcome::Forwarded);
             let status = answer.status();
             let headers = headers::downstream(answer.headers());
+            let content_type = answer
+                .headers()
+                .get(axum::http::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default();
+            // Only a success is billed; the meter charges as it reads and
+            // when the stream ends or is dropped.
+            let mut meter = call
+                .filter(|_| status.is_success())
+                .and_then(|call| Meter::new(call, content_type, broker.ledger.clone()));
             let stream = answer.bytes_stream().map(move |chunk| {
                 let _held = &in_flight;
+                if let (Some(meter), Ok(bytes)) = (meter.as_mut(), &chunk) {
+                    meter.observe(bytes);
+                }
                 chunk
             });
             let mut response = Response::new(Body::from_stream(stream));

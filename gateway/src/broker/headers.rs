@@ -2,7 +2,9 @@
 //! a child presents, and the rewriting both ways (hop-by-hop headers
 //! dropped, the placeholder replaced by the real key). Pure: no I/O.
 
-use axum::http::header::{HeaderName, HeaderValue, AUTHORIZATION, CONTENT_LENGTH, HOST};
+use axum::http::header::{
+    HeaderName, HeaderValue, ACCEPT_ENCODING, AUTHORIZATION, CONTENT_LENGTH, HOST,
+};
 use axum::http::HeaderMap;
 
 use super::upstream::Provider;
@@ -28,11 +30,19 @@ pub fn presented_key(provider: Provider, headers: &HeaderMap) -> Option<&str> {
 const ACCOUNT_HEADERS: [&str; 2] = ["openai-organization", "openai-project"];
 
 /// The headers sent upstream: the child's, without hop-by-hop headers,
-/// `Host` and `Content-Length` (the client sets both) and any credential,
-/// with the real `key` in the provider's key header.
+/// `Host` and `Content-Length` (the client sets both), any credential and
+/// `Accept-Encoding` (the broker reads the usage in answers, so it asks
+/// for them uncompressed), with the real `key` in the provider's key
+/// header.
 pub fn upstream(provider: Provider, incoming: &HeaderMap, key: &Secret) -> HeaderMap {
     let mut headers = end_to_end(incoming);
-    for name in [HOST, CONTENT_LENGTH, AUTHORIZATION, X_API_KEY] {
+    for name in [
+        HOST,
+        CONTENT_LENGTH,
+        AUTHORIZATION,
+        X_API_KEY,
+        ACCEPT_ENCODING,
+    ] {
         headers.remove(name);
     }
     // Which account pays is the operator's: with a key that reaches
@@ -118,6 +128,7 @@ mod tests {
             ("transfer-encoding", "chunked"),
             ("proxy-authorization", "Basic eA=="),
             ("accept", "text/event-stream"),
+            ("accept-encoding", "gzip, br"),
         ]);
         let out = upstream(Provider::Anthropic, &incoming, &key);
         let mut names: Vec<&str> = out.keys().map(HeaderName::as_str).collect();

@@ -1,5 +1,5 @@
 //! The model-key broker (`--model-broker on`): agents' model calls come to
-//! the gateway on one Unix socket, `STATE/egress/broker.sock`, carrying a
+//! the gateway on one Unix socket, `STATE/egress/broker-ID.sock`, carrying a
 //! per-spawn placeholder where the provider key would be; the broker
 //! checks it, puts the real key (held only here) in its place and
 //! forwards to the configured provider, streaming the answer back as it
@@ -14,14 +14,22 @@
 //!   `GET /openai/v1/models` → `OPENAI_BASE_URL` (which includes `/v1`) +
 //!   the path after `/openai/v1`, key in `Authorization: Bearer`.
 //!
+//! Model calls (`/v1/messages`, `/chat/completions`, `/responses`) are
+//! metered: the usage in the provider's answer is read as it passes
+//! (`tap`), priced with the catalogue and charged to the project's and
+//! the running identity's budgets (`meter`, [`crate::spend`]); a call of
+//! a project or identity whose budget is spent is answered 402.
+//!
 //! Tasks: one accept loop on a thread of its own ([`spawn`]), one task
 //! per connection.
 
 mod answer;
 mod forward;
 mod headers;
+mod meter;
 mod route;
 mod serve;
+mod tap;
 mod upstream;
 
 use std::ffi::OsString;
@@ -39,12 +47,10 @@ pub use crate::spawn_secrets::SpawnSecrets as Registry;
 pub use forward::{BODY_TIMEOUT, MAX_BUFFERED_BYTES, MAX_IN_FLIGHT_PER_PROJECT, MAX_REQUEST_BYTES};
 pub use route::{ANTHROPIC_PREFIX, OPENAI_PREFIX};
 pub use serve::{HEADER_TIMEOUT, MAX_CONNECTIONS};
+pub use tap::MAX_LINE_BYTES;
 pub use upstream::{Provider, UpstreamError, Upstreams, ENV_VARS};
 
 use crate::metrics::Metrics;
-
-/// The socket's name in `STATE/egress/`.
-pub const SOCKET_NAME: &str = "broker.sock";
 
 /// Time to connect to a provider.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -70,6 +76,9 @@ pub enum Outcome {
     Slow,
     /// The project had [`MAX_IN_FLIGHT_PER_PROJECT`] requests open.
     Busy,
+    /// The project's budget, or that of the identity whose run it is, is
+    /// spent.
+    OverBudget,
     /// The provider could not be reached.
     UpstreamError,
 }
@@ -84,6 +93,7 @@ impl Outcome {
             Outcome::TooLarge => "too_large",
             Outcome::Slow => "slow",
             Outcome::Busy => "busy",
+            Outcome::OverBudget => "over_budget",
             Outcome::UpstreamError => "upstream_error",
         }
     }
@@ -106,6 +116,8 @@ pub struct Broker {
     peers: crate::child_socket::Peers,
     /// Requests open per project (until their answer is streamed).
     in_flight: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
+    /// The budgets model calls are checked against and charged to.
+    ledger: Arc<crate::spend::Ledger>,
 }
 
 impl Broker {
@@ -113,6 +125,7 @@ impl Broker {
         registry: Arc<Registry>,
         upstreams: Upstreams,
         metrics: Arc<Metrics>,
+        ledger: Arc<crate::spend::Ledger>,
     ) -> Result<Broker, reqwest::Error> {
         let client = reqwest::Client::builder()
             .user_agent(concat!("corral-broker/", env!("CARGO_PKG_VERSION")))
@@ -132,6 +145,7 @@ impl Broker {
             body_timeout: BODY_TIMEOUT,
             peers: crate::child_socket::Peers::default(),
             in_flight: Arc::default(),
+            ledger,
         })
     }
 
@@ -159,12 +173,16 @@ impl Broker {
 }
 
 /// Makes `STATE/egress` (mode 0755, following no link) and binds the
-/// broker's socket in it, before the sandbox probe opens it.
-pub fn open_socket(state_dir: &std::path::Path) -> io::Result<std::os::unix::net::UnixListener> {
-    let dir = crate::statefs::Dir::open_root(state_dir)
+/// broker's socket there (`STATE/egress/broker-INSTANCE.sock`, a name of
+/// this gateway's own), before the sandbox probe opens it.
+pub fn open_socket(
+    state_dir: &std::path::Path,
+    socket: &std::path::Path,
+) -> io::Result<std::os::unix::net::UnixListener> {
+    crate::statefs::Dir::open_root(state_dir)
         .and_then(|state| state.subdir("egress", 0o755))
         .map_err(|e| io::Error::other(e.to_string()))?;
-    bind(&dir.path().join(SOCKET_NAME))
+    bind(socket)
 }
 
 /// Serves `listener` on a thread of its own, with a runtime of its own,
@@ -230,5 +248,7 @@ pub fn child_env(
     env
 }
 
+#[cfg(test)]
+mod budget_tests;
 #[cfg(test)]
 mod tests;

@@ -82,7 +82,7 @@ fn broker_with(
     body_timeout: Duration,
 ) -> (PathBuf, Arc<Registry>, Arc<Metrics>, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join(SOCKET_NAME);
+    let path = dir.path().join("broker.sock");
     let (anthropic, key) = (anthropic.to_string(), key.map(str::to_string));
     let env = move |name: &str| match name {
         "ANTHROPIC_BASE_URL" => Some(anthropic.clone()),
@@ -95,7 +95,8 @@ fn broker_with(
     let upstreams = Upstreams::from_env(&env).unwrap();
     let registry = Arc::new(Registry::default());
     let metrics = Arc::new(Metrics::new().unwrap());
-    let broker = Broker::new(registry.clone(), upstreams, metrics.clone())
+    let ledger = Arc::new(crate::spend::Ledger::detached(None, metrics.clone()));
+    let broker = Broker::new(registry.clone(), upstreams, metrics.clone(), ledger)
         .unwrap()
         .with_body_timeout(body_timeout);
     spawn(bind(&path).unwrap(), broker, CancellationToken::new()).unwrap();
@@ -431,15 +432,17 @@ async fn a_stalled_body_is_answered_408_and_a_project_holds_a_bounded_number_of_
 #[tokio::test]
 async fn an_account_children_do_not_run_as_gets_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join(SOCKET_NAME);
+    let path = dir.path().join("broker.sock");
     let env = |name: &str| (name == "ANTHROPIC_API_KEY").then(|| "sk-ant-real".to_string());
     let registry = Arc::new(Registry::default());
     let metrics = Arc::new(Metrics::new().unwrap());
     let me = nix::unistd::getuid().as_raw();
+    let ledger = Arc::new(crate::spend::Ledger::detached(None, metrics.clone()));
     let broker = Broker::new(
         registry.clone(),
         Upstreams::from_env(&env).unwrap(),
         metrics,
+        ledger,
     )
     .unwrap()
     .with_peers(crate::child_socket::Peers::only([me.wrapping_add(1)]));

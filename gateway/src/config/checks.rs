@@ -49,6 +49,21 @@ pub(super) fn auth_failure_rate(setting: &str, rate: f64) -> Result<f64, ConfigE
     Ok(rate)
 }
 
+/// Largest budget accepted, in USD: beyond it a number is a typo, not a
+/// budget (no budget at all is the way to say unlimited).
+pub const MAX_BUDGET_USD: f64 = 1e9;
+
+/// A budget in USD: a number from 0 to [`MAX_BUDGET_USD`].
+pub(super) fn budget_usd(setting: &str, usd: f64) -> Result<f64, ConfigError> {
+    if !(usd.is_finite() && (0.0..=MAX_BUDGET_USD).contains(&usd)) {
+        return Err(ConfigError::Invalid {
+            setting: setting.into(),
+            reason: format!("{usd} is not a number of US dollars from 0 to {MAX_BUDGET_USD}"),
+        });
+    }
+    Ok(usd)
+}
+
 pub(super) fn origins(entries: Vec<String>) -> Result<Vec<String>, ConfigError> {
     entries
         .into_iter()

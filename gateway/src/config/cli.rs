@@ -38,6 +38,8 @@ pub enum Command {
     Attach(AttachArgs),
     /// Check or repair a session journal (STATE/sessions/PROJECT.jsonl).
     Journal(crate::journal::JournalArgs),
+    /// Make, list or revoke managed tokens through a gateway's admin API.
+    Token(crate::token_cli::TokenArgs),
 }
 
 /// `corral attach URL`: the token comes from `--token-file`, else from

@@ -118,6 +118,8 @@ pub fn enum_name<T: clap::ValueEnum>(value: T) -> String {
 /// Declares every `corral serve` setting once. Each entry:
 ///
 /// ```text
+/// tables: { key: TYPE, }              (config-file tables with no flag,
+///                                     such as `[[token]]`; read by hand)
 /// field: CLI_TYPE = "--flag" "VALUE_NAME" [more clap arg attributes],
 ///     key toml_key: FILE_TYPE,        (optional: flag-only settings omit it)
 ///     env "VAR",                      (optional: clap reads it)
@@ -136,6 +138,7 @@ pub fn enum_name<T: clap::ValueEnum>(value: T) -> String {
 macro_rules! declare_settings {
     (
         after_help: $after_help:expr;
+        tables: { $($(#[$table_doc:meta])* $table:ident: $table_ty:ty,)* }
         $(
             $field:ident: $cli:ty = $flag:literal $value_name:literal $([$($arg:tt)*])?,
             $(key $key:ident: $file:ty,)?
@@ -167,6 +170,7 @@ macro_rules! declare_settings {
         #[serde(deny_unknown_fields)]
         pub struct FileConfig {
             $($(pub $key: $file,)?)*
+            $($(#[$table_doc])* #[serde(default)] pub $table: $table_ty,)*
         }
 
         /// Every setting, in `--help` order.

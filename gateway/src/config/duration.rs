@@ -1,5 +1,5 @@
 //! Durations as written on the command line and in the config file:
-//! `250ms`, `10s`, `5m`, `2h`, or a bare number of seconds (`30`).
+//! `250ms`, `10s`, `5m`, `2h`, `30d`, or a bare number of seconds (`30`).
 //! In TOML a duration may also be an integer (seconds).
 
 use std::fmt;
@@ -11,14 +11,14 @@ use serde::Deserialize;
 /// A duration that could not be parsed; the message says what is accepted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "invalid duration {input:?}: {reason} (write e.g. 250ms, 10s, 5m, 2h, or a number of seconds)"
+    "invalid duration {input:?}: {reason} (write e.g. 250ms, 10s, 5m, 2h, 30d, or a number of seconds)"
 )]
 pub struct DurationError {
     input: String,
     reason: &'static str,
 }
 
-/// Parses `250ms`, `10s`, `5m`, `2h` or a bare number of seconds. Units are
+/// Parses `250ms`, `10s`, `5m`, `2h`, `30d` or a bare number of seconds. Units are
 /// case-insensitive; the number is a whole, non-negative integer.
 pub fn parse_duration(input: &str) -> Result<Duration, DurationError> {
     let error = |reason| DurationError {
@@ -44,6 +44,7 @@ pub fn parse_duration(input: &str) -> Result<Duration, DurationError> {
         "" | "s" => 1_000,
         "m" => 60_000,
         "h" => 3_600_000,
+        "d" => 86_400_000,
         _ => return Err(error("unknown unit")),
     };
     value
@@ -132,7 +133,7 @@ mod tests {
             ("s", "does not start with a number"),
             ("-5s", "does not start with a number"),
             ("1.5s", "unknown unit"),
-            ("10d", "unknown unit"),
+            ("10w", "unknown unit"),
             ("10sec", "unknown unit"),
             ("5m3s", "unknown unit"),
             ("99999999999999999999s", "too large"),

@@ -34,8 +34,12 @@ pub fn parse(text: &str, base: &Path) -> Result<FileConfig, String> {
     rebase(&mut file.projects_root);
     rebase(&mut file.state_dir);
     rebase(&mut file.token_file);
+    rebase(&mut file.mcp_servers);
     rebase(&mut file.observer_token_file);
     rebase(&mut file.admin_token_file);
+    rebase(&mut file.audit_log);
+    rebase(&mut file.jwt_secret_file);
+    rebase(&mut file.jwks_file);
     for path in file.sandbox_hide.iter_mut().flatten() {
         if path.is_relative() {
             *path = base.join(&*path);

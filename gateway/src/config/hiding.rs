@@ -24,9 +24,10 @@ pub struct SecretFileSetting {
     pub file: fn(&FileConfig) -> Option<&PathBuf>,
 }
 
-/// Every setting that names a file the gateway reads a secret from. A new
-/// one (a key file, an MCP configuration, a provider key file) goes here,
-/// and is then hidden from agents like the others; a unit test fails for a
+/// Every setting that names a file the gateway reads a secret from (or
+/// keeps a record in that agents must not see). A new one (a key file, an
+/// MCP configuration, a provider key file) goes here, and is then hidden
+/// from agents like the others; a unit test fails for a
 /// `*_file` setting missing from this list.
 pub const SECRET_FILE_SETTINGS: &[SecretFileSetting] = &[
     SecretFileSetting {
@@ -52,6 +53,36 @@ pub const SECRET_FILE_SETTINGS: &[SecretFileSetting] = &[
         key: Some("admin_token_file"),
         cli: |a| a.admin_token_file.as_ref(),
         file: |f| f.admin_token_file.as_ref(),
+    },
+    // The MCP servers' environment and headers: API tokens.
+    SecretFileSetting {
+        flag: "--mcp-servers",
+        key: Some("mcp_servers"),
+        cli: |a| a.mcp_servers.as_ref(),
+        file: |f| f.mcp_servers.as_ref(),
+    },
+    // Holds no secret, but who did what on every project (and, with
+    // --audit-prompts, every prompt): no agent may read or rewrite it.
+    // Its rotated files lie beside it, hidden with the directory.
+    SecretFileSetting {
+        flag: "--audit-log",
+        key: Some("audit_log"),
+        cli: |a| a.audit_log.as_ref(),
+        file: |f| f.audit_log.as_ref(),
+    },
+    SecretFileSetting {
+        flag: "--jwt-secret-file",
+        key: Some("jwt_secret_file"),
+        cli: |a| a.jwt_secret_file.as_ref(),
+        file: |f| f.jwt_secret_file.as_ref(),
+    },
+    // Public keys, but what the gateway trusts identities from: hidden
+    // like the secrets, so that no agent learns or touches it.
+    SecretFileSetting {
+        flag: "--jwks-file",
+        key: Some("jwks_file"),
+        cli: |a| a.jwks_file.as_ref(),
+        file: |f| f.jwks_file.as_ref(),
     },
 ];
 

@@ -6,11 +6,11 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use super::checks::{at_least, canonical_dir, create_dir, origins};
+use super::checks::{at_least, budget_usd, canonical_dir, create_dir, origins};
 use super::settings::{Layers, ServeArgs};
 use super::{
-    broker, child, child_command, defaults, egress, file, hiding, sandbox, throttle, tokens,
-    Config, ConfigError, Confinement, Limits, SupervisorSettings,
+    audit_log, broker, child, child_command, defaults, egress, file, hiding, jwt, sandbox,
+    throttle, token_table, tokens, Config, ConfigError, Confinement, Limits, SupervisorSettings,
 };
 use crate::auth::{self, Secret, Tokens};
 
@@ -36,7 +36,14 @@ pub fn load_with_env(
         file: &file,
     };
     // Every secret the gateway reads from a file, whichever layer won.
-    let secret_files = hiding::secret_files(&args, &file);
+    let mut secret_files = hiding::secret_files(&args, &file);
+    let base = args
+        .config
+        .as_deref()
+        .and_then(Path::parent)
+        .unwrap_or(Path::new(""));
+    secret_files.extend(token_table::files(&file.token, base));
+    let configured_tokens = token_table::resolve(&file.token, base)?;
 
     let listen = listen(&layers)?;
     let metrics_listen = file_addr(
@@ -48,9 +55,16 @@ pub fn load_with_env(
     let proxy_listen = throttle::proxy_listen(&args, &file, listen)?;
     let trusted_proxies = throttle::trusted_proxies(&args, &file, proxy_listen)?;
     let throttle = throttle::policy(&layers)?;
+    let audit = audit_log::resolve(&layers)?;
 
     let tokens = tokens::resolve(&args, &file, env)?;
-    if tokens.client.is_empty() && !is_loopback(listen) {
+    let jwt = jwt::resolve(&layers)?;
+    let jwt_accepted = jwt.secret.is_some() || jwt.jwks.is_some();
+    if tokens.client.is_empty()
+        && configured_tokens.is_empty()
+        && !jwt_accepted
+        && !is_loopback(listen)
+    {
         return Err(ConfigError::NoClientToken { addr: listen });
     }
     let projects_root = canonical_dir(&layers.projects_root()?)?;
@@ -108,6 +122,9 @@ pub fn load_with_env(
         env,
     )?;
     let model_broker = broker.upstreams;
+    // Names this gateway's sockets apart from those of other gateways
+    // sharing the state directory.
+    let instance: String = auth::random_token()?.chars().take(12).collect();
     let (state_dir, sessions_dir, mut confinement) = state(
         layers.state_dir()?,
         &projects_root,
@@ -122,8 +139,17 @@ pub fn load_with_env(
     if model_broker.is_some() {
         // Bound by the gateway at start; agents open it before their
         // sandbox hides the state directory.
-        let socket = state_dir.join("egress").join(crate::broker::SOCKET_NAME);
+        let socket = state_dir
+            .join("egress")
+            .join(socket_name("broker", &instance));
         confinement.model_socket = Some(socket);
+    }
+    if confinement.egress_proxy() {
+        // Likewise.
+        let socket = state_dir
+            .join("egress")
+            .join(socket_name("proxy", &instance));
+        confinement.egress_socket = Some(socket);
     }
     let egress = egress::resolve(
         &layers.egress_allow(),
@@ -131,8 +157,36 @@ pub fn load_with_env(
         &layers.egress_methods(),
         layers.egress_max_connections()?,
     )?;
+    let mcp = crate::mcp::McpPolicy {
+        servers: match layers.mcp_servers() {
+            Some(path) => {
+                crate::mcp::OperatorServers::load(&path).map_err(|e| ConfigError::Invalid {
+                    setting: "--mcp-servers / mcp_servers".into(),
+                    reason: e.to_string(),
+                })?
+            }
+            None => crate::mcp::OperatorServers::default(),
+        },
+        client: layers.client_mcp()?,
+    };
+    if !mcp.servers.is_empty()
+        && child_args
+            .iter()
+            .any(|a| a == "--mcp-config" || a.starts_with("--mcp-config="))
+    {
+        return Err(ConfigError::Invalid {
+            setting: "--mcp-servers / mcp_servers".into(),
+            reason: "-- CHILD_ARGS name --mcp-config too: give every server in --mcp-servers \
+                     (each agent gets them as its --mcp-config)"
+                .into(),
+        });
+    }
     let mut tokens = tokens;
-    let (generated_token, generated_admin_token) = generate_missing(&mut tokens, listen)?;
+    let (generated_token, generated_admin_token) = generate_missing(
+        &mut tokens,
+        !configured_tokens.is_empty() || jwt_accepted,
+        listen,
+    )?;
 
     Ok(Config {
         config_file: args.config.clone(),
@@ -142,11 +196,14 @@ pub fn load_with_env(
         trusted_proxies,
         throttle,
         otlp_endpoint: args.otlp_endpoint.clone(),
+        audit,
         projects_root,
         state_dir,
         tokens,
+        configured_tokens,
         generated_token,
         generated_admin_token,
+        jwt,
         allowed_origins,
         shutdown_grace: layers.shutdown_grace()?,
         limits,
@@ -171,6 +228,11 @@ pub fn load_with_env(
         egress,
         model_broker,
         model_broker_off: broker.off_because,
+        mcp,
+        project_budget_usd: layers
+            .project_budget_usd()
+            .map(|usd| budget_usd("--project-budget-usd / project_budget_usd", usd))
+            .transpose()?,
     })
 }
 
@@ -251,6 +313,7 @@ fn limits(layers: &Layers) -> Result<Limits, ConfigError> {
             .transpose()?,
         ops_connections: layers.ops_connections()?,
         max_connections_per_token: layers.max_connections_per_token()?,
+        max_prompts_per_minute: layers.max_prompts_per_minute()?,
     })
 }
 
@@ -295,22 +358,25 @@ fn state(
             }
         }
     }
-    if confinement.egress_proxy() {
-        // Made (and bound) by the gateway at start; children open it
-        // before their sandbox hides the state directory.
-        confinement.egress_socket = Some(state_dir.join("egress").join("proxy.sock"));
-    }
     Ok((state_dir, sessions_dir, confinement))
 }
 
-/// Without a client token, one is generated; likewise an admin token
+/// `STATE/egress/KIND-INSTANCE.sock`: each gateway sharing a state
+/// directory binds sockets of its own (one would take another's place).
+fn socket_name(kind: &str, instance: &str) -> String {
+    format!("{kind}-{instance}.sock")
+}
+
+/// Without a client token nor another way in (`[[token]]` entries,
+/// JWTs), one is generated; likewise an admin token
 /// (dashboard, admin API) on loopback only. Returns what was generated.
 fn generate_missing(
     tokens: &mut Tokens,
+    has_configured: bool,
     listen: SocketAddr,
 ) -> Result<(Option<Secret>, Option<Secret>), ConfigError> {
     let mut generated_token = None;
-    if tokens.client.is_empty() {
+    if tokens.client.is_empty() && !has_configured {
         let token = Secret::new(auth::random_token()?);
         tokens.client.push(token.clone());
         generated_token = Some(token);

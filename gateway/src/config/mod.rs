@@ -23,6 +23,7 @@
 //! `OTEL_EXPORTER_OTLP_ENDPOINT` (declared with `--otlp-endpoint`) and,
 //! with `--model-broker on`, the providers' keys and base URLs.
 
+mod audit_log;
 mod broker;
 mod bytes;
 mod checks;
@@ -34,11 +35,14 @@ mod duration;
 mod egress;
 mod file;
 mod hiding;
+mod jwt;
 mod load;
 mod sandbox;
 mod serve_help;
 mod settings;
 mod throttle;
+mod token_file;
+mod token_table;
 mod tokens;
 mod values;
 
@@ -49,17 +53,20 @@ use std::time::Duration;
 
 pub use broker::BrokerMode;
 pub use bytes::{format_bytes, parse_bytes, SizeError};
+pub use checks::MAX_BUDGET_USD;
 pub use child::{ChildEnv, DEFAULT_CHILD_BIN};
 pub use cli::{AttachArgs, Cli, Command, LogFormat};
 pub use declare::{Setting, Shown};
 pub use duration::{format_duration, parse_duration, DurationError};
 pub use egress::EgressSettings;
 pub use hiding::{CoverRefused, Overlap, SECRET_FILE_SETTINGS};
+pub use jwt::{MaxRole, MAX_LEEWAY, MAX_SECRET_FILE_BYTES};
 pub use load::{load, load_with_env};
 pub use sandbox::{ChildUser, Confinement, MIN_CHILD_MEMORY, MIN_CHILD_PIDS};
 pub use settings::{ServeArgs, SETTINGS, TOKEN_ENV_VARS};
 pub use throttle::own_addresses;
-pub use tokens::{read_token_file, MIN_TOKEN_CHARS};
+pub use token_file::{read_token_file, MIN_TOKEN_CHARS};
+pub use token_table::is_static_name;
 pub use values::{OnOff, ToolNetwork};
 
 use crate::auth::{RandomError, Role, Secret, Tokens};
@@ -82,18 +89,26 @@ pub struct Config {
     pub throttle: crate::throttle::ThrottlePolicy,
     /// Where the gateway and its children export traces (OTLP/HTTP).
     pub otlp_endpoint: Option<String>,
+    /// `--audit-log` and its rotation; `None`: no audit log.
+    pub audit: Option<crate::audit::AuditSettings>,
     /// Canonical directory whose direct subdirectories are the projects.
     pub projects_root: PathBuf,
     /// Canonical gateway state directory (created if missing).
     pub state_dir: PathBuf,
     /// Tokens of every role; `client` is never empty.
     pub tokens: Tokens,
+    /// The config file's `[[token]]` entries (digests, never secrets).
+    pub configured_tokens: Vec<crate::access::ConfiguredToken>,
     /// A client token made at startup because none was configured and the
     /// listener is loopback; the caller prints it once (`.expose()`).
     pub generated_token: Option<Secret>,
     /// Likewise an admin token, when none was configured and the listener
     /// is loopback (a public listener simply has no admin API then).
     pub generated_admin_token: Option<Secret>,
+    /// Which JWTs are accepted (`--jwt-*`, `--jwks-*`); the secret, if
+    /// any, already read. [`crate::access::jwt::Verifier::from_settings`]
+    /// builds the verifier from it.
+    pub jwt: crate::access::jwt::JwtSettings,
     /// Normalized allowed browser origins (`scheme://host[:port]` or `*`);
     /// empty = same origin only. See [`crate::auth::origin_allowed`].
     pub allowed_origins: Vec<String>,
@@ -112,6 +127,11 @@ pub struct Config {
     pub model_broker: Option<crate::broker::Upstreams>,
     /// With `--model-broker auto` (or `off`): why the broker is off.
     pub model_broker_off: Option<&'static str>,
+    /// What each project may spend on models until an admin raises or
+    /// resets its budget; `None`: unlimited.
+    pub project_budget_usd: Option<f64>,
+    /// The operator's MCP servers and what clients may select of them.
+    pub mcp: crate::mcp::McpPolicy,
 }
 
 /// Bounds on connections, frames and replay.
@@ -157,6 +177,8 @@ pub struct Limits {
     /// WebSocket sessions one credential may hold open; 0 = unlimited
     /// ([`crate::token_slots`]).
     pub max_connections_per_token: usize,
+    /// Prompts one identity may send per minute (0 = unlimited).
+    pub max_prompts_per_minute: u32,
 }
 
 /// How the supervisor runs children.
@@ -208,6 +230,11 @@ pub mod defaults {
     use std::time::Duration;
 
     pub const STATE_DIR: &str = "./corral-state";
+    pub const AUDIT_LOG_MAX_BYTES: usize = 100 << 20;
+    /// Smallest accepted `audit_log_max_bytes`: many of the largest
+    /// entries (a prompt of 64KiB) fit in one file.
+    pub const MIN_AUDIT_LOG_BYTES: usize = 1 << 20;
+    pub const AUDIT_LOG_KEEP: usize = 5;
     pub const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
     pub const MAX_CHILDREN: usize = 64;
     pub const EGRESS_MAX_CONNECTIONS: usize = crate::egress::proxy::DEFAULT_MAX_CONNECTIONS;
@@ -235,6 +262,7 @@ pub mod defaults {
     pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
     pub const OPS_CONNECTIONS: usize = 8;
     pub const MAX_CONNECTIONS_PER_TOKEN: usize = 256;
+    pub const MAX_PROMPTS_PER_MINUTE: u32 = 60;
     /// Smallest accepted `max_hello_bytes`: a hello with a token must fit.
     pub const MIN_HELLO_BYTES: usize = 256;
     pub const PING_INTERVAL: Duration = Duration::from_secs(30);

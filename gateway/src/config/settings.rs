@@ -13,6 +13,7 @@ use super::checks::{at_least, auth_failure_rate, positive};
 use super::declare::{any, declare_settings, enum_name, number, path_text};
 use super::defaults;
 use super::duration::{format_duration, parse_duration, FileDuration};
+use super::jwt::{self, MaxRole};
 use super::serve_help::SERVE_ENV_HELP;
 use super::values::{parse_net, OnOff, TokenList, ToolNetwork};
 use crate::auth::Secret;
@@ -29,6 +30,10 @@ pub const TOKEN_ENV_VARS: [&str; 3] = [
 
 declare_settings! {
     after_help: SERVE_ENV_HELP;
+    tables: {
+        /// `[[token]]`: named, scoped credentials kept as digests.
+        token: Vec<super::token_table::TokenEntry>,
+    }
 
     config: Option<PathBuf> = "--config" "FILE",
         default custom("none"),
@@ -57,7 +62,28 @@ declare_settings! {
     otlp_endpoint: Option<String> = "--otlp-endpoint" "URL",
         env "OTEL_EXPORTER_OTLP_ENDPOINT",
         default custom("off"),
-        help "Export OpenTelemetry traces (one per prompt, the gateway's span linked to the agent's) over OTLP/HTTP to this base URL, e.g. http://127.0.0.1:4318; children export there too";
+        help "Export OpenTelemetry traces (one per prompt, the gateway's span linked to the agent's) over OTLP/HTTP to this base URL, e.g. http://127.0.0.1:4318; children export there too. With --audit-log, its entries go there too as log records";
+
+    audit_log: Option<PathBuf> = "--audit-log" "FILE",
+        key audit_log: Option<PathBuf>,
+        default optional(PathBuf, "off"),
+        help "Append the audit trail to this file: one JSON line per action (sessions opened and closed, prompts, aborts, permission answers, admin actions, tokens, budgets, refusals) saying who, from which address, on which project and run, and how it ended; never a secret. Written from a thread of its own and made durable per batch; its directory must exist and be writable, and a symbolic link is refused. Also sent as OpenTelemetry log records with --otlp-endpoint";
+
+    audit_log_max_bytes: Option<usize> = "--audit-log-max-bytes" "SIZE" [value_parser = parse_bytes],
+        key audit_log_max_bytes: Option<FileBytes>,
+        default value(usize = defaults::AUDIT_LOG_MAX_BYTES, format_bytes,
+            |s, v| at_least(s, v, defaults::MIN_AUDIT_LOG_BYTES)),
+        help "Rotate the audit log before it would grow past this (at least 1MiB): FILE becomes FILE.1, FILE.1 becomes FILE.2, and so on";
+
+    audit_log_keep: Option<usize> = "--audit-log-keep" "N",
+        key audit_log_keep: Option<usize>,
+        default value(usize = defaults::AUDIT_LOG_KEEP, number, |s, v| at_least(s, v, 1)),
+        help "Rotated audit logs kept, FILE.1 (newest) to FILE.N; a rotation removes the oldest";
+
+    audit_prompts: bool = "--audit-prompts" "" [action = clap::ArgAction::SetTrue],
+        key audit_prompts: Option<bool>,
+        default custom("off"),
+        help "Also write each prompt's text into the audit log (at most 64KiB each); off, a prompt's entry has no text. Needs --audit-log";
 
     projects_root: Option<PathBuf> = "--projects-root" "DIR",
         key projects_root: Option<PathBuf>,
@@ -102,6 +128,46 @@ declare_settings! {
         default custom("none"),
         help "File of admin tokens, one per line";
 
+    jwt_secret_file: Option<PathBuf> = "--jwt-secret-file" "FILE",
+        key jwt_secret_file: Option<PathBuf>,
+        default optional(PathBuf, "none"),
+        help "Accept JWTs signed with HS256 and the secret in this file: at least 32 bytes (one final newline is not part of it), readable by the gateway's user only";
+
+    jwks_file: Option<PathBuf> = "--jwks-file" "FILE",
+        key jwks_file: Option<PathBuf>,
+        default optional(PathBuf, "none"),
+        help "Accept JWTs signed with RS256, ES256 or EdDSA by a key of this JSON Web Key Set (a key of the matching type, and the `kid` if the token names one); re-read every --jwks-refresh";
+
+    jwks_url: Option<String> = "--jwks-url" "URL",
+        key jwks_url: Option<String>,
+        default optional(String, "none"),
+        help "Like --jwks-file, fetched from an identity provider instead: https:// (http:// only on loopback), no redirects, at most 1MiB within 10s; every --jwks-refresh and early (at most once per 10s) when a token names an unknown `kid`. A failed fetch keeps the previous keys";
+
+    jwks_refresh: Option<Duration> = "--jwks-refresh" "DUR" [value_parser = parse_duration],
+        key jwks_refresh: Option<FileDuration>,
+        default value(Duration = crate::access::jwt::DEFAULT_REFRESH, format_duration, jwt::refresh),
+        help "Time between reloads of --jwks-file or --jwks-url, at least 10s";
+
+    jwt_issuer: Option<String> = "--jwt-issuer" "ISS",
+        key jwt_issuer: Option<String>,
+        default optional(String, "not checked"),
+        help "A JWT's `iss` must be present and equal this";
+
+    jwt_audience: Option<String> = "--jwt-audience" "AUD",
+        key jwt_audience: Option<String>,
+        default optional(String, "none: a JWT with an aud claim is refused"),
+        help "A JWT's `aud` must be present and name this";
+
+    jwt_max_role: Option<MaxRole> = "--jwt-max-role" "ROLE" [value_enum],
+        key jwt_max_role: Option<MaxRole>,
+        default value(MaxRole = MaxRole::Client, enum_name, any),
+        help "The highest `corral_role` a JWT may claim (observer < client < admin); a JWT claiming more is refused, not given less";
+
+    jwt_leeway: Option<Duration> = "--jwt-leeway" "DUR" [value_parser = parse_duration],
+        key jwt_leeway: Option<FileDuration>,
+        default value(Duration = crate::access::jwt::DEFAULT_LEEWAY, format_duration, jwt::leeway),
+        help "Clock difference with a JWT's issuer tolerated for `exp` and `nbf`, at most 5m; a session opened with a JWT is closed at its `exp` plus this";
+
     allowed_origins: Vec<String> = "--allowed-origin" "O",
         key allowed_origins: Option<Vec<String>>,
         default list(String, "same origin only"),
@@ -131,6 +197,16 @@ declare_settings! {
         key child_command: Option<String>,
         default optional(String, "none"),
         help "Run this ACP agent as every project's child instead of corral-agent, e.g. 'pi-acp' (split like shell words; a bare name is found on PATH); needs --dialect acp. With the sandbox on it runs under corral-agent sandbox-exec, with a private HOME under the state directory";
+
+    mcp_servers: Option<PathBuf> = "--mcp-servers" "FILE",
+        key mcp_servers: Option<PathBuf>,
+        default optional(PathBuf, "none"),
+        help "The MCP servers agents may use, in the common {\"mcpServers\": {NAME: {command, args, env} | {type: \"http\", url, headers}}} shape; \"default\": false makes a server selectable by clients instead of started for every project. Each corral-agent child gets them as a file only it reads (never on its command line); third-party agents get none. The file holds secrets: hidden from agents like the token files";
+
+    client_mcp: Option<crate::mcp::ClientMcp> = "--client-mcp" "off|select" [value_enum],
+        key client_mcp: Option<crate::mcp::ClientMcp>,
+        default value(crate::mcp::ClientMcp = crate::mcp::ClientMcp::Select, enum_name, any),
+        help "What clients may do about MCP servers: select = an ACP editor's mcpServers that match --mcp-servers entries by definition (command and arguments, or URL) are started for the project's session, anything else is refused and the editor told; off = the operator's defaults only";
 
     child_env: Vec<String> = "--child-env" "NAME[=VALUE]",
         key child_env: Option<Vec<String>>,
@@ -229,7 +305,12 @@ declare_settings! {
     max_connections_per_token: Option<usize> = "--max-connections-per-token" "N",
         key max_connections_per_token: Option<usize>,
         default value(usize = defaults::MAX_CONNECTIONS_PER_TOKEN, number, any),
-        help "WebSocket sessions one token may hold open at once; more are refused with close 1013 (0 = unlimited)";
+        help "WebSocket sessions one identity (a token, or a JWT subject) may hold open at once; more are refused with close 1013 (0 = unlimited)";
+
+    max_prompts_per_minute: Option<u32> = "--max-prompts-per-minute" "N",
+        key max_prompts_per_minute: Option<u32>,
+        default value(u32 = defaults::MAX_PROMPTS_PER_MINUTE, number, any),
+        help "Prompts (requests that start a run) one identity may send per minute over all its connections and projects, evenly refilled; more are answered with an error in the client's dialect (0 = unlimited)";
 
     ping_interval: Option<Duration> = "--ping-interval" "DUR" [value_parser = parse_duration],
         key ping_interval: Option<FileDuration>,
@@ -314,7 +395,12 @@ declare_settings! {
     model_broker: Option<BrokerMode> = "--model-broker" "auto|on|off" [value_enum],
         key model_broker: Option<BrokerMode>,
         default value(BrokerMode = BrokerMode::Auto, enum_name, any),
-        help "Keep the model API keys in the gateway: agents' model calls go through a broker on a Unix socket (STATE/egress/broker.sock) that checks a per-spawn placeholder key, puts the real ANTHROPIC_API_KEY / OPENAI_API_KEY in (read from the gateway's environment, with ANTHROPIC_BASE_URL / OPENAI_BASE_URL) and forwards only to those endpoints; the agent then runs without the host's network. on needs the sandbox, --tool-network proxy or off, and a key; auto is on when those hold, the child is corral-agent and -- CHILD_ARGS name no --base-url or --api-key";
+        help "Keep the model API keys in the gateway: agents' model calls go through a broker on a Unix socket (STATE/egress/broker-ID.sock, ID naming this gateway process) that checks a per-spawn placeholder key, puts the real ANTHROPIC_API_KEY / OPENAI_API_KEY in (read from the gateway's environment, with ANTHROPIC_BASE_URL / OPENAI_BASE_URL) and forwards only to those endpoints; the agent then runs without the host's network. on needs the sandbox, --tool-network proxy or off, and a key; auto is on when those hold, the child is corral-agent and -- CHILD_ARGS name no --base-url or --api-key";
+
+    project_budget_usd: Option<f64> = "--project-budget-usd" "USD",
+        key project_budget_usd: Option<f64>,
+        default optional(f64, "none: unlimited"),
+        help "What each project may spend on models, in US dollars, until an admin raises or resets its budget (PUT /v1/projects/NAME/budget): counted from the providers' own usage at the model broker, else from the usage the agent reports, over every gateway on the state directory. A project at its budget gets its new prompts refused; 0 refuses every prompt";
 
     child_user: Option<String> = "--child-user" "USER",
         key child_user: Option<String>,

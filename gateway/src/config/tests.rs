@@ -97,6 +97,7 @@ fn defaults_and_generated_token_on_loopback() {
             max_connections: None,
             ops_connections: 8,
             max_connections_per_token: 256,
+            max_prompts_per_minute: 60,
         }
     );
     let s = &config.supervisor;
@@ -165,6 +166,23 @@ fn non_loopback_with_env_token_is_accepted() {
     let config = load_with_env(args, &env).unwrap();
     assert!(config.generated_token.is_none());
     assert_eq!(config.tokens.role_of(TOKEN), Some(Role::Client));
+}
+
+#[test]
+fn non_loopback_accepting_only_jwts_needs_no_client_token() {
+    let f = Fixture::new();
+    fs::create_dir(f.path("keys")).unwrap();
+    let secret = f.path("keys/jwt-secret");
+    fs::write(&secret, format!("{}\n", "k".repeat(32))).unwrap();
+    fs::set_permissions(&secret, fs::Permissions::from_mode(0o600)).unwrap();
+    let args = ServeArgs {
+        listen: Some("0.0.0.0:7000".parse().unwrap()),
+        jwt_secret_file: Some(secret),
+        ..f.args()
+    };
+    let config = load_with_env(args, &no_env).unwrap();
+    assert!(config.generated_token.is_none() && config.tokens.client.is_empty());
+    assert!(config.jwt.secret.is_some());
 }
 
 #[test]
@@ -903,8 +921,19 @@ fn the_model_broker_reads_the_keys_and_needs_the_sandbox_and_tools_apart() {
     let anthropic = upstreams.get(crate::broker::Provider::Anthropic);
     assert_eq!(anthropic.base, "http://127.0.0.1:9");
     assert!(!format!("{config:?}").contains("sk-ant-config-test"));
-    let socket = config.state_dir.join("egress/broker.sock");
-    assert_eq!(config.confinement.model_socket.as_ref(), Some(&socket));
+    // A name of this gateway's own, apart from others on the state dir.
+    let socket = config.confinement.model_socket.clone().unwrap();
+    assert_eq!(
+        socket.parent(),
+        Some(config.state_dir.join("egress").as_path())
+    );
+    let name = socket.file_name().unwrap().to_string_lossy().into_owned();
+    assert!(
+        name.starts_with("broker-") && name.ends_with(".sock"),
+        "{name}"
+    );
+    let again = load_with_env(args.clone(), &keys).unwrap();
+    assert_ne!(again.confinement.model_socket, Some(socket.clone()));
     let probe = config.confinement.probe_args();
     assert_eq!(
         &probe[probe.len() - 2..],
@@ -928,4 +957,69 @@ fn the_model_broker_reads_the_keys_and_needs_the_sandbox_and_tools_apart() {
     assert!(err.contains("--tool-network on"), "{err}");
     let err = refused(&|_| {}, &no_env);
     assert!(err.contains("ANTHROPIC_API_KEY"), "{err}");
+}
+
+#[test]
+fn mcp_servers_are_read_checked_and_hidden_from_agents() {
+    let f = Fixture::new();
+    fs::create_dir(f.path("mcp")).unwrap();
+    let servers = f.path("mcp/servers.json");
+    fs::write(
+        &servers,
+        r#"{"mcpServers": {"docs": {"command": "docs-mcp", "env": {"TOKEN": "t0k-s3cret"}},
+            "tracker": {"type": "http", "url": "https://mcp.example.com/mcp", "default": false}}}"#,
+    )
+    .unwrap();
+    let file = f.config_file_apart("mcp_servers = \"../mcp/servers.json\"\nclient_mcp = \"off\"\n");
+    let args = ServeArgs {
+        config: Some(file),
+        ..f.args()
+    };
+    let config = load_with_env(args, &no_env).unwrap();
+    let names: Vec<_> = config.mcp.servers.iter().map(|s| s.name.clone()).collect();
+    assert_eq!(names, ["docs", "tracker"]);
+    assert_eq!(config.mcp.client, crate::mcp::ClientMcp::Off);
+    let mcp_dir = f.path("mcp").canonicalize().unwrap();
+    assert!(
+        config.confinement.hide.contains(&mcp_dir),
+        "the servers' directory is hidden: {:?}",
+        config.confinement.hide
+    );
+    // The default is select; a broken file is refused naming the setting
+    // and never showing a secret.
+    fs::write(
+        &servers,
+        r#"{"mcpServers": {"docs": {"command": "docs-mcp", "env": {"TOKEN": ["t0k-s3cret"]}}}}"#,
+    )
+    .unwrap();
+    let args = ServeArgs {
+        mcp_servers: Some(servers.clone()),
+        ..f.args()
+    };
+    let err = load_with_env(args, &no_env).unwrap_err().to_string();
+    assert!(
+        err.contains("--mcp-servers") && err.contains("docs"),
+        "{err}"
+    );
+    assert!(!err.contains("s3cret"), "{err}");
+    fs::write(
+        &servers,
+        r#"{"mcpServers": {"docs": {"command": "docs-mcp"}}}"#,
+    )
+    .unwrap();
+    let args = ServeArgs {
+        mcp_servers: Some(servers.clone()),
+        child_args: vec!["--mcp-config".into(), "/x.json".into()],
+        ..f.args()
+    };
+    let err = load_with_env(args, &no_env).unwrap_err().to_string();
+    assert!(err.contains("--mcp-config"), "{err}");
+    let args = ServeArgs {
+        mcp_servers: Some(servers),
+        ..f.args()
+    };
+    assert_eq!(
+        load_with_env(args, &no_env).unwrap().mcp.client,
+        crate::mcp::ClientMcp::Select
+    );
 }

@@ -3,20 +3,13 @@
 //! file flag) > environment > config file (key plus the `*_file` key).
 //! Tokens are validated here and never appear in an error message.
 
-use std::fs;
 use std::path::Path;
 
 use super::settings::{FileConfig, ServeArgs, TOKEN_ENV_VARS};
+use super::token_file::{read_token_file, Found, MIN_TOKEN_CHARS};
 use super::values::TokenList;
 use super::ConfigError;
 use crate::auth::{Role, Secret, Tokens};
-
-/// Shortest accepted token, in characters: shorter ones can be guessed.
-pub const MIN_TOKEN_CHARS: usize = 16;
-
-/// One role's candidate tokens from one source, each with a description
-/// of where it came from (for errors).
-type Found = Vec<(Secret, String)>;
 
 /// The tokens of every role, validated. Client tokens may be empty here;
 /// `config::load` decides whether to generate one or refuse.
@@ -118,28 +111,6 @@ fn from_env(env: &dyn Fn(&str) -> Option<String>, var: &str) -> Found {
         .collect()
 }
 
-/// One token per line; blank lines and lines starting with `#` are skipped,
-/// surrounding whitespace is trimmed. A file that yields none is an error.
-pub fn read_token_file(path: &Path) -> Result<Found, ConfigError> {
-    let text = fs::read_to_string(path).map_err(|source| ConfigError::TokenFile {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let found: Found = text
-        .lines()
-        .enumerate()
-        .map(|(i, line)| (i + 1, line.trim()))
-        .filter(|(_, line)| !line.is_empty() && !line.starts_with('#'))
-        .map(|(n, line)| (Secret::new(line), format!("{} (line {n})", path.display())))
-        .collect();
-    if found.is_empty() {
-        return Err(ConfigError::EmptyTokenFile {
-            path: path.to_path_buf(),
-        });
-    }
-    Ok(found)
-}
-
 /// At least [`MIN_TOKEN_CHARS`] characters, no whitespace or control
 /// characters (they could not be sent in a header anyway).
 fn check(token: &Secret, role: Role, origin: &str) -> Result<(), ConfigError> {
@@ -164,6 +135,8 @@ fn check(token: &Secret, role: Role, origin: &str) -> Result<(), ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::token_file::read_token_file;
+    use std::fs;
 
     const A: &str = "aaaaaaaaaaaaaaaa";
     const B: &str = "bbbbbbbbbbbbbbbb";

@@ -3,7 +3,7 @@
 // first, in a modal dialog (#confirm) that names the project and says what
 // happens to its clients.
 
-import { api, Unauthorized } from "./api.js";
+import { api, errorOf, Unauthorized } from "./api.js";
 import { $, setText, projectPath } from "./util.js";
 
 const ASK = {
@@ -35,19 +35,27 @@ function settle(confirmed) {
   if (resolve) resolve(confirmed);
 }
 
+// Asks in the modal dialog: `title`, what happens (`text`), and the label
+// of the button that goes ahead (`ok`). Resolves true to go ahead; Cancel,
+// Escape or another question resolve false. Cancel has the focus, so an
+// Enter pressed by habit does nothing harmful.
+export function confirmWith(action, { title, text, ok }) {
+  settle(false);
+  setText($("confirm-title"), title);
+  setText($("confirm-text"), text);
+  setText($("confirm-ok"), ok);
+  $("confirm").dataset.action = action;
+  $("confirm").showModal();
+  $("confirm-cancel").focus();
+  return new Promise((resolve) => (answer = resolve));
+}
+
 // Asks before `action` on `project`; resolves true to go ahead. Actions
 // that need no confirmation resolve true at once.
 export function confirmAction(action, project) {
   const ask = ASK[action];
   if (!ask) return Promise.resolve(true);
-  settle(false);
-  setText($("confirm-title"), ask.title(project));
-  setText($("confirm-text"), ask.text);
-  setText($("confirm-ok"), ask.ok);
-  $("confirm").dataset.action = action;
-  $("confirm").showModal();
-  $("confirm-cancel").focus();
-  return new Promise((resolve) => (answer = resolve));
+  return confirmWith(action, { title: ask.title(project), text: ask.text, ok: ask.ok });
 }
 
 // Asks if needed, then POSTs the action. Resolves to { ok, text } for the
@@ -60,8 +68,7 @@ export async function runAction(action, project) {
       const verb = action === "start" ? "started" : "accepted";
       return { ok: true, text: action + " " + project + ": " + verb };
     }
-    const error = res.body && res.body.error ? String(res.body.error) : "HTTP " + res.status;
-    return { ok: false, text: action + " " + project + " failed: " + error };
+    return { ok: false, text: action + " " + project + " failed: " + errorOf(res) };
   } catch (err) {
     if (err instanceof Unauthorized) {
       onUnauthorized();

@@ -7,7 +7,10 @@ export const PROJECT_KEY = "corral.consoleProject";
 
 const REQUEST_TIMEOUT_MS = 5000;
 
-// The gateway refused the admin token (401 or 403).
+// The gateway refused the admin token (401: unknown, or expired). A 403 is
+// not thrown: the token is valid but may not do this one thing (a scoped
+// admin asking for gateway-wide stats), so each caller decides what it
+// means.
 export class Unauthorized extends Error {}
 
 export function signedIn() {
@@ -15,8 +18,8 @@ export function signedIn() {
 }
 
 // Calls the admin API; resolves to { status, ok, body } (body: parsed JSON
-// or null), throws Unauthorized on 401/403 and a plain Error when the
-// gateway cannot be reached in time.
+// or null), throws Unauthorized on 401 and a plain Error when the gateway
+// cannot be reached in time.
 export async function api(method, path) {
   const token = sessionStorage.getItem(ADMIN_KEY) || "";
   const res = await fetch(path, {
@@ -25,7 +28,7 @@ export async function api(method, path) {
     cache: "no-store",
     signal: AbortSignal.timeout ? AbortSignal.timeout(REQUEST_TIMEOUT_MS) : undefined,
   });
-  if (res.status === 401 || res.status === 403) {
+  if (res.status === 401) {
     throw new Unauthorized("HTTP " + res.status);
   }
   let body = null;
@@ -35,4 +38,9 @@ export async function api(method, path) {
     body = null;
   }
   return { status: res.status, ok: res.ok, body };
+}
+
+// The error a failed answer gives in words: its JSON `error`, else its status.
+export function errorOf(res) {
+  return res.body && res.body.error ? String(res.body.error) : "HTTP " + res.status;
 }

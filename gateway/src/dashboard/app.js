@@ -1,7 +1,9 @@
 // corral dashboard: signs in with the admin token, polls the admin API once a
-// second (projects table, summary and charts, gateway events, the open
-// project's detail), greys everything out while the gateway cannot be
-// reached, and wires the console. Plain ES modules, no dependencies, no
+// second (projects table, summary and charts, gateway events, tokens, the
+// open project's detail), greys everything out while the gateway cannot be
+// reached, and wires the console. A 401 signs out; a 403 on the project
+// list means the token is not an admin's, while a 403 on /v1/stats only
+// means a scoped admin (the page goes on without gateway-wide numbers). Plain ES modules, no dependencies, no
 // build step:
 //   util.js        DOM and formatting helpers
 //   api.js         admin API fetches, token storage
@@ -10,22 +12,31 @@
 //   stats.js       summary chips and charts from /v1/stats (chart.js draws)
 //   history.js     per-project charts from successive polls
 //   events.js      the tail of gateway events
+//   tokens.js      the tokens panel: list, and revoke with a confirmation
 //   detail.js      one project's detail and actions
 //   console.js     the project WebSocket; transcript.js renders its stream,
 //                  wire.js speaks the gateway's dialect
 
 import { initActions } from "./actions.js";
-import { ADMIN_KEY, CLIENT_KEY, api, signedIn, Unauthorized } from "./api.js";
+import { ADMIN_KEY, CLIENT_KEY, api, errorOf, signedIn, Unauthorized } from "./api.js";
 import { forgetClientToken, initConsole, openConsole } from "./console.js";
 import { closeDetail, initDetail, refreshDetail, selectProject } from "./detail.js";
 import { pollEvents, resetEvents } from "./events.js";
 import { drawProjectCharts, recordProjects, resetHistory } from "./history.js";
-import { drawCharts, recordStats, resetStats } from "./stats.js";
+import { drawCharts, recordStats, resetStats, statsUnavailable } from "./stats.js";
 import { clearProjects, initTable, renderProjects } from "./table.js";
+import { initTokens, pollTokens, resetTokens } from "./tokens.js";
 import { $, setText, switchTab } from "./util.js";
 
 const POLL_MS = 1000;
 const REFUSED = "The gateway refused the admin token. Enter it again.";
+const NOT_ADMIN = (error) =>
+  "The gateway knows this token, but it is not an admin token (" + error + "). Enter an admin token.";
+
+// Whether /v1/stats is asked. Its 403 (a scoped admin) stops that until the
+// next sign-in: the answer will not change, and an open page would
+// otherwise have every second logged and counted as a refused request.
+let askStats = true;
 
 // Bumped to cancel the running poll loop (sign out, refused token).
 // `inFlight`: a refresh is under way; `soon`: the next one starts at once.
@@ -43,6 +54,8 @@ function showSignIn(message) {
   resetStats();
   resetHistory();
   resetEvents();
+  resetTokens();
+  askStats = true;
   setStale(false);
   setPollStatus("", "");
   $("token-input").focus();
@@ -104,27 +117,38 @@ function setStale(stale) {
   }
 }
 
-// One refresh: projects (every directory), stats, events and the open
-// detail in parallel; then the next one, a second after this one started.
+// One refresh: projects (every directory), stats, events, tokens (every
+// few refreshes) and the open detail in parallel; then the next one, a
+// second after this one started.
 async function tick(generation) {
   const started = performance.now();
   poll.inFlight = true;
   try {
     const [projects, stats] = await Promise.all([
       api("GET", "/v1/projects?all=true"),
-      api("GET", "/v1/stats"),
+      askStats ? api("GET", "/v1/stats") : null,
       pollEvents(),
+      pollTokens(),
       refreshDetail(),
     ]);
     if (generation !== poll.generation) return;
+    if (projects.status === 403) {
+      showSignIn(NOT_ADMIN(errorOf(projects)));
+      return;
+    }
     if (projects.ok && projects.body && Array.isArray(projects.body.projects)) {
       renderProjects(projects.body.projects);
       recordProjects(projects.body.projects);
     }
-    if (stats.ok && stats.body) recordStats(stats.body);
+    if (stats && stats.ok && stats.body) recordStats(stats.body);
+    else if (stats && stats.status === 403) {
+      askStats = false;
+      statsUnavailable();
+    }
     // A proxy in front answers 502-504 when the gateway behind it is down.
     setStale(projects.status >= 502 && projects.status <= 504);
-    if (projects.ok && stats.ok) setPollStatus("live", "ok");
+    const statsFine = !stats || stats.ok || stats.status === 403;
+    if (projects.ok && statsFine) setPollStatus("live", "ok");
     else setPollStatus("API error (HTTP " + (projects.ok ? stats.status : projects.status) + ")", "warn");
   } catch (err) {
     if (generation !== poll.generation) return;
@@ -195,6 +219,7 @@ $("metrics-link").addEventListener("click", openMetrics);
 initActions(() => showSignIn(REFUSED));
 initTable(selectProject, refreshSoon);
 initDetail({ onUnauthorized: () => showSignIn(REFUSED), onOpenConsole: openConsole });
+initTokens({ onUnauthorized: () => showSignIn(REFUSED), onChange: refreshSoon });
 initConsole();
 if (signedIn()) showLive();
 else showSignIn("");

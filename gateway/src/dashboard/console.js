@@ -70,8 +70,9 @@ function saveSession(changes) {
 // The gateway's dialect; zut when /v1/stats cannot say.
 async function gatewayDialect() {
   try {
-    const stats = await api("GET", "/v1/stats");
-    return (stats.ok && stats.body && stats.body.dialect) || "zut";
+    // Any admin may list projects (a scoped admin may not read /v1/stats).
+    const list = await api("GET", "/v1/projects");
+    return (list.ok && list.body && list.body.dialect) || "zut";
   } catch (_) {
     return "zut";
   }

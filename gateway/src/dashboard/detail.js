@@ -92,9 +92,23 @@ function renderDetail(p) {
   field(list, "Memory", fmtBytes(p.rss_bytes));
   field(list, "CPU", isNum(p.cpu_seconds) ? p.cpu_seconds.toFixed(2) + " s" : "–");
   field(list, "Last seq", isNum(p.last_seq) ? String(p.last_seq) : "–");
+  field(list, "MCP servers", describeMcp(p.mcp));
   $("detail-fields").replaceChildren(list);
   if (Array.isArray(p.clients_detail)) renderClients(p.clients_detail);
   if (Array.isArray(p.stderr_tail)) renderStderr(p.stderr_tail);
+}
+
+// "docs: connected, 4 tools; tracker: failed (timed out)", or "–" when
+// the agent reported none. Text only: an error is the server's words.
+function describeMcp(servers) {
+  if (!Array.isArray(servers) || !servers.length) return "–";
+  return servers
+    .map((s) => {
+      const tools = isNum(s && s.tools) ? ", " + s.tools + " tools" : "";
+      const error = s && s.error ? " (" + String(s.error) + ")" : "";
+      return String(s && s.name) + ": " + String(s && s.state) + tools + error;
+    })
+    .join("; ");
 }
 
 function renderClients(clients) {

@@ -36,6 +36,7 @@ const ASSETS: &[(&str, &str, &str)] = &[
     ("refusal.js", JS, include_str!("refusal.js")),
     ("stats.js", JS, include_str!("stats.js")),
     ("table.js", JS, include_str!("table.js")),
+    ("tokens.js", JS, include_str!("tokens.js")),
     ("transcript.js", JS, include_str!("transcript.js")),
     ("util.js", JS, include_str!("util.js")),
     ("wire.js", JS, include_str!("wire.js")),
@@ -173,6 +174,11 @@ mod tests {
             "confirm",
             "metrics-link",
             "project-charts",
+            "charts",
+            "tokens",
+            "tokens-count",
+            "tokens-result",
+            "tokens-note",
         ] {
             assert!(
                 INDEX_HTML.contains(&format!("id=\"{id}\"")),

@@ -22,6 +22,7 @@ const CLOSE_WORDS = {
   1011: "the agent could not start",
   1013: "try again later: no agent slot is free, the gateway is shutting down, or this address is throttled",
   4000: "this client fell behind and missed events; reconnect to catch up",
+  4001: "the token was revoked or the credential expired; sign in again",
   4004: "no such project",
 };
 

@@ -1,7 +1,9 @@
 // Gateway-wide numbers from /v1/stats: the summary chips in the top bar,
 // the warning when the agent sandbox is off, and two charts (chart.js),
 // frames per second (from deltas of frames_total) and total cost, over the
-// last minutes.
+// last minutes. A scoped admin may not see these gateway-wide numbers
+// (/v1/stats and /metrics answer it 403 by design): one chip says so, and
+// the charts and the /metrics link are hidden.
 
 import { drawChart, trim } from "./chart.js";
 import { $, el, setText, isNum, fmtDuration, fmtCount, fmtCost, fmtRate } from "./util.js";
@@ -32,14 +34,39 @@ function chip(key, label) {
   return value;
 }
 
+// Whether the gateway-wide numbers are shown (false: a scoped admin).
+let available = true;
+
+function showGatewayWide(shown) {
+  available = shown;
+  $("charts").hidden = !shown;
+  $("metrics-link").hidden = !shown;
+}
+
 export function resetStats() {
   samples.length = 0;
   previous = null;
   $("summary").replaceChildren();
+  chips.clear();
+  showGatewayWide(true);
+}
+
+// /v1/stats answered 403: this admin's credential covers some projects
+// only, so gateway-wide numbers are not for it. Says so once and keeps
+// quiet from then on.
+export function statsUnavailable() {
+  if (!available) return;
+  resetStats();
+  showGatewayWide(false);
+  const value = chip("stats", "gateway-wide stats");
+  value.parentElement.title =
+    "Totals over every project (and /metrics) need an admin credential for all projects.";
+  setText(value, "not available to a scoped admin");
 }
 
 // Records one /v1/stats answer and redraws the chips and charts.
 export function recordStats(s) {
+  if (!available) resetStats();
   const now = performance.now();
   const frames = sumValues(s.frames_total);
   const cost = isNum(s.cost_usd_total) ? s.cost_usd_total : 0;

@@ -23,9 +23,12 @@ use bytes::Bytes;
 use serde_json::{json, Map, Value};
 
 use super::attach::{EndOfInput, Seen, StdinFrame};
+use super::audited::{text_field, Audited};
+use super::cost::{self, ReportedCost};
 use super::hub::{ChildGreeter, ClientRequests, ResponseNews};
 use super::rules::{ChildAsks, DialectRules, EventFilter, Leave, OneSession};
 use super::{to_bytes, Answer, ChildGreeting, Claim, ClientHello, EventKind, Inbound, Outbound};
+use crate::audit::Action;
 use corral_protocol::ndjson::FrameError;
 
 pub use corral_protocol::letscode::PROTOCOL;
@@ -73,6 +76,9 @@ pub fn inbound(frame: &Map<String, Value>, observer: bool) -> Inbound {
             Err(e) => Inbound::Reject(error(id.as_ref(), &e, false)),
         },
         "bye" => Inbound::Leave { id },
+        c if crate::mcp::is_select_command(c) => {
+            Inbound::Reject(error(id.as_ref(), crate::mcp::SELECT_REFUSED, false))
+        }
         _ if observer => Inbound::Reject(error(
             id.as_ref(),
             &format!(
@@ -121,6 +127,18 @@ fn event_kind(kind: &str) -> EventKind {
 
 pub fn run_aborted(error: &str) -> Vec<(&'static str, Value)> {
     vec![("agent_end", json!({"messages": [], "error": error}))]
+}
+
+/// A `turn_end`'s `usage.cost_usd`: what the step it ends cost.
+pub fn reported_cost(line: &[u8]) -> Option<ReportedCost> {
+    if !cost::mentions(line, b"\"cost_usd\"") {
+        return None;
+    }
+    let frame: Value = serde_json::from_slice(line).ok()?;
+    if frame.get("type")? != "turn_end" {
+        return None;
+    }
+    cost::amount(frame.get("usage")?.get("cost_usd")).map(ReportedCost::Call)
 }
 
 /// The `ready` a client gets: the child's, plus `gateway`.
@@ -291,6 +309,24 @@ impl DialectRules for Letscode {
         super::known_command_label(command)
     }
 
+    /// `prompt`, `steer` and `follow_up` (prompts, their `text`; the
+    /// latter two say so in `delivery`), `abort`, and `reset` (a clear).
+    fn audited(
+        &self,
+        command: &str,
+        frame: &Map<String, Value>,
+        prompt_text: bool,
+    ) -> Option<Audited> {
+        let prompt = || Audited::prompt(prompt_text, || text_field(frame, "text"));
+        Some(match command {
+            "prompt" => prompt(),
+            "steer" | "follow_up" => prompt().detail("delivery", Some(&json!(command))),
+            "abort" => Audited::new(Action::Abort),
+            "reset" => Audited::new(Action::Clear),
+            _ => return None,
+        })
+    }
+
     fn put_trace_context(&self, frame: &mut Map<String, Value>, traceparent: String) {
         let field = corral_telemetry::TRACEPARENT.to_string();
         frame.insert(field, Value::String(traceparent));
@@ -334,6 +370,27 @@ impl DialectRules for Letscode {
 
     fn run_aborted(&self, error: &str) -> Vec<(&'static str, Value)> {
         run_aborted(error)
+    }
+
+    fn reported_cost(&self, line: &[u8]) -> Option<ReportedCost> {
+        reported_cost(line)
+    }
+
+    /// `mcp_status`, `tool_execution_start {tool_call_id, tool_name}`,
+    /// `tool_execution_end {tool_call_id, is_error}`.
+    fn mcp_news(&self, line: &[u8], calls_open: bool) -> Option<crate::mcp::McpNews> {
+        use crate::dialect::mcp_news::{may_be_news, of_event, ToolFields};
+        const FIELDS: ToolFields = ToolFields {
+            start: "tool_execution_start",
+            end: "tool_execution_end",
+            id: "tool_call_id",
+            name: "tool_name",
+            failed: "is_error",
+        };
+        if !may_be_news(line, FIELDS.end, calls_open) {
+            return None;
+        }
+        of_event(&serde_json::from_slice(line).ok()?, &FIELDS)
     }
 
     fn gateway_event(&self, kind: &str, fields: Value, seq: u64, run: Option<&str>) -> Bytes {

@@ -29,8 +29,11 @@
 
 pub mod acp;
 pub mod attach;
+pub mod audited;
+pub mod cost;
 pub mod hub;
 pub mod letscode;
+pub mod mcp_news;
 pub mod rules;
 pub mod runs;
 pub mod token_hello;
@@ -44,6 +47,8 @@ use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+pub use audited::Audited;
+pub use cost::ReportedCost;
 pub use rules::DialectRules;
 pub use runs::{Answer, Claim, OwnRuns};
 
@@ -86,14 +91,29 @@ pub enum Inbound {
     /// This client's choice of events ([`rules::EventFilter`]; Zi
     /// `connection.set_events`): `all`, or without the optional ones.
     SetFilter { id: Value, all: bool },
-    /// Opens (or, `load`, loads `session`) the project's one session,
-    /// answered by the gateway ([`rules::OneSession`]; ACP `session/new`,
-    /// `session/load`). A load replays the history once per connection.
+    /// Opens the project's one session for this client (ACP
+    /// `session/new`, `session/load`, `session/resume`), answered by the
+    /// gateway ([`rules::OneSession`]): from then on the client gets the
+    /// project's events. `session` is the id asked for (load, resume);
+    /// `resume_after` and `epoch` what the client says it has seen.
     OpenSession {
         id: Value,
-        load: bool,
+        open: Open,
         session: Option<String>,
+        resume_after: Option<u64>,
+        epoch: Option<String>,
+        /// The MCP servers the client names for the session (ACP
+        /// `mcpServers`), to be matched against the operator's.
+        mcp_servers: Vec<crate::mcp::EditorServer>,
     },
+    /// The client stops following the session (ACP `session/close`); the
+    /// child and the other clients go on.
+    CloseSession { id: Value },
+    /// The sessions (projects) this client's identity may open, a page
+    /// after `cursor` (ACP `session/list`).
+    ListSessions { id: Value, cursor: Option<String> },
+    /// A fresh conversation for everyone ([`rules::OneSession::reset`]).
+    ResetSession { id: Value },
     /// A notification for the child (no id, no answer): ACP
     /// `session/cancel`.
     Notify { command: String },
@@ -106,6 +126,17 @@ pub enum Inbound {
     Ignore,
     /// Rejected before reaching the child; the reply to send.
     Reject(Bytes),
+}
+
+/// How a client opens the project's session ([`Inbound::OpenSession`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Open {
+    /// Join it, from now on.
+    New,
+    /// Join it with the whole conversation first.
+    Load,
+    /// Join it, after what the client says it has seen.
+    Resume,
 }
 
 /// What a child line is.
@@ -292,6 +323,8 @@ fn token_field(value: Option<&Value>) -> Result<Option<String>, String> {
     }
 }
 
+#[cfg(test)]
+mod audited_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

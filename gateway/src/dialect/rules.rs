@@ -10,8 +10,9 @@ use bytes::Bytes;
 use serde_json::{Map, Value};
 
 use super::attach::{EndOfInput, Seen, StdinFrame};
+use super::cost::ReportedCost;
 use super::hub::{ChildGreeter, ClientRequests, ResponseNews};
-use super::{Answer, ChildGreeting, Claim, ClientHello, Inbound, Outbound};
+use super::{Answer, Audited, ChildGreeting, Claim, ClientHello, Inbound, Open, Outbound};
 use corral_protocol::ndjson::FrameError;
 
 /// What one wire dialect means to the gateway: how its child is started
@@ -77,6 +78,17 @@ pub trait DialectRules: Sync {
     ) -> Result<(), Bytes>;
     /// The metrics label of a request for `command` (few distinct values).
     fn command_label<'a>(&self, command: &'a str) -> &'a str;
+    /// What a client frame for `command` (a request's or notification's
+    /// name; for an answer to a request of the child, that request's
+    /// method) is to the audit log: `None` for frames it does not record
+    /// (reads, pings). `prompt_text`: the prompt's text is wanted
+    /// (`--audit-prompts`); otherwise it is not extracted.
+    fn audited(
+        &self,
+        command: &str,
+        frame: &Map<String, Value>,
+        prompt_text: bool,
+    ) -> Option<Audited>;
     /// Puts a W3C `traceparent` into a run-starting request for the child,
     /// where the child reads it (or nowhere).
     fn put_trace_context(&self, frame: &mut Map<String, Value>, traceparent: String);
@@ -111,6 +123,14 @@ pub trait DialectRules: Sync {
     /// The events that end a run its child cannot finish (it died or was
     /// stopped), as `(type, fields)` for [`DialectRules::gateway_event`].
     fn run_aborted(&self, error: &str) -> Vec<(&'static str, Value)>;
+    /// The model spend the child's event `line` reports, if it reports
+    /// any (see [`super::cost`] for which dialects do).
+    fn reported_cost(&self, line: &[u8]) -> Option<ReportedCost>;
+    /// What the child's event `line` says about its MCP servers: their
+    /// states, or a tool call starting or ending (see
+    /// [`super::mcp_news`]). `calls_open`: calls are being timed, so a
+    /// call's end, which may not name its tool, is worth parsing.
+    fn mcp_news(&self, line: &[u8], calls_open: bool) -> Option<crate::mcp::McpNews>;
 
     // ---- Frames the gateway makes up ----
 
@@ -218,21 +238,77 @@ pub trait EventFilter: Sync {
     fn is_optional_event(&self, frame: &[u8]) -> bool;
 }
 
-/// The project has one session, named in the child's hello data: clients
-/// open it (or load it by name, which replays the history once), and the
-/// gateway keeps it to load again after a restart.
+/// The project has one session, named in the child's hello data, which
+/// the gateway owns for its clients: they open it (`new`, `load` with the
+/// whole conversation first, `resume` after what they saw), close it for
+/// themselves only, list the sessions (projects) they may open, and one
+/// allowed to prompt may reset it for everyone. The gateway keeps it to
+/// load again after a restart.
 pub trait OneSession: Sync {
     /// The session a child's hello names.
     fn kept(&self, hello: &Map<String, Value>) -> Option<String>;
-    /// The gateway's answer to a client opening (`load`: loading
-    /// `session`) the project's session.
-    fn answer(
+    /// Whether `asked` names the session of `project` (its id, or the id
+    /// it is listed under before it ever ran).
+    fn names_session(&self, hello: &Map<String, Value>, project: &str, asked: &str) -> bool;
+    /// The answer to a client opening the session; `meta` is what the
+    /// gateway says of it (epoch, gap).
+    fn opened(&self, id: &Value, hello: &Map<String, Value>, open: Open, meta: Value) -> Bytes;
+    /// The refusal of a load or resume of a session that is not this
+    /// project's.
+    fn unknown(&self, id: &Value, hello: &Map<String, Value>, asked: Option<&str>) -> Bytes;
+    /// The answer to a client closing the session for itself.
+    fn closed(&self, id: &Value) -> Bytes;
+    /// The request (id `gid`) for a page of the conversation after
+    /// `cursor`, as the child renders it on a load.
+    fn history_request(
         &self,
-        id: &Value,
         hello: &Map<String, Value>,
-        load: bool,
-        session: Option<&str>,
-    ) -> Bytes;
+        gid: &str,
+        cursor: Option<&str>,
+    ) -> String;
+    /// The child's answer to a history request.
+    fn history_page(&self, line: &[u8]) -> HistoryPage;
+    /// A page of `session/list`: `sessions`, and the cursor of the next.
+    fn listed(&self, id: &Value, sessions: &[ListedSession], next: Option<&str>) -> Bytes;
+    /// The request (without id) that starts a fresh conversation in the
+    /// child.
+    fn reset(&self, hello: &Map<String, Value>) -> Map<String, Value>;
+    /// Takes the child's answer to the reset into its hello data; `false`
+    /// when the reset failed.
+    fn reset_done(&self, hello: &mut Map<String, Value>, line: &[u8]) -> bool;
+    /// The request that has the agent start the MCP servers named
+    /// (operator names) for the session.
+    fn mcp_select(&self, gid: &str, servers: &[String]) -> String;
+    /// The servers' states in the agent's answer to it, or its error.
+    fn mcp_selected(&self, line: &[u8]) -> Result<Vec<Value>, String>;
+    /// Makes the hello data advertise the MCP transports the gateway
+    /// honours from clients (`http`), whatever the agent offers.
+    fn honour_mcp(&self, hello: &mut Map<String, Value>, http: bool);
+}
+
+/// One session of a `session/list` page: a project the client may open.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ListedSession {
+    pub project: String,
+    /// The session id kept for it, if it ever ran.
+    pub session: Option<String>,
+    /// When its conversation last changed.
+    pub updated: Option<std::time::SystemTime>,
+}
+
+/// A child's answer to a history request.
+#[derive(Debug, PartialEq)]
+pub enum HistoryPage {
+    /// Frames for the client (each marked as history), and the cursor of
+    /// the next page.
+    Updates {
+        frames: Vec<Bytes>,
+        next: Option<String>,
+    },
+    /// The child does not know the request: it has no history to give.
+    Unsupported,
+    /// The child failed it (the message).
+    Failed(String),
 }
 
 /// The child sends requests for its clients: each goes to every client

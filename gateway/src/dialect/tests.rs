@@ -341,3 +341,114 @@ fn every_dialect_is_named_alike_on_the_command_line_in_the_file_and_by_its_rules
         assert_eq!(from_file, *dialect);
     }
 }
+
+#[test]
+fn each_dialect_reads_the_cost_its_agent_reports() {
+    let cases: [(Dialect, &[u8], Option<ReportedCost>); 10] = [
+        (
+            Dialect::Zut,
+            br#"{"type":"usage","input":10,"output":2,"cost_usd":0.0315,"cumulative":{"cost_usd":1.5}}"#,
+            Some(ReportedCost::Call(0.0315)),
+        ),
+        // Another event that mentions a cost is not a report.
+        (
+            Dialect::Zut,
+            br#"{"type":"text_delta","delta":"\"cost_usd\": 5"}"#,
+            None,
+        ),
+        (
+            Dialect::Zut,
+            br#"{"type":"usage","cost_usd":-1}"#,
+            None,
+        ),
+        (
+            Dialect::Letscode,
+            br#"{"type":"turn_end","turn":1,"stop":"end","usage":{"input":10,"cost_usd":0.02}}"#,
+            Some(ReportedCost::Call(0.02)),
+        ),
+        (
+            Dialect::Letscode,
+            br#"{"type":"turn_end","turn":1,"stop":"end","usage":null}"#,
+            None,
+        ),
+        (
+            Dialect::Zi,
+            br#"{"version":1,"sequence":9,"type":"session_event","event":{"type":"usage","turn":{"cost_usd":0.5},"cumulative":{"cost_usd":2.0}}}"#,
+            Some(ReportedCost::Call(0.5)),
+        ),
+        (
+            Dialect::Zi,
+            br#"{"version":1,"type":"response","id":"1","result":{"cost_usd":3}}"#,
+            None,
+        ),
+        (
+            Dialect::Acp,
+            br#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"usage_update","used":53000,"size":200000,"cost":{"amount":0.045,"currency":"USD"}}}}"#,
+            Some(ReportedCost::SessionTotal(0.045)),
+        ),
+        // A cost in another currency cannot be counted against USD.
+        (
+            Dialect::Acp,
+            br#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"usage_update","used":1,"size":2,"cost":{"amount":1,"currency":"EUR"}}}}"#,
+            None,
+        ),
+        (
+            Dialect::Acp,
+            br#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"usage_update","used":1,"size":2}}}"#,
+            None,
+        ),
+    ];
+    for (dialect, line, expected) in cases {
+        assert_eq!(
+            dialect.rules().reported_cost(line),
+            expected,
+            "{dialect:?}: {}",
+            String::from_utf8_lossy(line)
+        );
+    }
+}
+
+#[test]
+fn no_dialect_lets_a_client_send_the_agent_an_mcp_selection() {
+    let frames = [
+        (
+            "zut",
+            json!({"id": "1", "type": "mcp_select", "servers": ["docs"]}),
+        ),
+        (
+            "letscode",
+            json!({"id": "1", "cmd": "mcp_select", "servers": ["docs"]}),
+        ),
+        (
+            "zi",
+            json!({"version": 1, "id": "1", "method": "mcp_select", "params": {"servers": ["docs"]}}),
+        ),
+        (
+            "zi",
+            json!({"version": 1, "id": "1", "method": "mcp.select", "params": {"servers": ["docs"]}}),
+        ),
+        (
+            "acp",
+            json!({"jsonrpc": "2.0", "id": 1, "method": "_corral/mcp/select", "params": {"servers": ["docs"]}}),
+        ),
+    ];
+    for (dialect, frame) in frames {
+        let rules = Dialect::named(dialect).unwrap().rules();
+        match rules.inbound(&object(frame), false) {
+            Inbound::Reject(reply) => {
+                assert!(
+                    text(&reply).contains("mcpServers"),
+                    "{dialect}: {}",
+                    text(&reply)
+                )
+            }
+            other => panic!("{dialect}: {other:?}"),
+        }
+    }
+    let notification = json!({"jsonrpc": "2.0", "method": "_corral/mcp/select", "params": {}});
+    let acp = Dialect::named("acp").unwrap().rules();
+    assert!(matches!(
+        acp.inbound(&object(notification), false),
+        Inbound::Ignore
+    ));
+}

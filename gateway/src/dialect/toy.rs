@@ -13,6 +13,8 @@ use bytes::Bytes;
 use serde_json::{json, Map, Value};
 
 use super::attach::{self, EndOfInput, Seen, StdinFrame};
+use super::audited::{text_field, Audited};
+use super::cost::ReportedCost;
 use super::hub::{ChildGreeter, ClientRequests, ResponseNews};
 use super::rules::{ChildAsks, DialectRules, EventFilter, Leave, OneSession};
 use super::{to_bytes, Answer, ChildGreeting, Claim, ClientHello, OwnRuns};
@@ -138,6 +140,20 @@ impl DialectRules for Toy {
         "other"
     }
 
+    /// `prompt` (its `text`) and `abort`.
+    fn audited(
+        &self,
+        command: &str,
+        frame: &Map<String, Value>,
+        prompt_text: bool,
+    ) -> Option<Audited> {
+        Some(match command {
+            "prompt" => Audited::prompt(prompt_text, || text_field(frame, "text")),
+            "abort" => Audited::new(crate::audit::Action::Abort),
+            _ => return None,
+        })
+    }
+
     fn put_trace_context(&self, _frame: &mut Map<String, Value>, _traceparent: String) {}
 
     fn outbound(&self, line: &[u8]) -> Option<Outbound> {
@@ -193,6 +209,19 @@ impl DialectRules for Toy {
 
     fn run_aborted(&self, error: &str) -> Vec<(&'static str, Value)> {
         vec![("run_end", json!({ "error": error }))]
+    }
+
+    /// `{"event":"cost","usd":N}`: a model call's cost.
+    fn mcp_news(&self, _line: &[u8], _calls_open: bool) -> Option<crate::mcp::McpNews> {
+        None
+    }
+
+    fn reported_cost(&self, line: &[u8]) -> Option<ReportedCost> {
+        let frame = super::object_line(line)?;
+        if frame.get("event")? != "cost" {
+            return None;
+        }
+        super::cost::amount(frame.get("usd")).map(ReportedCost::Call)
     }
 
     fn gateway_event(&self, kind: &str, fields: Value, seq: u64, run: Option<&str>) -> Bytes {

@@ -26,6 +26,7 @@ use super::gateway_id::{GatewayId, IdMint};
 use super::ids::IdMap;
 use super::ring::ReplayRing;
 use super::run_tracker::Runs;
+use super::spending::Spending;
 use super::supervision::{far_future, Supervision};
 use super::waiting::{Waiting, WaitingAttach};
 use super::{AttachError, HubCommand, HubSettings, HubStatus, LastExit, StopReason};
@@ -79,6 +80,23 @@ pub(super) struct Hub {
     /// Requests of the child waiting for a client's answer (the dialect's
     /// `ChildAsks` capability).
     pub asks: Asks,
+    /// Audit entries of prompts waiting for the agent's first answer,
+    /// which names their run (see `super::audit`).
+    pub audit_held: HashMap<GatewayId, crate::audit::Entry>,
+    /// Who pays for the project's model calls, and what a spent budget
+    /// stops.
+    pub spending: Spending,
+    /// Loads waiting for a page of the child's history, by the id of the
+    /// request for it (see `super::sessions`).
+    pub loading: HashMap<GatewayId, Loading>,
+    /// The child answered a history request with "method not found":
+    /// loads replay the ring instead.
+    pub history_unsupported: bool,
+    /// The agent's MCP servers and calls as it reports them.
+    pub mcp: crate::mcp::McpTracker,
+    /// The operator servers clients selected for the project's session,
+    /// sent again to each new child.
+    pub mcp_selected: Vec<String>,
 }
 
 impl Hub {
@@ -94,6 +112,7 @@ impl Hub {
             super::ring::byte_budget(settings.replay_bytes, settings.max_line),
             seq.load(Ordering::SeqCst),
         );
+        let spending = Spending::new(settings.spend.clone(), settings.model_broker.is_some());
         Hub {
             project,
             feed: Arc::new(Feed::new(ring)),
@@ -119,13 +138,21 @@ impl Hub {
             leaving: Vec::new(),
             awaiting_state: HashMap::new(),
             asks: Asks::default(),
+            audit_held: HashMap::new(),
+            spending,
+            loading: HashMap::new(),
+            history_unsupported: false,
+            mcp: crate::mcp::McpTracker::default(),
+            mcp_selected: Vec::new(),
         }
     }
 
     pub async fn run(mut self, mut commands: mpsc::Receiver<HubCommand>) {
         self.serve(&mut commands).await;
+        self.audit_unanswered("the project's hub ended");
         // A start still in progress is abandoned (its child killed).
         self.supervision = Supervision::Exited;
+        self.spending.forget(&self.project);
         // No child of this hub runs any more: its secrets stop working
         // (before the channel closes, so no newer hub's are touched).
         if let Some(egress) = &self.settings.egress {
@@ -186,6 +213,7 @@ impl Hub {
                     self.begin_stop(StopReason::Idle);
                 }
                 () = sleep_until(ask_deadline.unwrap_or_else(far_future)), if ask_deadline.is_some() => self.asks_expired(),
+                () = self.spending.changed(), if self.runs.busy() => self.check_budgets(),
             }
         }
     }
@@ -252,9 +280,10 @@ impl Hub {
         }
     }
 
-    /// An admin abort: the dialect's abort of the run in flight, if the
-    /// child is ready (a child starting or stopping has no run to abort).
-    fn abort(&mut self) {
+    /// An admin abort (or a spent budget's): the dialect's abort of the
+    /// run in flight, if the child is ready (a child starting or stopping
+    /// has no run to abort).
+    pub(super) fn abort(&mut self) {
         if self.supervision.ready().is_none() {
             return;
         }
@@ -304,6 +333,21 @@ impl Hub {
             status.model = self.model.clone();
             status.usage = self.usage.clone();
             status.stderr_tail = child.map(|c| c.control.stderr_tail());
+            status.mcp = self.mcp.servers().to_vec();
         });
     }
+}
+
+/// A load waiting for the child's history.
+#[derive(Debug)]
+pub(super) struct Loading {
+    pub client: ClientId,
+    /// The id of the client's `session/load`.
+    pub id: Value,
+    /// Pages asked so far.
+    pub pages: usize,
+    /// It joins the session with this load (it was not following it).
+    pub joining: bool,
+    /// What came of the MCP servers the load named, for its answer.
+    pub mcp: Option<serde_json::Value>,
 }

@@ -41,7 +41,7 @@ impl Hub {
             return;
         };
         tracing::debug!(project = %self.project, %gid, %method, "the agent asks its clients");
-        for client in self.clients.ids() {
+        for client in self.clients.in_session() {
             self.unicast(client, bytes.clone());
         }
         self.asks.push(Ask {
@@ -73,6 +73,7 @@ impl Hub {
         if let Err(refused) = self.send_line(line) {
             tracing::warn!(project = %self.project, ?refused, "could not pass an answer to the agent");
         }
+        self.audit_now(client, &ask.method, frame);
         let outcome = rules.outcome(frame);
         self.ask_settled(rules, &ask, &outcome, Some(client));
     }
@@ -109,7 +110,7 @@ impl Hub {
         answered_by: Option<ClientId>,
     ) {
         let frames = rules.resolved(&ask.gid.to_string(), outcome);
-        let clients = self.clients.ids().into_iter();
+        let clients = self.clients.in_session().into_iter();
         for client in clients.filter(|c| Some(*c) != answered_by) {
             for frame in &frames {
                 self.unicast(client, frame.clone());

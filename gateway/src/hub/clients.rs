@@ -1,6 +1,7 @@
 //! The clients attached to one hub, by [`ClientId`].
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
@@ -10,10 +11,14 @@ use super::budget::ClientBudget;
 use super::client_id::ClientId;
 use super::feed::Unicast;
 use super::ClientInfo;
+use crate::access::Identity;
 use crate::auth::Role;
 
 /// An attached client.
 pub(super) struct Client {
+    /// Who the client's credential proves, and where it connects from.
+    pub who: Arc<Identity>,
+    pub peer: Option<IpAddr>,
     pub role: Role,
     /// The client id its runs are attributed to: its own, or the one of
     /// an earlier connection it resumes (`client_id` in its hello).
@@ -23,10 +28,19 @@ pub(super) struct Client {
     pub budget: Arc<ClientBudget>,
     /// The client's delivery cursor, for its lag.
     pub cursor: Arc<AtomicU64>,
-    /// It had the replay ring sent again once (ACP `session/load`); a
-    /// connection gets that once, so loads cannot be repeated to make the
-    /// gateway send its whole ring over and over.
-    pub replayed: bool,
+    /// It follows the project's session: it gets events and the child's
+    /// requests. Always, in a dialect without a session the clients open
+    /// ([`crate::dialect::rules::OneSession`]); there, from its opening
+    /// until it closes it.
+    pub in_session: bool,
+    /// A load of the conversation is under way for it (one at a time).
+    pub loading: bool,
+    /// A `session/list` is being read for it (one at a time: each reads
+    /// the projects root off the hub's loop).
+    pub listing: Arc<std::sync::atomic::AtomicBool>,
+    /// Where its hello said it resumes (`resume_after`), for a resume
+    /// that names no point of its own.
+    pub resume_after: Option<u64>,
 }
 
 /// The clients of one hub. A client is here from the moment its attach
@@ -64,6 +78,19 @@ impl Clients {
     }
 
     /// Every attached client's id, in id order.
+    /// The clients that follow the session.
+    pub fn in_session(&self) -> Vec<ClientId> {
+        let mut ids: Vec<ClientId> = self
+            .attached
+            .iter()
+            .filter(|(_, c)| c.in_session)
+            .map(|(id, _)| *id)
+            .collect();
+        ids.sort();
+        ids
+    }
+
+    #[cfg(test)]
     pub fn ids(&self) -> Vec<ClientId> {
         let mut ids: Vec<ClientId> = self.attached.keys().copied().collect();
         ids.sort_unstable();
@@ -98,12 +125,17 @@ mod tests {
         let budgets = Budgets::new(1024, 4096, Arc::new(Metrics::new().unwrap()));
         let (unicast, rx) = mpsc::channel(4);
         let client = Client {
+            who: Arc::new(Identity::gateway()),
+            peer: None,
             role,
             owner,
             unicast,
             budget: budgets.client(),
             cursor: Arc::new(AtomicU64::new(0)),
-            replayed: false,
+            in_session: true,
+            loading: false,
+            listing: Arc::default(),
+            resume_after: None,
         };
         (client, rx)
     }

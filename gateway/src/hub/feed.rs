@@ -122,10 +122,14 @@ pub enum Unicast {
         after_seq: u64,
         owner: Option<ClientId>,
     },
-    /// Send again every event the replay ring still holds, then go on
-    /// (ACP `session/load`: the history the gateway has, before its
-    /// answer, which is queued after this).
-    Rewind { after_seq: u64 },
+    /// Go back to the events after `to` (or the oldest the ring still
+    /// holds), then go on: what is queued after this comes after them
+    /// (ACP `session/resume` after a `seq`, and `session/load` from the
+    /// ring). Events already sent are never sent again.
+    Rewind { after_seq: u64, to: u64 },
+    /// From here on, take events without sending them (`true`: the client
+    /// does not follow the session) or send them again (`false`).
+    Mute { after_seq: u64, on: bool },
 }
 
 impl Unicast {
@@ -135,7 +139,8 @@ impl Unicast {
             | Unicast::Close { after_seq, .. }
             | Unicast::Events { after_seq, .. }
             | Unicast::OwnRuns { after_seq, .. }
-            | Unicast::Rewind { after_seq } => *after_seq,
+            | Unicast::Rewind { after_seq, .. }
+            | Unicast::Mute { after_seq, .. } => *after_seq,
         }
     }
 }
@@ -171,9 +176,14 @@ pub struct ClientFeed {
     dialect: Dialect,
     /// The last `sequence` sent (Zi); `None` for dialects without one.
     sequence: Option<u64>,
-    /// A [`Unicast::Rewind`] came due: move the cursor back before going
-    /// on.
-    rewind: bool,
+    /// A [`Unicast::Rewind`] came due: move the cursor back to this
+    /// before going on.
+    rewind: Option<u64>,
+    /// The highest `seq` sent: an event is never sent twice, whatever
+    /// rewinds (a connection sees each `seq` once, in order).
+    sent: u64,
+    /// Events are taken without being sent ([`Unicast::Mute`]).
+    muted: bool,
     /// Event mode (Zi `connection.set_events`): `false` drops the events
     /// a client may turn off.
     events: bool,
@@ -213,7 +223,9 @@ impl ClientFeed {
             catching_up: false,
             dialect: Dialect::default(),
             sequence: None,
-            rewind: false,
+            rewind: None,
+            sent: 0,
+            muted: false,
             events: true,
             owner: None,
         }
@@ -226,9 +238,19 @@ impl ClientFeed {
         self
     }
 
-    /// Whether this client is sent `event`.
-    fn wants(&self, bytes: &Bytes, audience: &Audience) -> bool {
-        (self.events || !self.is_optional_event(bytes))
+    /// Starts taking events without sending them, until a
+    /// [`Unicast::Mute`] says otherwise (a client that has not opened its
+    /// session yet).
+    pub fn muted(mut self, muted: bool) -> ClientFeed {
+        self.muted = muted;
+        self
+    }
+
+    /// Whether this client is sent `event` (numbered `seq`).
+    fn wants(&self, seq: u64, bytes: &Bytes, audience: &Audience) -> bool {
+        !self.muted
+            && seq > self.sent
+            && (self.events || !self.is_optional_event(bytes))
             && self.owner.is_none_or(|owner| audience.includes(owner))
     }
 
@@ -339,24 +361,25 @@ impl ClientFeed {
                 if let Some(close) = self.release(event.seq - 1, &mut out) {
                     return close_after(&mut self.held, out, close);
                 }
-                if self.rewind || (taken > 0 && taken + event.bytes.len() > BATCH_BYTES) {
+                if self.rewind.is_some() || (taken > 0 && taken + event.bytes.len() > BATCH_BYTES) {
                     break;
                 }
                 self.cursor = event.seq;
-                if self.wants(&event.bytes, &event.audience) {
+                if self.wants(event.seq, &event.bytes, &event.audience) {
+                    self.sent = event.seq;
                     taken += event.bytes.len();
                     if let Err(why) = self.out_event(event.bytes, &mut out) {
                         return self.overflowed(why);
                     }
                 }
             }
-            if !self.rewind {
+            if self.rewind.is_none() {
                 if let Some(close) = self.release(self.cursor, &mut out) {
                     return close_after(&mut self.held, out, close);
                 }
             }
-            if std::mem::take(&mut self.rewind) {
-                let (oldest, _) = self.feed.start_cursor(Some(0));
+            if let Some(to) = self.rewind.take() {
+                let (oldest, _) = self.feed.start_cursor(Some(to));
                 self.cursor = self.cursor.min(oldest);
                 if !out.is_empty() {
                     return Delivery::Frames(out);
@@ -409,8 +432,9 @@ impl ClientFeed {
                 Some(Unicast::Close { code, reason, .. }) => return Some((code, reason)),
                 Some(Unicast::Events { all, .. }) => self.events = all,
                 Some(Unicast::OwnRuns { owner, .. }) => self.owner = owner,
-                Some(Unicast::Rewind { .. }) => {
-                    self.rewind = true;
+                Some(Unicast::Mute { on, .. }) => self.muted = on,
+                Some(Unicast::Rewind { to, .. }) => {
+                    self.rewind = Some(to);
                     break;
                 }
                 None => break,

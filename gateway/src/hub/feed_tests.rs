@@ -244,16 +244,74 @@ async fn a_rewind_sends_the_ring_again_before_what_follows_it() {
     assert_eq!(texts(&mut client).await, ["e1", "e2"]);
     push(&feed, 3);
     push(&feed, 4);
-    // A session/load at seq 4: the history the ring has, then the answer.
-    tx.send(Unicast::Rewind { after_seq: 4 }).await.unwrap();
+    // A session/load at seq 4: the history the ring has, then the answer;
+    // what this connection was sent already is not sent again.
+    tx.send(Unicast::Rewind {
+        after_seq: 4,
+        to: 0,
+    })
+    .await
+    .unwrap();
     tx.send(uni(4, "loaded")).await.unwrap();
     let mut seen = Vec::new();
     while !seen.contains(&"loaded".to_string()) {
         seen.extend(texts(&mut client).await);
     }
-    assert_eq!(seen, ["e3", "e4", "e2", "e3", "e4", "loaded"]);
+    assert_eq!(seen, ["e3", "e4", "loaded"]);
     push(&feed, 5);
     assert_eq!(texts(&mut client).await, ["e5"]);
+}
+
+#[tokio::test]
+async fn a_muted_client_takes_events_unsent_and_a_rewind_sends_them_later() {
+    let feed = Arc::new(Feed::new(ReplayRing::new(8, 10_000, 0)));
+    let (tx, rx) = mpsc::channel(8);
+    let mut client =
+        ClientFeed::new(feed.clone(), 0, rx, unbounded(), test_metrics(), 8).muted(true);
+    push(&feed, 1);
+    push(&feed, 2);
+    // Its own answers still come, in order, while events are held back.
+    tx.send(uni(2, "initialized")).await.unwrap();
+    assert_eq!(texts(&mut client).await, ["initialized"]);
+    push(&feed, 3);
+    // It opens the session resuming after seq 1: 2 and 3, then the answer.
+    tx.send(Unicast::Mute {
+        after_seq: 3,
+        on: false,
+    })
+    .await
+    .unwrap();
+    tx.send(Unicast::Rewind {
+        after_seq: 3,
+        to: 1,
+    })
+    .await
+    .unwrap();
+    tx.send(uni(3, "resumed")).await.unwrap();
+    let mut seen = Vec::new();
+    while !seen.contains(&"resumed".to_string()) {
+        seen.extend(texts(&mut client).await);
+    }
+    assert_eq!(seen, ["e2", "e3", "resumed"]);
+    // Muted again (it closed the session): nothing until it opens again.
+    tx.send(Unicast::Mute {
+        after_seq: 3,
+        on: true,
+    })
+    .await
+    .unwrap();
+    push(&feed, 4);
+    tx.send(uni(4, "closed")).await.unwrap();
+    assert_eq!(texts(&mut client).await, ["closed"]);
+    push(&feed, 5);
+    tx.send(Unicast::Mute {
+        after_seq: 5,
+        on: false,
+    })
+    .await
+    .unwrap();
+    push(&feed, 6);
+    assert_eq!(texts(&mut client).await, ["e6"]);
 }
 
 fn bounded(client_cap: usize) -> (Arc<super::super::budget::Budgets>, Arc<ClientBudget>) {

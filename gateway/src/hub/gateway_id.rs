@@ -6,7 +6,8 @@
 //! The wire strings are `corral-N` (a client's request), `corral-ping-N`
 //! (health ping), `corral-abort-N` (admin abort), `corral-state-N` (state
 //! snapshot for a greeting), `corral-ask-N` (a child's request as clients
-//! get it). Anything else, including a client's own id shapes echoed back
+//! get it), `corral-history-N` (a page of the conversation for one
+//! client's load), `corral-mcp-N` (a selection of MCP servers). Anything else, including a client's own id shapes echoed back
 //! and `corral-` followed by anything the mint never writes, is not ours.
 
 use std::fmt;
@@ -27,6 +28,10 @@ pub enum GatewayId {
     State(u64),
     /// A request of the child, as its clients get it.
     Ask(u64),
+    /// A page of the conversation asked for one client's load.
+    History(u64),
+    /// A selection of MCP servers for the project's session.
+    Mcp(u64),
 }
 
 impl GatewayId {
@@ -39,6 +44,8 @@ impl GatewayId {
             GatewayId::Abort(_) => Some("abort"),
             GatewayId::State(_) => Some("state"),
             GatewayId::Ask(_) => Some("ask"),
+            GatewayId::History(_) => Some("history"),
+            GatewayId::Mcp(_) => Some("mcp"),
         }
     }
 
@@ -48,7 +55,9 @@ impl GatewayId {
             | GatewayId::Ping(n)
             | GatewayId::Abort(n)
             | GatewayId::State(n)
-            | GatewayId::Ask(n) => n,
+            | GatewayId::Ask(n)
+            | GatewayId::History(n)
+            | GatewayId::Mcp(n) => n,
         }
     }
 
@@ -62,6 +71,8 @@ impl GatewayId {
             Some(("abort", n)) => (GatewayId::Abort, n),
             Some(("state", n)) => (GatewayId::State, n),
             Some(("ask", n)) => (GatewayId::Ask, n),
+            Some(("history", n)) => (GatewayId::History, n),
+            Some(("mcp", n)) => (GatewayId::Mcp, n),
             Some(_) => return None,
         };
         number(digits).map(make)
@@ -98,6 +109,8 @@ pub struct IdMint {
     abort: u64,
     state: u64,
     ask: u64,
+    history: u64,
+    mcp: u64,
 }
 
 impl IdMint {
@@ -120,6 +133,14 @@ impl IdMint {
     pub fn ask(&mut self) -> GatewayId {
         GatewayId::Ask(next(&mut self.ask))
     }
+
+    pub fn history(&mut self) -> GatewayId {
+        GatewayId::History(next(&mut self.history))
+    }
+
+    pub fn mcp(&mut self) -> GatewayId {
+        GatewayId::Mcp(next(&mut self.mcp))
+    }
 }
 
 fn next(counter: &mut u64) -> u64 {
@@ -139,6 +160,8 @@ mod tests {
             (GatewayId::Abort(2), "corral-abort-2"),
             (GatewayId::State(3), "corral-state-3"),
             (GatewayId::Ask(u64::MAX), "corral-ask-18446744073709551615"),
+            (GatewayId::History(4), "corral-history-4"),
+            (GatewayId::Mcp(5), "corral-mcp-5"),
         ];
         for (id, wire) in cases {
             assert_eq!(id.to_string(), wire);
@@ -156,6 +179,7 @@ mod tests {
         assert_eq!(mint.state(), GatewayId::State(1));
         assert_eq!(mint.ask(), GatewayId::Ask(1));
         assert_eq!(mint.ask(), GatewayId::Ask(2));
+        assert_eq!(mint.history(), GatewayId::History(1));
     }
 
     #[test]

@@ -92,10 +92,15 @@ impl Hub {
         for bytes in self.greeting(owner, &waiting.join, gap, state) {
             queue(cursor, bytes);
         }
+        // A client opens the project's session itself (ACP): until then it
+        // gets no events and no requests of the child.
+        let in_session = self.settings.dialect.rules().one_session().is_none();
         // Requests of the child still waiting for an answer, after what
         // the client replays.
-        for ask in self.asks.waiting() {
-            queue(last_seq, ask.bytes.clone());
+        if in_session {
+            for ask in self.asks.waiting() {
+                queue(last_seq, ask.bytes.clone());
+            }
         }
         let feed = ClientFeed::new(
             self.feed.clone(),
@@ -106,7 +111,8 @@ impl Hub {
             self.settings.outbox_frames,
         )
         .with_owner((own_runs.on == Some(true)).then_some(owner))
-        .with_dialect(self.settings.dialect);
+        .with_dialect(self.settings.dialect)
+        .muted(!in_session);
         let attached = Attached {
             client,
             child_hello: self.hello.clone(),
@@ -119,12 +125,17 @@ impl Hub {
         self.clients.insert(
             client,
             Client {
+                who: waiting.join.who.clone(),
+                peer: waiting.join.peer,
                 role: waiting.join.role,
                 owner,
                 unicast,
                 budget,
                 cursor: attached.feed.shared_cursor(),
-                replayed: false,
+                in_session,
+                loading: false,
+                listing: Default::default(),
+                resume_after: waiting.join.resume_after,
             },
         );
         self.publish();
@@ -176,6 +187,7 @@ impl Hub {
             "client_id": client.to_string(),
             "role": role.as_str(),
             "last_seq": self.feed.last_seq(),
+            "epoch": self.settings.epoch,
             "gap": gap,
         })
     }

@@ -28,7 +28,7 @@ use crate::broker;
 use crate::dialect::ChildGreeting;
 use crate::offload::{self, Lane, WorkLost};
 use crate::process::{handshake, spawner};
-use crate::process::{ChildProcess, Confine, Credentials, SpawnError, SpawnSpec};
+use crate::process::{ChildProcess, Confine, Credentials, SpawnError, SpawnSpec, StderrLog};
 use crate::projects;
 use crate::statefs::{self, StateFsError};
 
@@ -154,7 +154,7 @@ async fn spawn_and_greet(
         Err(error) => {
             process.signal_group(Signal::SIGKILL);
             let exit = process.wait().await;
-            let line = last_stderr_line(&process).await;
+            let line = process.last_stderr_line();
             let message = match (exit.code, line) {
                 (Some(SANDBOX_UNAVAILABLE_EXIT), Some(line)) => {
                     format!("the agent sandbox is unavailable: {line}")
@@ -192,7 +192,7 @@ fn state_subdir(dir: &Path, mode: u32) -> Result<statefs::Dir, StateFsError> {
 
 /// The session kept for `project`, if any (a missing, unreadable, linked
 /// or absurd file is none: the child then starts a new session).
-fn kept_session(sessions_dir: &Path, project: &str) -> Option<String> {
+pub(super) fn kept_session(sessions_dir: &Path, project: &str) -> Option<String> {
     let mut file = state_subdir(sessions_dir, 0o755)
         .and_then(|dir| dir.read_file(&session_file(project)))
         .ok()?;
@@ -256,6 +256,9 @@ fn spawn_spec(
                 "--session".into(),
                 session.into_os_string(),
             ]);
+            if let Some(file) = mcp_config(project, settings)? {
+                args.extend(["--mcp-config".into(), file.into_os_string()]);
+            }
             args.extend(settings.child_args.iter().cloned());
             let mut env = settings.child_env.clone();
             if settings.dialect.rules().child_token() {
@@ -297,25 +300,36 @@ fn spawn_spec(
             limits: settings.limits.clone(),
             sandboxed: !settings.sandbox_args.is_empty(),
         },
+        stderr_log: Some(StderrLog::new(&settings.state_dir, project)),
     })
 }
 
-/// The child's last stderr line (its own account of why it failed). The
-/// stderr reader may trail the exit by a moment, so wait briefly for it.
-async fn last_stderr_line(process: &ChildProcess) -> Option<String> {
-    let tail = process.stderr_tail();
-    for _ in 0..20 {
-        let last = tail
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .back()
-            .cloned();
-        if last.is_some() {
-            return last;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+/// Writes the operator's MCP servers for `project`'s `corral-agent`
+/// child: `MCP_DIR/PROJECT.json`, mode 0600, owned by the child user when
+/// there is one, following no link; `None` when the operator defined no
+/// servers. The agent reads it before its sandbox hides the state
+/// directory; the secrets in it are never on a command line.
+fn mcp_config(project: &str, settings: &HubSettings) -> Result<Option<PathBuf>, StartError> {
+    if settings.mcp.servers.is_empty() {
+        return Ok(None);
     }
-    None
+    let name = format!("{project}.json");
+    let written = state_subdir(&settings.mcp_dir, 0o711).and_then(|dir| {
+        dir.replace_file(&name, &settings.mcp.servers.child_file())?;
+        if let Some(user) = &settings.credentials {
+            let file = dir.read_file(&name)?;
+            std::os::unix::fs::fchown(&file, Some(user.uid), Some(user.gid))
+                .map_err(|e| statefs::io_error(dir.path().join(&name), &e))?;
+        }
+        Ok(dir.path().join(&name))
+    });
+    match written {
+        Ok(path) => Ok(Some(path)),
+        Err(e) => Err(state_refused(
+            format!("cannot write the agent's MCP servers: {e}"),
+            &e,
+        )),
+    }
 }
 
 /// A program, its arguments and its environment.

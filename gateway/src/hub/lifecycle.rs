@@ -51,6 +51,7 @@ impl Hub {
         self.model = self.settings.dialect.rules().model_of(&launched.hello);
         self.hello = launched.hello.clone();
         self.supervision = Supervision::Ready(Running::new(launched));
+        self.mcp_child_started();
         self.status
             .send_modify(|status| status.ready_since = Some(SystemTime::now()));
         self.publish();
@@ -172,6 +173,7 @@ impl Hub {
             "the agent process exited before answering ({what})"
         ));
         self.requeue_awaiting_state();
+        self.mcp_child_gone();
     }
 
     /// Records a crash and schedules the restart (`Backoff`), or marks a

@@ -20,34 +20,50 @@
 //! and parsed once when the child answers. What frames mean
 //! (ids, answers, runs, greetings) is the business of the project's
 //! [`Dialect`]. What waits for each client is bounded in bytes
-//! ([`budget`]). The admin API reads each hub's [`HubStatus`] from a
-//! `watch` channel the hub alone writes.
+//! ([`budget`]); what a project spends on its model, `metering` over
+//! the state in `spending`. The admin API reads each hub's [`HubStatus`]
+//! from a `watch` channel the hub alone writes. What clients do through
+//! the hub (prompts, aborts, permission answers, …) goes to the audit log
+//! (`audit`).
 
 mod actor;
 mod ask_queue;
 mod asks;
+mod audit;
 pub mod budget;
 mod child;
 mod client_id;
 mod clients;
 pub mod feed;
+pub mod gate;
 pub mod gateway_id;
 pub mod ids;
 mod join;
 mod launch;
 mod lifecycle;
+mod mcp;
+mod metering;
 mod outbox;
 pub mod ring;
 mod routing;
 mod run_tracker;
 pub mod runs;
+mod sessions;
+mod spending;
 mod supervision;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_mcp;
+#[cfg(test)]
+mod tests_sessions;
+#[cfg(test)]
+mod tests_spending;
 pub mod trace;
 mod waiting;
 
 use std::ffi::OsString;
+use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -57,6 +73,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 use tokio::sync::{mpsc, oneshot, watch};
 
+use crate::access::Identity;
 use crate::auth::Role;
 use crate::dialect::{Dialect, OwnRuns};
 use crate::metrics::Metrics;
@@ -83,6 +100,9 @@ pub struct HubSettings {
     pub child_command: Option<Vec<OsString>>,
     /// Private homes of third-party agents: `homes_dir/PROJECT`.
     pub homes_dir: PathBuf,
+    /// The state directory: a child writes its stderr to
+    /// `state_dir/logs/PROJECT.log`.
+    pub state_dir: PathBuf,
     /// The agent's sandbox flags (`--sandbox --sandbox-hide …`), or none.
     pub sandbox_args: Vec<OsString>,
     /// With `--tool-network proxy`: the egress proxy's registry, which
@@ -99,6 +119,10 @@ pub struct HubSettings {
     pub child_env: Vec<(OsString, OsString)>,
     /// Session journals go in `sessions_dir/PROJECT.jsonl`.
     pub sessions_dir: PathBuf,
+    /// Names this gateway process's `seq` space: it changes when the
+    /// gateway restarts (and its `seq` counters start again), so a client
+    /// never takes new events for ones it has.
+    pub epoch: String,
     pub replay_events: usize,
     pub replay_bytes: usize,
     /// Per-client queue of responses not yet written.
@@ -125,11 +149,39 @@ pub struct HubSettings {
     /// placeholder key (the child's environment gets it instead of the
     /// provider keys).
     pub model_broker: Option<Arc<crate::broker::Registry>>,
+    /// What a prompt passes before it reaches the child (per-identity
+    /// rate limits, budgets).
+    pub gate: Arc<dyn gate::Gate>,
+    /// Where the hub records what clients do (prompts, aborts, answers);
+    /// records nothing without `--audit-log`.
+    pub audit: crate::audit::Audit,
+    /// The budgets: whom a project's model calls are charged to, what
+    /// stops a run whose budget is spent, where the spend an agent
+    /// reports is counted (without the broker). `None`: no budgets.
+    pub spend: Option<Arc<crate::spend::Ledger>>,
+    /// The operator's MCP servers and what clients may select of them
+    /// (`--mcp-servers`, `--client-mcp`).
+    pub mcp: Arc<crate::mcp::McpPolicy>,
+    /// Where each `corral-agent` child's MCP config file is written
+    /// (`STATE/mcp/PROJECT.json`), hidden from agents with the state
+    /// directory.
+    pub mcp_dir: PathBuf,
+}
+
+/// A fresh `seq` epoch: 64 random bits, in hex.
+pub fn new_epoch() -> Result<String, getrandom::Error> {
+    let mut bytes = [0u8; 8];
+    getrandom::getrandom(&mut bytes)?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// How a client joins a hub.
 #[derive(Debug, Clone)]
 pub struct Join {
+    /// Who the client's credential proves.
+    pub who: Arc<Identity>,
+    /// Where the client connects from (after trusted proxies).
+    pub peer: Option<IpAddr>,
     pub role: Role,
     pub resume_after: Option<u64>,
     /// `Some(id)` when the client sent a hello to answer (its `id`, if
@@ -282,6 +334,8 @@ pub struct HubStatus {
     /// The latest cumulative usage the child reported.
     pub usage: Option<Value>,
     pub stderr_tail: Option<StderrTail>,
+    /// The agent's MCP servers as it last reported them.
+    pub mcp: Vec<crate::mcp::ServerStatus>,
 }
 
 /// The connection-side handle of a hub.
@@ -335,6 +389,7 @@ impl HubHandle {
             model: None,
             usage: None,
             stderr_tail: None,
+            mcp: Vec::new(),
         });
         let hub = actor::Hub::new(project.clone(), settings, seq, publisher, launcher);
         tasks.spawn(hub.run(rx));

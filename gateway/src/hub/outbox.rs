@@ -118,6 +118,8 @@ impl Hub {
     /// Fails every request still waiting for the child.
     pub(super) fn fail_pending(&mut self, error: &str) {
         self.asks_dropped();
+        self.loads_dropped();
+        self.audit_unanswered(error);
         let dialect = self.settings.dialect.rules();
         for pending in self.pending.drain() {
             let reply = dialect.request_failed(
@@ -138,6 +140,7 @@ impl Hub {
                 self.emit_for(cut.run.as_ref(), kind, fields);
             }
         }
+        self.spending_idle();
         self.dismiss_leaving();
     }
 

@@ -16,7 +16,7 @@ use super::feed::Unicast;
 use super::gateway_id::GatewayId;
 use super::ids::{Forwarded, IdMap};
 use super::ring::Frame;
-use super::runs::{Audience, Run, RunId};
+use super::runs::{Answer, Audience, Run, RunId};
 use super::trace::RequestSpan;
 use super::ChildState;
 use crate::auth::Role;
@@ -51,29 +51,20 @@ impl Hub {
                 self.leaving.push((client, id));
                 self.dismiss_leaving();
             }
-            Inbound::OpenSession { id, load, session } => {
-                // Only a dialect with one session opens it.
-                let Some(sessions) = dialect.one_session() else {
-                    return;
-                };
-                let answer = sessions.answer(&id, &self.hello, load, session.as_deref());
-                let known = sessions.kept(&self.hello);
-                // Once per connection (a load cannot be repeated to make the
-                // gateway send its ring over and over).
-                let replay = load
-                    && session.is_some()
-                    && session == known
-                    && self
-                        .clients
-                        .get_mut(client)
-                        .is_some_and(|c| !std::mem::replace(&mut c.replayed, true));
-                if replay {
-                    // The history the gateway holds, before the answer.
-                    let after_seq = self.feed.last_seq();
-                    self.unicast_item(client, Unicast::Rewind { after_seq });
-                }
-                self.unicast(client, answer);
+            Inbound::OpenSession {
+                id,
+                open,
+                session,
+                resume_after,
+                epoch,
+                mcp_servers,
+            } => {
+                let seen = (resume_after, epoch);
+                self.open_session(client, id, open, session, seen, mcp_servers)
             }
+            Inbound::CloseSession { id } => self.close_session(client, id),
+            Inbound::ListSessions { id, cursor } => self.list_sessions(client, id, cursor),
+            Inbound::ResetSession { id } => self.reset_session(client, id),
             Inbound::Notify { command } => self.notify(client, frame, &command),
             Inbound::AnswerAsk { id } => self.client_answer(client, &frame, &id),
             Inbound::Ignore => {}
@@ -95,9 +86,45 @@ impl Hub {
                     self.unicast(client, refusal);
                     return;
                 }
+                // Anything that makes the agent call its model: a new run,
+                // or input for one.
+                let prompt = matches!(
+                    dialect.run_claim(&command, &frame),
+                    Claim::May | Claim::Join | Claim::Input
+                ) || dialect.request_is_run(&command);
+                if prompt {
+                    if let Err(refused) = self.gate_prompt(client) {
+                        self.settings.metrics.requests_refused(refused.reason);
+                        self.audit_refused(client, &command, &frame, refused.reason);
+                        let reply =
+                            dialect.request_failed(id.as_ref(), &command, false, &refused.message);
+                        self.unicast(client, reply);
+                        return;
+                    }
+                    self.prompt_admitted(client);
+                }
                 self.forward(client, frame, id, command);
             }
         }
+    }
+
+    /// Whether `client`'s identity may start a run now.
+    fn gate_prompt(&self, client: ClientId) -> Result<(), super::gate::Refusal> {
+        let Some(entry) = self.clients.get(client) else {
+            return Ok(());
+        };
+        let decided = self.settings.gate.prompt(&self.project, &entry.who);
+        if let Err(refused) = &decided {
+            tracing::info!(
+                project = %self.project,
+                actor = %entry.who.name,
+                peer = ?entry.peer,
+                reason = refused.reason,
+                "prompt refused: {}",
+                refused.message
+            );
+        }
+        decided
     }
 
     /// A hello after attach, answered by the gateway; it may switch
@@ -134,7 +161,7 @@ impl Hub {
 
     /// Sends a request to the child under a gateway id (or holds it until
     /// the child is ready).
-    fn forward(
+    pub(super) fn forward(
         &mut self,
         client: ClientId,
         mut frame: Map<String, Value>,
@@ -177,6 +204,7 @@ impl Hub {
             RequestSpan::default()
         };
         let owner = self.clients.get(client).map_or(client, |c| c.owner);
+        let audit = self.audit_request(client, &command, &frame, claim);
         let gateway_id = self.mint.request();
         self.pending.insert(
             gateway_id,
@@ -199,13 +227,18 @@ impl Hub {
                     self.run_started(RequestSpan::default());
                 }
                 self.touch();
+                self.audit_sent(gateway_id, audit);
             }
             // A child that exited fails the request when its exit is seen.
-            Err(SendError::Gone) => self.runs.forwarded(gateway_id, &command, owner, claim),
+            Err(SendError::Gone) => {
+                self.runs.forwarded(gateway_id, &command, owner, claim);
+                self.audit_sent(gateway_id, audit);
+            }
             Err(SendError::Full) => {
                 let pending = self.pending.take(gateway_id);
                 self.settings.metrics.requests_refused("child_busy");
                 let error = "the agent is not reading its input; try again later";
+                self.audit_not_sent(audit, error);
                 let original = pending.and_then(|p| p.original);
                 let reply = dialect.request_failed(original.as_ref(), &command, false, error);
                 self.unicast(client, reply);
@@ -216,10 +249,15 @@ impl Hub {
     /// Passes a client's notification (no id, no answer) to the child, if
     /// it is ready.
     fn notify(&mut self, client: ClientId, frame: Map<String, Value>, command: &str) {
+        let audit = self.audit_request(client, command, &frame, Claim::None);
         let mut line = to_bytes(&Value::Object(frame)).to_vec();
         line.push(b'\n');
-        if let Err(refused) = self.send_bytes(Bytes::from(line)) {
-            tracing::debug!(project = %self.project, client = client.get(), command, ?refused, "dropped a notification for the agent");
+        match self.send_bytes(Bytes::from(line)) {
+            Ok(()) => self.audit_passed(audit),
+            Err(refused) => {
+                tracing::debug!(project = %self.project, client = client.get(), command, ?refused, "dropped a notification for the agent");
+                self.audit_not_sent(audit, "the agent is not ready");
+            }
         }
     }
 
@@ -312,6 +350,8 @@ impl Hub {
                         dialect.hello_after(&mut self.hello, line)
                     }
                 }
+                self.agent_reported(line);
+                self.mcp_reported(line);
             }
         }
     }
@@ -321,6 +361,7 @@ impl Hub {
         self.runs.started(span);
         self.idle_since = None;
         self.publish();
+        self.spending_run_started();
     }
 
     /// A run ended.
@@ -334,6 +375,7 @@ impl Hub {
         if !self.runs.busy() {
             self.start_idle_clock();
             self.dismiss_leaving();
+            self.spending_idle();
         }
         self.publish();
     }
@@ -370,6 +412,8 @@ impl Hub {
             Some(gid @ (GatewayId::Request(_) | GatewayId::Abort(_))) => {
                 self.request_answered(line, gid, last)
             }
+            Some(gid @ GatewayId::History(_)) => self.history_answered(line, gid),
+            Some(GatewayId::Mcp(_)) => self.mcp_select_answered(line),
             // Clients answer asks, not the child; anything else is not
             // an id the gateway gave it.
             Some(GatewayId::Ask(_)) | None => {
@@ -413,20 +457,28 @@ impl Hub {
         let Some(mut pending) = pending else {
             // What it says of runs still counts (an admin abort, a prompt
             // of a client that left).
-            if let Some(command) = self.runs.command(id).map(str::to_string) {
-                let answer = dialect.run_answer(&command, line);
-                self.runs.answered(id, answer, last);
-            }
+            let (answer, run) = match self.runs.command(id).map(str::to_string) {
+                Some(command) => {
+                    let answer = dialect.run_answer(&command, line);
+                    (answer, self.runs.answered(id, answer, last))
+                }
+                None => (Answer::Nothing, None),
+            };
+            self.audit_answered(id, answer, run.as_ref());
             tracing::debug!(project = %self.project, %id, "dropped an answer nobody waits for");
             return;
         };
         let answer = dialect.run_answer(&pending.command, line);
         let run = self.runs.answered(id, answer, last);
+        self.audit_answered(id, answer, run.as_ref());
         if last {
             let label = dialect.command_label(&pending.command);
             self.settings
                 .metrics
                 .request_done(label, pending.sent.elapsed().as_secs_f64());
+        }
+        if last && pending.command == super::sessions::RESET_COMMAND {
+            self.reset_answered(line);
         }
         let news = dialect.response_news(&pending.command, line);
         if news.run_started {

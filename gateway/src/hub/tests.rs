@@ -25,19 +25,24 @@ use crate::process::backoff::RestartPolicy;
 use crate::process::{ChildOutput, ExitInfo, LimitHit, StderrTail};
 use crate::ws::close::CloseCode;
 
+#[path = "audit_tests.rs"]
+mod audit_tests;
+
 const PING_INTERVAL: Duration = Duration::from_secs(30);
 const PING_TIMEOUT: Duration = Duration::from_secs(10);
 const IDLE: Duration = Duration::from_secs(600);
 const COOLDOWN: Duration = Duration::from_secs(300);
 
-fn settings() -> HubSettings {
+pub(super) fn settings() -> HubSettings {
     HubSettings {
+        epoch: "e1".into(),
         egress: None,
         dialect: Dialect::default(),
         child_bin: PathBuf::from("corral-agent"),
         child_args: Vec::new(),
         child_command: None,
         homes_dir: PathBuf::from("/nonexistent"),
+        state_dir: PathBuf::from("/nonexistent"),
         sandbox_args: Vec::new(),
         projects_root: PathBuf::from("/nonexistent"),
         credentials: None,
@@ -70,11 +75,16 @@ fn settings() -> HubSettings {
         .unwrap(),
         metrics: Arc::new(Metrics::new().unwrap()),
         model_broker: None,
+        gate: Arc::new(crate::hub::gate::Open),
+        audit: crate::audit::Audit::disabled(),
+        spend: None,
+        mcp: Arc::default(),
+        mcp_dir: PathBuf::from("/nonexistent"),
     }
 }
 
 /// A start the hub asked for; the test answers it.
-struct StartRequest(oneshot::Sender<Result<Launched, StartError>>);
+pub(super) struct StartRequest(oneshot::Sender<Result<Launched, StartError>>);
 
 struct FakeLauncher {
     starts: mpsc::UnboundedSender<StartRequest>,
@@ -160,7 +170,7 @@ impl ChildControl for FakeControl {
 
 /// The test's side of a fake child: what the hub sent it (pings are
 /// answered by the child itself), and its voice.
-struct FakeChild {
+pub(super) struct FakeChild {
     control: Arc<FakeControl>,
     requests: mpsc::UnboundedReceiver<Value>,
     out: mpsc::Sender<ChildOutput>,
@@ -170,7 +180,7 @@ static PIDS: AtomicU64 = AtomicU64::new(1000);
 
 impl FakeChild {
     /// Answers `start` with a ready child.
-    fn start(start: StartRequest, exit_on_eof: bool) -> FakeChild {
+    pub(super) fn start(start: StartRequest, exit_on_eof: bool) -> FakeChild {
         let (stdin, mut lines) = mpsc::unbounded_channel::<String>();
         let (out, output) = mpsc::channel(64);
         let control = Arc::new(FakeControl {
@@ -210,18 +220,18 @@ impl FakeChild {
         }
     }
 
-    async fn say(&self, frame: Value) {
+    pub(super) async fn say(&self, frame: Value) {
         self.out.send(line_of(&frame)).await.unwrap();
     }
 
-    fn crash(&self) {
+    pub(super) fn crash(&self) {
         self.control.exit(ExitInfo {
             code: Some(1),
             signal: None,
         });
     }
 
-    async fn next_request(&mut self) -> Value {
+    pub(super) async fn next_request(&mut self) -> Value {
         self.requests
             .recv()
             .await
@@ -237,12 +247,12 @@ fn line_of(frame: &Value) -> ChildOutput {
     ChildOutput::Line(Bytes::from(frame.to_string()))
 }
 
-struct Harness {
-    hub: HubHandle,
+pub(super) struct Harness {
+    pub(super) hub: HubHandle,
     starts: mpsc::UnboundedReceiver<StartRequest>,
 }
 
-fn harness(settings: HubSettings) -> Harness {
+pub(super) fn harness(settings: HubSettings) -> Harness {
     let (tx, starts) = mpsc::unbounded_channel();
     let hub = HubHandle::start(
         "alpha".into(),
@@ -255,7 +265,7 @@ fn harness(settings: HubSettings) -> Harness {
 }
 
 impl Harness {
-    async fn next_start(&mut self) -> StartRequest {
+    pub(super) async fn next_start(&mut self) -> StartRequest {
         self.starts.recv().await.expect("the hub ended")
     }
 
@@ -269,8 +279,10 @@ impl Harness {
     }
 }
 
-fn join() -> Join {
+pub(super) fn join() -> Join {
     Join {
+        who: Arc::new(crate::access::Identity::gateway()),
+        peer: None,
         role: Role::Client,
         resume_after: None,
         hello: None,
@@ -290,7 +302,7 @@ fn attach_later(hub: &HubHandle) -> oneshot::Receiver<Result<Attached, AttachErr
 
 /// Everything a client is sent until nothing more comes within a (paused)
 /// second, as JSON; a close ends it.
-async fn received(attached: &mut Attached) -> (Vec<Value>, Option<(CloseCode, String)>) {
+pub(super) async fn received(attached: &mut Attached) -> (Vec<Value>, Option<(CloseCode, String)>) {
     let mut frames = Vec::new();
     loop {
         match timeout(Duration::from_secs(1), attached.feed.next()).await {
@@ -305,11 +317,11 @@ async fn received(attached: &mut Attached) -> (Vec<Value>, Option<(CloseCode, St
     }
 }
 
-fn request(frame: Value) -> Map<String, Value> {
+pub(super) fn request(frame: Value) -> Map<String, Value> {
     frame.as_object().unwrap().clone()
 }
 
-fn types(frames: &[Value]) -> Vec<&str> {
+pub(super) fn types(frames: &[Value]) -> Vec<&str> {
     frames.iter().filter_map(|f| f["type"].as_str()).collect()
 }
 
@@ -711,6 +723,9 @@ async fn a_runaway_agent_cannot_pile_up_requests_for_its_clients() {
     let waiting = attach_later(&h.hub);
     let mut child = FakeChild::start(start, true);
     let mut attached = waiting.await.unwrap().unwrap();
+    // An ACP client is asked once it follows the session.
+    let open = json!({"jsonrpc": "2.0", "id": "o", "method": "session/new", "params": {}});
+    h.hub.request(attached.client, request(open)).await;
     for n in 0..=limit {
         let ask = json!({"jsonrpc": "2.0", "id": format!("p{n}"),
             "method": "session/request_permission", "params": {}});

@@ -100,6 +100,8 @@ mod tests {
         assert!(!waiting.has_attaches());
         let (reply, _rx) = oneshot::channel();
         let join = Join {
+            who: std::sync::Arc::new(crate::access::Identity::gateway()),
+            peer: None,
             role: Role::Client,
             resume_after: None,
             hello: None,

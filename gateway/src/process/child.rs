@@ -1,13 +1,19 @@
 //! One child process: spawned in its own session with a scrubbed
 //! environment and confined before `exec` (`sys`: project directory,
 //! cgroups or rlimits, user, no-new-privileges, parent-death signal), its
-//! limits watched (`limits::watch`), its stdio pumped by tasks (`pipes`),
-//! reaped by one task that also kills whatever is left of its session,
-//! group and cgroups (`leftovers`), and stopped gracefully (stdin EOF →
-//! SIGTERM → SIGKILL).
+//! limits watched (`limits::watch`), its stdin and stdout one socket
+//! pumped by tasks (`stdio`), its stderr a file it writes itself
+//! (`stderr_log`), reaped by one task that also follows that file and
+//! kills whatever is left of its session, group and cgroups
+//! (`leftovers`), and stopped gracefully (stdin EOF → SIGTERM → SIGKILL).
+//!
+//! While a child runs the gateway holds one descriptor for it: its end of
+//! the socket. The exit is learnt from SIGCHLD and `waitpid` (no pidfd),
+//! and the stderr file is opened only to be read.
 
 use std::fmt;
-use std::process::Stdio;
+use std::os::unix::net::UnixStream as StdUnixStream;
+use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -15,17 +21,18 @@ use bytes::Bytes;
 use nix::errno::Errno;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
-use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
+use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use super::leftovers;
 use super::limits::{self, ChildLimits, LimitHit};
-use super::pipes::{self, ChildTag};
 use super::spawner;
 pub use super::spec::{
     ChildGone, ChildOutput, Confine, ExitInfo, LineRefused, SpawnError, SpawnSpec,
 };
+use super::stderr_log::{self, ChildTag, Follower, StderrLog, StderrTail};
+use super::stdio;
 use super::sys::{self, PreExec};
 
 /// Capacity of the stdout queue towards the hub, in lines.
@@ -50,8 +57,8 @@ pub struct ChildProcess {
     stdin: Mutex<Option<mpsc::Sender<Bytes>>>,
     /// `Some` once the child was reaped and its group killed.
     exit: watch::Receiver<Option<ExitInfo>>,
-    /// The last lines the child wrote to stderr.
-    stderr_tail: pipes::StderrTail,
+    /// The file the child writes its stderr to, if it has one.
+    stderr_log: Option<Arc<StderrLog>>,
     /// Its cgroups or rlimits, and the limit it hit.
     limits: Option<Arc<ChildLimits>>,
 }
@@ -81,11 +88,25 @@ impl ChildProcess {
             spec,
             child,
             pid,
-            stdin,
-            stdout,
-            stderr,
+            stdio,
+            stderr_from,
             limits,
         } = forked;
+        let stdio = stdio
+            .set_nonblocking(true)
+            .and_then(|()| tokio::net::UnixStream::from_std(stdio))
+            .map_err(&gone);
+        let (stdout, stdin) = match stdio {
+            Ok(stream) => stream.into_split(),
+            Err(e) => {
+                kill_group(pid, Signal::SIGKILL, &spec.project);
+                tokio::spawn(reap_only(child, pid));
+                if let Some(limits) = limits {
+                    tokio::spawn(limits::watch::remove_when_empty(limits));
+                }
+                return Err(e);
+            }
+        };
         let tag = ChildTag {
             project: spec.project.clone(),
             pid,
@@ -97,17 +118,15 @@ impl ChildProcess {
         let (exit_tx, exit_rx) = watch::channel(None);
 
         let mut exited = exit_rx.clone();
-        let writer = pipes::write_stdin(stdin, in_rx, tag.clone());
+        let writer = stdio::write_stdin(stdin, in_rx, tag.clone());
         tokio::spawn(async move {
-            // After exit, stop writing even if a grandchild holds the pipe.
+            // After exit, stop writing even if a grandchild holds the socket.
             tokio::select! {
                 () = writer => {}
                 _ = exited.wait_for(Option::is_some) => {}
             }
         });
-        let stderr_tail = pipes::StderrTail::default();
-        tokio::spawn(pipes::log_stderr(stderr, tag.clone(), stderr_tail.clone()));
-        let stdout_task = tokio::spawn(pipes::read_stdout(
+        let stdout_task = tokio::spawn(stdio::read_stdout(
             stdout,
             spec.max_line,
             out_tx.clone(),
@@ -121,6 +140,10 @@ impl ChildProcess {
                 spec.project.clone(),
             ));
         }
+        let follower = spec
+            .stderr_log
+            .clone()
+            .map(|log| Follower::new(log, stderr_from, tag.clone()));
         tokio::spawn(reap(
             child,
             stdout_task,
@@ -128,6 +151,7 @@ impl ChildProcess {
             out_tx,
             tag,
             limits.clone(),
+            follower,
         ));
 
         let process = ChildProcess {
@@ -135,18 +159,25 @@ impl ChildProcess {
             project: spec.project,
             stdin: Mutex::new(Some(in_tx)),
             exit: exit_rx,
-            stderr_tail,
+            stderr_log: spec.stderr_log.map(Arc::new),
             limits,
         };
         Ok((process, out_rx))
     }
 
-    /// The child's pid (also its process-group id).
-    /// The last lines of the child's stderr, shared (they keep updating).
-    pub fn stderr_tail(&self) -> pipes::StderrTail {
-        self.stderr_tail.clone()
+    /// The child's stderr, for its last lines (read from its file when
+    /// asked).
+    pub fn stderr_tail(&self) -> StderrTail {
+        StderrTail::of(self.stderr_log.clone())
     }
 
+    /// The last line of the child's stderr (its own account of why it
+    /// failed, when it did), read from its file now.
+    pub fn last_stderr_line(&self) -> Option<String> {
+        self.stderr_log.as_deref().and_then(StderrLog::last_line)
+    }
+
+    /// The child's pid (also its process-group id).
     pub fn pid(&self) -> u32 {
         self.pid
     }
@@ -259,25 +290,27 @@ impl Drop for ChildProcess {
     }
 }
 
-/// A child just forked, with its stdio pipes.
+/// A child just forked, with the gateway's end of its stdio.
 struct Forked {
     spec: SpawnSpec,
     child: Child,
     pid: u32,
-    stdin: ChildStdin,
-    stdout: ChildStdout,
-    stderr: ChildStderr,
+    stdio: StdUnixStream,
+    /// The length of its stderr file before it could write to it.
+    stderr_from: u64,
     limits: Option<Arc<ChildLimits>>,
 }
 
 impl Forked {
     /// Ends a child nobody waits for any more (its start was cancelled).
+    /// Called on the spawner thread, inside the asking task's runtime.
     fn abandon(self) {
         kill_group(self.pid, Signal::SIGKILL, &self.spec.project);
-        leftovers::forget(self.pid);
         if let Some(limits) = &self.limits {
             limits.kill_all();
         }
+        // Nobody else will reap it (it then leaves the live set).
+        tokio::spawn(reap_only(self.child, self.pid));
     }
 }
 
@@ -304,20 +337,42 @@ fn fork(spec: SpawnSpec) -> Result<Forked, SpawnError> {
         }
         None => (None, Vec::new()),
     };
+    let io_failed = |source: std::io::Error| match crate::fdlimit::exhausted(&source) {
+        true => SpawnError::NoDescriptors {
+            program: spec.program.clone(),
+        },
+        false => SpawnError::Io {
+            program: spec.program.clone(),
+            source,
+        },
+    };
+    let stdio = stdio::pair().map_err(io_failed)?;
+    // Where the gateway's log picks the file up: what the child writes.
+    let mut stderr_from = 0;
+    let stderr = match &spec.stderr_log {
+        Some(log) => {
+            let file = log.open_for_child().map_err(|e| SpawnError::Io {
+                program: spec.program.clone(),
+                source: std::io::Error::other(format!("its stderr file: {e}")),
+            })?;
+            stderr_from = file.metadata().map_or(0, |m| m.len());
+            Stdio::from(file)
+        }
+        None => Stdio::null(),
+    };
     let mut command = Command::new(&spec.program);
     command
         .args(&spec.args)
         .env_clear()
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
+        .stdin(Stdio::from(stdio.stdin))
+        .stdout(Stdio::from(stdio.stdout))
+        .stderr(stderr);
     if spec.confine.cwd_dir.is_none() {
         command.current_dir(&spec.cwd);
     }
     sys::install(
-        command.as_std_mut(),
+        &mut command,
         PreExec {
             cwd: spec.confine.cwd_dir.clone(),
             join,
@@ -332,9 +387,10 @@ fn fork(spec: SpawnSpec) -> Result<Forked, SpawnError> {
     // From the fork until the pid is known, no sweep may run.
     let mut live = leftovers::Registry::lock();
     let spawned = command.spawn();
-    // The hook (and with it the cgroup.procs descriptors) is no longer needed.
+    // The hook (and with it the cgroup.procs descriptors) and the child's
+    // ends of its stdio are no longer needed.
     drop(command);
-    let mut child = match spawned {
+    let child = match spawned {
         Ok(child) => child,
         Err(e) => {
             if let Some(limits) = &limits {
@@ -343,32 +399,65 @@ fn fork(spec: SpawnSpec) -> Result<Forked, SpawnError> {
             return Err(SpawnError::classify(&spec, e));
         }
     };
-    let io_error = |what: &str| SpawnError::Io {
-        program: spec.program.clone(),
-        source: std::io::Error::other(format!("{what} of the spawned child is missing")),
-    };
-    let pid = child.id().ok_or_else(|| io_error("pid"))?;
-    let (Some(stdin), Some(stdout), Some(stderr)) =
-        (child.stdin.take(), child.stdout.take(), child.stderr.take())
-    else {
-        let _ = child.start_kill();
-        return Err(io_error("a stdio pipe"));
-    };
+    let pid = child.id();
     live.add(pid);
     drop(live);
     Ok(Forked {
         spec,
         child,
         pid,
-        stdin,
-        stdout,
-        stderr,
+        stdio: stdio.gateway,
+        stderr_from,
         limits,
     })
 }
 
+/// Waits for `child` to exit: `waitpid(WNOHANG)` at every SIGCHLD, and
+/// meanwhile follows its stderr file (`follower`) every
+/// [`stderr_log::FOLLOW_EVERY`].
+async fn exit_of(
+    child: &mut Child,
+    follower: &mut Option<Follower>,
+) -> std::io::Result<std::process::ExitStatus> {
+    // Listening before the first look: an exit in between still wakes us.
+    let mut chld = signal(SignalKind::child());
+    let mut follow = tokio::time::interval(stderr_log::FOLLOW_EVERY);
+    follow.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    follow.tick().await;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(status);
+        }
+        let sigchld = async {
+            match &mut chld {
+                Ok(chld) => {
+                    chld.recv().await;
+                }
+                // No SIGCHLD stream: look again now and then.
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        };
+        tokio::select! {
+            () = sigchld => {}
+            _ = follow.tick() => {
+                if let Some(follower) = follower {
+                    follower.follow(false);
+                }
+            }
+        }
+    }
+}
+
+/// Reaps a child nothing else is left of.
+async fn reap_only(mut child: Child, pid: u32) {
+    let mut none = None;
+    let _ = exit_of(&mut child, &mut none).await;
+    leftovers::forget(pid);
+}
+
 /// Owns the `Child`: reaps it, kills the rest of its group, drains stdout
-/// (bounded), publishes the exit and sends `Exited` last.
+/// (bounded), logs the rest of its stderr, publishes the exit and sends
+/// `Exited` last.
 async fn reap(
     mut child: Child,
     mut stdout_task: JoinHandle<()>,
@@ -376,18 +465,23 @@ async fn reap(
     out: mpsc::Sender<ChildOutput>,
     tag: ChildTag,
     limits: Option<Arc<ChildLimits>>,
+    mut follower: Option<Follower>,
 ) {
-    let exit = match child.wait().await {
+    let exit = match exit_of(&mut child, &mut follower).await {
         Ok(status) => ExitInfo::from(status),
         Err(e) => {
             tracing::error!(project = %tag.project, pid = tag.pid, error = %e, "waiting for the child failed");
-            let _ = child.start_kill();
+            let _ = child.kill();
+            let _ = child.wait();
             ExitInfo {
                 code: None,
                 signal: None,
             }
         }
     };
+    if let Some(follower) = &mut follower {
+        follower.follow(true);
+    }
     // Killing first lets stdout reach EOF at once when only grandchildren
     // held it open; what the child already wrote stays in the pipe.
     kill_group(tag.pid, Signal::SIGKILL, &tag.project);

@@ -5,6 +5,9 @@
 //! ([`crate::hub`]), which drives these pieces.
 //!
 //! - [`child`] – [`ChildProcess`]: spawn, send lines, signal, stop, wait.
+//! - `stdio` – the child's stdin and stdout: one socket pair and its pumps.
+//! - [`stderr_log`] – the child's stderr: a file it writes itself, followed
+//!   into the gateway's log and cut when it grows too big.
 //! - [`mod@env`] – the allowlisted environment a child gets.
 //! - [`backoff`] – [`RestartPolicy`] and [`CrashHistory`]: jittered
 //!   exponential backoff with a crash-loop cutoff (no I/O).
@@ -25,10 +28,11 @@ pub mod env;
 pub mod handshake;
 pub mod leftovers;
 pub mod limits;
-mod pipes;
 pub mod probe;
 pub mod spawner;
 mod spec;
+pub mod stderr_log;
+mod stdio;
 mod sys;
 
 pub use backoff::{CrashHistory, Decision, InvalidPolicy, RestartPolicy};
@@ -38,7 +42,7 @@ pub use child::{
 pub use env::{child_env, DEFAULT_ALLOWED, TOKEN_VAR};
 pub use handshake::{hello, random_token, HandshakeError, HELLO_ID};
 pub use limits::{LimitHit, Limits};
-pub use pipes::{StderrTail, STDERR_TAIL_LINES};
+pub use stderr_log::{StderrLog, StderrTail, STDERR_TAIL_LINES};
 pub use sys::Credentials;
 
 #[cfg(test)]

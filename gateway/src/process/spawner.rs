@@ -22,7 +22,7 @@ use tokio::sync::{Semaphore, SemaphorePermit};
 const STARTING_PER_CORE: usize = 4;
 
 /// One piece of blocking work for the spawner thread, run inside the
-/// runtime of the task that asked (a child's pipes and its reaping are
+/// runtime of the task that asked (a child's socket and its reaping are
 /// registered with that runtime).
 struct Job {
     runtime: Handle,

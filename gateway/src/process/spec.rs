@@ -32,6 +32,8 @@ pub struct SpawnSpec {
     pub max_line: usize,
     /// Directory, account and resource limits of the child.
     pub confine: Confine,
+    /// The file the child writes its stderr to (`/dev/null` when `None`).
+    pub stderr_log: Option<super::StderrLog>,
 }
 
 impl fmt::Debug for SpawnSpec {
@@ -45,6 +47,7 @@ impl fmt::Debug for SpawnSpec {
             .field("project", &self.project)
             .field("max_line", &self.max_line)
             .field("confine", &self.confine)
+            .field("stderr_log", &self.stderr_log)
             .finish()
     }
 }
@@ -128,7 +131,7 @@ pub enum SpawnError {
         #[source]
         source: LimitsError,
     },
-    /// No descriptor left for the child's pipes: the gateway is at its
+    /// No descriptor left for the child's stdio socket: the gateway is at its
     /// open-file limit (or the system at its own).
     #[error("cannot start {}: the gateway is at its open-file limit; try again once other projects stop", .program.display())]
     NoDescriptors { program: PathBuf },
@@ -184,6 +187,7 @@ mod tests {
             project: "p".into(),
             max_line: 1,
             confine: Confine::default(),
+            stderr_log: None,
         };
         let shown = format!("{spec:?}");
         assert!(shown.contains("ZUTCORE_RPC_TOKEN"), "{shown}");

@@ -22,6 +22,7 @@ pub(crate) fn sh(dir: &Path, script: &str) -> SpawnSpec {
         project: "test".into(),
         max_line: 1024,
         confine: Default::default(),
+        stderr_log: None,
     }
 }
 

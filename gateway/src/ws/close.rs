@@ -14,12 +14,13 @@ pub enum CloseCode {
     Internal,
     TryAgain,
     Lagged,
+    Revoked,
     NoProject,
 }
 
 impl CloseCode {
     /// Every code, in the README's order.
-    pub const ALL: [CloseCode; 9] = [
+    pub const ALL: [CloseCode; 10] = [
         CloseCode::Normal,
         CloseCode::GoingAway,
         CloseCode::Protocol,
@@ -28,6 +29,7 @@ impl CloseCode {
         CloseCode::Internal,
         CloseCode::TryAgain,
         CloseCode::Lagged,
+        CloseCode::Revoked,
         CloseCode::NoProject,
     ];
 
@@ -42,6 +44,7 @@ impl CloseCode {
             CloseCode::Internal => 1011,
             CloseCode::TryAgain => 1013,
             CloseCode::Lagged => 4000,
+            CloseCode::Revoked => 4001,
             CloseCode::NoProject => 4004,
         }
     }
@@ -62,6 +65,7 @@ impl CloseCode {
             CloseCode::Internal => "internal error",
             CloseCode::TryAgain => "try again later",
             CloseCode::Lagged => "too slow",
+            CloseCode::Revoked => "credential revoked or expired",
             CloseCode::NoProject => "no such project",
         }
     }
@@ -77,7 +81,8 @@ impl CloseCode {
                 "invalid framing before authentication, or a hello asking for a protocol version the gateway lacks"
             }
             CloseCode::Policy => {
-                "authentication failed, or the client left too many responses unread"
+                "authentication failed, the credential does not cover the project (the same whether it exists), \
+                 or the client left too many responses unread"
             }
             CloseCode::TooBig => {
                 "more than `--max-hello-bytes` before authentication, or a frame over `--max-frame-bytes`"
@@ -91,6 +96,10 @@ impl CloseCode {
             CloseCode::Lagged => {
                 "the client fell out of the replay ring, more bytes waited for it than `--client-buffer-bytes`, \
                  or it held the most when all clients together were over `--total-client-buffer-bytes`"
+            }
+            CloseCode::Revoked => {
+                "the session's token was revoked (`DELETE /v1/tokens/NAME`, on any gateway sharing the state directory) \
+                 or its credential expired (a token's `expires`, a JWT's `exp`); reconnect with a valid one"
             }
             CloseCode::NoProject => "no such project (after a valid hello)",
         }

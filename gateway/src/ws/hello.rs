@@ -5,6 +5,7 @@
 //! failure budget).
 
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use serde_json::Value;
 
@@ -12,6 +13,8 @@ use super::close::CloseCode;
 use super::handshake::Io;
 use super::preauth::{self, PreAuthError};
 use super::session::parse;
+use crate::access::{Denied, Identity, Purpose};
+use crate::audit::denied_reason;
 use crate::auth::{AuthFailure, Role};
 use crate::dialect::OwnRuns;
 use crate::guard::{self, Refused};
@@ -21,14 +24,41 @@ use crate::token_slots::Credential;
 /// An authenticated client, before it is attached.
 #[derive(Debug)]
 pub struct Hello {
+    /// Who the credential proves, and from where.
+    pub who: Arc<Identity>,
+    pub peer: IpAddr,
     pub role: Role,
     pub resume_after: Option<u64>,
     /// `Some(id)` when there is a hello to answer.
     pub answer: Option<Option<Value>>,
     /// Own runs only (hello fields or query parameters).
     pub own_runs: OwnRuns,
-    /// The credential it authenticated with, for its per-token place.
+    /// The credential it authenticated with, for its per-identity place.
     pub credential: Credential,
+}
+
+/// The session role `who` (from `peer`) gets on `project`, or the
+/// refusal to send (and record in the audit log): a project outside the
+/// scope is refused the same whether it exists.
+pub fn session_role(
+    state: &AppState,
+    who: &Identity,
+    peer: IpAddr,
+    project: &str,
+) -> Result<Role, (AuthFailure, String)> {
+    guard::session_role(who, project).map_err(|denied| {
+        super::audit::refused(state, who, peer, project, denied_reason(denied));
+        let message = match denied {
+            Denied::Expired => "authentication failed: the credential has expired".to_string(),
+            Denied::WrongRole => {
+                "authentication failed: this credential may not open sessions".to_string()
+            }
+            Denied::OutOfScope => {
+                format!("the credential does not cover project {project:?}")
+            }
+        };
+        (AuthFailure::Forbidden, message)
+    })
 }
 
 /// A refused client: the id to answer, the metric reason, the message
@@ -58,6 +88,7 @@ pub async fn read_hello(
     io: &mut Io,
     state: &AppState,
     peer: IpAddr,
+    project: &str,
 ) -> Result<(Hello, Vec<u8>), Refusal> {
     let read = preauth::read_first_text(io, state.max_hello_bytes);
     let first = match tokio::time::timeout(state.hello_timeout, read).await {
@@ -88,8 +119,8 @@ pub async fn read_hello(
         let message = "authentication failed: the hello has no token";
         return Err(Refusal::new(id, AuthFailure::MissingToken, message));
     };
-    let role = match guard::session_role(state, peer, token) {
-        Ok(role) => role,
+    let who = match guard::identify(state, peer, token, Purpose::Session) {
+        Ok(who) => who,
         Err(refused) => {
             let mut refusal = Refusal::new(id, refused.failure(), refused.message());
             if let Refused::Throttled { .. } = refused {
@@ -98,12 +129,18 @@ pub async fn read_hello(
             return Err(refusal);
         }
     };
+    let role = match session_role(state, &who, peer, project) {
+        Ok(role) => role,
+        Err((reason, message)) => return Err(Refusal::new(id, reason, message)),
+    };
     let hello = Hello {
+        credential: state.token_slots.credential(&who.key()),
+        who: Arc::new(who),
+        peer,
         role,
         resume_after: hello.resume_after,
         answer: Some(hello.id),
         own_runs: hello.own_runs,
-        credential: state.token_slots.credential(token),
     };
     Ok((hello, first.leftover))
 }

@@ -23,6 +23,10 @@
 //! session of the token ends), not a fault of this connection, and 1013
 //! is the code clients already retry with a backoff.
 //!
+//! Sessions opened and closed, and authenticated clients refused, are
+//! recorded in the audit log (`audit`); refusals before a valid
+//! credential are not.
+//!
 //! Close codes: 1008 authentication failed, 1009 more than
 //! `--max-hello-bytes` before authentication or a frame over
 //! `--max-frame-bytes`, 1002 invalid framing before authentication, 1013
@@ -33,6 +37,7 @@
 //! `--total-client-buffer-bytes`), 4004 no such project (after a valid
 //! hello).
 
+mod audit;
 pub mod close;
 mod frame;
 mod handshake;
@@ -47,10 +52,11 @@ use std::sync::Arc;
 use axum::extract::{Path, Query, Request, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use futures_util::{SinkExt, StreamExt};
+use futures_util::StreamExt;
 use tokio_tungstenite::tungstenite::protocol::{Role as WsRole, WebSocketConfig};
 use tokio_tungstenite::WebSocketStream;
 
+use crate::access::Purpose;
 use crate::auth::{self, AuthFailure};
 use crate::client_addr::ClientAddr;
 use crate::dialect::OwnRuns;
@@ -59,10 +65,11 @@ use crate::hub::Join;
 use crate::listener::ConnectionSlot;
 use crate::projects;
 use crate::state::AppState;
+pub use audit::refused as audit_refused;
 use close::CloseCode;
 use handshake::Io;
-use hello::Hello;
-use session::ReadEnd;
+pub use hello::{session_role, Hello};
+pub use session::{Gone, Inlet, Next, Outlet, ReadEnd};
 
 /// The upgrade request's query.
 #[derive(Debug, serde::Deserialize)]
@@ -97,17 +104,28 @@ pub async fn upgrade(
         Ok(own_runs) => own_runs,
         Err(e) => return (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response(),
     };
-    // The token first: only a valid one learns whether the project exists.
+    // The token first: only a valid one learns whether the project exists,
+    // and only one covering the project.
     let header_auth = match auth::bearer(header(header::AUTHORIZATION)) {
-        Some(token) => match guard::session_role(&state, peer, token) {
-            Ok(role) => match projects::lookup(&state.projects_root, &project).await {
-                Ok(dir) => Some((role, state.token_slots.credential(token), dir)),
-                Err(e) => {
-                    let status =
-                        StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::NOT_FOUND);
-                    return (status, format!("{e}\n")).into_response();
+        Some(token) => match guard::identify(&state, peer, token, Purpose::Session) {
+            Ok(who) => {
+                let role = match hello::session_role(&state, &who, peer, &project) {
+                    Ok(role) => role,
+                    Err((reason, message)) => {
+                        state.metrics.auth_failure(reason);
+                        return (StatusCode::FORBIDDEN, format!("{message}\n")).into_response();
+                    }
+                };
+                match projects::lookup(&state.projects_root, &project).await {
+                    Ok(dir) => Some((who, role, dir)),
+                    Err(e) => {
+                        audit::refused(&state, &who, peer, &project, "no_such_project");
+                        let status =
+                            StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::NOT_FOUND);
+                        return (status, format!("{e}\n")).into_response();
+                    }
                 }
-            },
+            }
             Err(refused) => {
                 state.metrics.auth_failure(refused.failure());
                 return refused.into_response(false);
@@ -140,17 +158,64 @@ pub async fn upgrade(
                 return;
             }
         };
-        let header = header_auth.map(|(role, credential, dir)| {
+        let header = header_auth.map(|(who, role, dir)| {
             let hello = Hello {
+                credential: state.token_slots.credential(&who.key()),
+                who: Arc::new(who),
+                peer,
                 role,
                 resume_after: query.resume_after,
                 answer: None,
                 own_runs,
-                credential,
             };
             (hello, dir)
         });
         connection(io, state, project, peer, header, slot.as_deref()).await;
+    });
+    response
+}
+
+/// Answers the upgrade of a client its `Authorization` header already
+/// proved (`hello`, for the project in `dir`) and runs it once upgraded:
+/// the WebSocket side of the ACP endpoint ([`crate::acp_remote`]).
+/// `headers` are added to the `101`.
+pub fn upgrade_authenticated(
+    mut request: Request,
+    state: Arc<AppState>,
+    project: String,
+    hello: Hello,
+    dir: PathBuf,
+    headers: axum::http::HeaderMap,
+) -> Response {
+    let upgrade = match handshake::prepare(&mut request) {
+        Ok(upgrade) => upgrade,
+        Err(rejection) => return rejection.into_response(),
+    };
+    let slot = request.extensions_mut().remove::<Arc<ConnectionSlot>>();
+    if let Some(slot) = &slot {
+        slot.protect();
+    }
+    let (mut response, on_upgrade) = upgrade.accept();
+    response.headers_mut().extend(headers);
+    let peer = hello.peer;
+    let shutdown = state.shutdown.clone();
+    shutdown.spawn(async move {
+        let io = match on_upgrade.await {
+            Ok(upgraded) => hyper_util::rt::TokioIo::new(upgraded),
+            Err(e) => {
+                tracing::debug!(%project, error = %e, "the upgrade did not complete");
+                return;
+            }
+        };
+        connection(
+            io,
+            state,
+            project,
+            peer,
+            Some((hello, dir)),
+            slot.as_deref(),
+        )
+        .await;
     });
     response
 }
@@ -178,7 +243,7 @@ async fn connection(
         }
         None => {
             let read = tokio::select! {
-                read = hello::read_hello(&mut io, &state, peer) => read,
+                read = hello::read_hello(&mut io, &state, peer, &project) => read,
                 ended = ended_early(slot, &state) => {
                     close_early(&mut io, ended).await;
                     return;
@@ -216,6 +281,7 @@ async fn connection(
                 Ok(dir) => dir,
                 Err(error) => {
                     tracing::info!(%project, %peer, "client refused: {error}");
+                    audit::refused(&state, &hello.who, peer, &project, "no_such_project");
                     let code = match error.http_status() {
                         503 => CloseCode::TryAgain,
                         _ => CloseCode::NoProject,
@@ -290,7 +356,8 @@ async fn evicted(slot: Option<&ConnectionSlot>) {
     }
 }
 
-/// Attaches an authenticated client and runs it until either side ends.
+/// Attaches an authenticated WebSocket client and runs it until either
+/// side ends.
 async fn attached(
     socket: session::Socket,
     state: Arc<AppState>,
@@ -299,29 +366,82 @@ async fn attached(
     hello: Hello,
 ) {
     let (mut sink, mut stream) = socket.split();
+    let end = serve(
+        &mut session::WsOutlet(&mut sink),
+        &mut session::WsInlet(&mut stream),
+        state.clone(),
+        &project,
+        dir,
+        hello,
+    )
+    .await;
+    if end == Some(Ended::Read(ReadEnd::TooLarge)) {
+        let reason = format!(
+            "a frame is larger than {max} bytes (--max-frame-bytes)",
+            max = state.max_frame_bytes
+        );
+        tracing::info!(%project, "{reason}");
+        session::close(&mut sink, CloseCode::TooBig, &reason).await;
+        if let Ok(mut socket) = stream.reunite(sink) {
+            preauth::linger(socket.get_mut()).await;
+        }
+    }
+}
+
+/// Attaches an authenticated client to its project's hub and runs it
+/// over any transport until either side ends: its place under
+/// `--max-connections-per-token`, the revocation check, the audit
+/// records, the reader and writer, and the end on revocation or expiry.
+/// `None` when it could not be attached (it was told why and closed).
+pub async fn serve<O: Outlet, I: Inlet>(
+    outlet: &mut O,
+    inlet: &mut I,
+    state: Arc<AppState>,
+    project: &str,
+    dir: PathBuf,
+    hello: Hello,
+) -> Option<Ended> {
+    let session = audit::Session {
+        who: &hello.who,
+        peer: hello.peer,
+        role: hello.role,
+        project,
+    };
     // Held while the client is attached.
     let _token_slot = match state.token_slots.acquire(hello.credential) {
         Ok(place) => place,
         Err(full) => {
             state.metrics.connection_refused("per_token");
             tracing::info!(%project, "client refused: {full}");
+            session.refused(&state, "connection_limit");
             refuse_attached(
-                &mut sink,
+                outlet,
                 &state,
                 &hello,
                 CloseCode::TryAgain,
                 &full.to_string(),
             )
             .await;
-            return;
+            return None;
         }
     };
+    // Registered before the check, so a revocation in between is seen
+    // either by the check or by the ticket.
+    let ticket = state.live.register(hello.who.key());
+    if !state.keyring.still_valid(&hello.who) {
+        session.refused(&state, "revoked");
+        let message = "authentication failed: the token was revoked";
+        refuse_attached(outlet, &state, &hello, CloseCode::Revoked, message).await;
+        return None;
+    }
     let attached = state
         .registry
         .attach(
-            &project,
+            project,
             dir,
             Join {
+                who: hello.who.clone(),
+                peer: Some(hello.peer),
                 role: hello.role,
                 resume_after: hello.resume_after,
                 hello: hello.answer.clone(),
@@ -333,47 +453,97 @@ async fn attached(
         Ok(ok) => ok,
         Err(error) => {
             tracing::warn!(%project, "cannot attach client: {error}");
+            session.not_opened(&state, error.close_code());
             refuse_attached(
-                &mut sink,
+                outlet,
                 &state,
                 &hello,
                 error.close_code(),
                 &error.to_string(),
             )
             .await;
-            return;
+            return None;
         }
     };
     let client = attached.client;
-    tracing::debug!(%project, client = client.get(), role = hello.role.as_str(), "client attached");
+    tracing::debug!(%project, client = client.get(), role = hello.role.as_str(), actor = %hello.who.name, "client attached");
+    session.opened(&state, client);
     let end = tokio::select! {
-        closed = session::write_loop(&mut sink, attached.feed, state.metrics.clone()) => {
+        closed = session::write_loop(outlet, attached.feed, state.metrics.clone()) => {
             if closed == Some(CloseCode::Lagged) {
-                state.registry.events().slow_client_closed(&project);
+                state.registry.events().slow_client_closed(project);
             }
-            ReadEnd::Closed
+            Ended::Written(closed)
         }
-        end = session::read_loop(&mut stream, &hub, client, state.clone()) => end,
+        end = session::read_loop(inlet, &hub, client, state.clone()) => Ended::Read(end),
+        () = ticket.revoked() => Ended::Revoked,
+        () = expiry(hello.who.expires) => Ended::Expired,
     };
+    if let Ended::Revoked | Ended::Expired = end {
+        let reason = match end {
+            Ended::Revoked => "the token was revoked",
+            _ => "the credential expired",
+        };
+        tracing::info!(%project, client = client.get(), actor = %hello.who.name, "session closed: {reason}");
+        outlet.close(CloseCode::Revoked, reason).await;
+        ticket.closed();
+    }
     hub.detach(client).await;
     tracing::debug!(%project, client = client.get(), "client detached");
-    if end == ReadEnd::TooLarge {
-        let reason = format!(
-            "a frame is larger than {max} bytes (--max-frame-bytes)",
-            max = state.max_frame_bytes
-        );
-        tracing::info!(%project, client = client.get(), "{reason}");
-        session::close(&mut sink, CloseCode::TooBig, &reason).await;
-        if let Ok(mut socket) = stream.reunite(sink) {
-            preauth::linger(socket.get_mut()).await;
+    session.closed(&state, client, end.audited());
+    Some(end)
+}
+
+/// How an attached session ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// The client closed, or sent what ends it.
+    Read(ReadEnd),
+    /// The gateway closed it with this code, or (`None`) its socket
+    /// failed.
+    Written(Option<CloseCode>),
+    /// Its credential was revoked.
+    Revoked,
+    /// Its credential expired.
+    Expired,
+}
+
+impl Ended {
+    /// How the audit log says it ended.
+    fn audited(self) -> audit::Closed {
+        match self {
+            Ended::Read(ReadEnd::Closed) | Ended::Written(None) => audit::Closed::ByClient,
+            Ended::Read(ReadEnd::TooLarge) => audit::Closed::TooLarge,
+            Ended::Written(Some(code)) => audit::Closed::ByGateway(code),
+            Ended::Revoked => audit::Closed::Revoked,
+            Ended::Expired => audit::Closed::Expired,
         }
+    }
+}
+
+/// Completes when a credential expiring at `at` has expired; never for
+/// one that does not expire.
+async fn expiry(at: Option<std::time::SystemTime>) {
+    let Some(at) = at else {
+        return std::future::pending().await;
+    };
+    // The wall clock decides, checked again after each sleep, so a clock
+    // set forward or back is followed within a minute.
+    loop {
+        let left = at
+            .duration_since(std::time::SystemTime::now())
+            .unwrap_or_default();
+        if left.is_zero() {
+            return;
+        }
+        tokio::time::sleep(left.min(std::time::Duration::from_secs(60))).await;
     }
 }
 
 /// Answers an authenticated client that cannot be attached with the
 /// dialect's refusal (to its hello, if it sent one), then closes it.
-async fn refuse_attached(
-    sink: &mut session::Sink,
+async fn refuse_attached<O: Outlet>(
+    outlet: &mut O,
     state: &AppState,
     hello: &Hello,
     code: CloseCode,
@@ -384,6 +554,8 @@ async fn refuse_attached(
         .dialect
         .rules()
         .refusal(id.as_ref(), "unavailable", message);
-    let _ = sink.send(session::text(reply)).await;
-    session::close(sink, code, message).await;
+    if outlet.send(reply.into()).await.is_ok() {
+        let _ = outlet.flush().await;
+    }
+    outlet.close(code, message).await;
 }

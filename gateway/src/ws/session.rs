@@ -1,7 +1,11 @@
-//! An attached client's two halves over tungstenite: a reader turning
-//! text frames into hub requests and a writer sending what the client's
-//! feed yields. A frame over `--max-frame-bytes` ends the session with
-//! 1009 (tungstenite refuses it at its header, before reading it).
+//! An attached client's two halves: a reader turning its messages into
+//! hub requests and a writer sending what the client's feed yields. Both
+//! are written against a transport seam ([`Inlet`], [`Outlet`]); the
+//! WebSocket's halves over tungstenite implement it here, and the
+//! Streamable HTTP transport of the ACP endpoint implements it in
+//! [`crate::acp_remote`]. A frame over `--max-frame-bytes` ends a
+//! WebSocket session with 1009 (tungstenite refuses it at its header,
+//! before reading it).
 //!
 //! The writer sends a message over [`FRAGMENT_BYTES`] as fragments of that
 //! size (tungstenite copies a whole frame into its write buffer and keeps
@@ -12,6 +16,7 @@
 //! middle of a write its socket does not take; every close frame gets
 //! [`CLOSE_GRACE`] to go out.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,6 +32,7 @@ use tokio_tungstenite::WebSocketStream;
 
 use super::close::CloseCode;
 use super::handshake::Io;
+use crate::hub::budget::Outgoing;
 use crate::hub::{ClientId, Delivery, HubHandle};
 use crate::metrics::{Direction, Metrics};
 use crate::state::AppState;
@@ -34,6 +40,56 @@ use crate::state::AppState;
 pub type Socket = WebSocketStream<Io>;
 pub type Sink = SplitSink<Socket, Message>;
 pub type Stream = SplitStream<Socket>;
+
+/// The client's side went away (its socket or stream failed or closed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gone;
+
+/// Where an attached client's frames go, whatever carries them.
+pub trait Outlet: Send {
+    /// Queues one frame; its charge is released once the transport took
+    /// its bytes.
+    fn send(&mut self, frame: Outgoing) -> impl Future<Output = Result<(), Gone>> + Send;
+    /// Pushes out what was queued.
+    fn flush(&mut self) -> impl Future<Output = Result<(), Gone>> + Send;
+    /// Ends the connection, saying why.
+    fn close(&mut self, code: CloseCode, reason: &str) -> impl Future<Output = ()> + Send;
+}
+
+/// Where an attached client's messages come from.
+pub trait Inlet: Send {
+    /// The client's next message.
+    fn next(&mut self, metrics: &Metrics) -> impl Future<Output = Next> + Send;
+}
+
+/// The WebSocket's sending half.
+pub struct WsOutlet<'a>(pub &'a mut Sink);
+
+/// The WebSocket's receiving half.
+pub struct WsInlet<'a>(pub &'a mut Stream);
+
+impl Outlet for WsOutlet<'_> {
+    async fn send(&mut self, frame: Outgoing) -> Result<(), Gone> {
+        let (bytes, charge) = frame.into_parts();
+        send_message(self.0, bytes).await.map_err(|_| Gone)?;
+        drop(charge);
+        Ok(())
+    }
+
+    async fn flush(&mut self) -> Result<(), Gone> {
+        self.0.flush().await.map_err(|_| Gone)
+    }
+
+    async fn close(&mut self, code: CloseCode, reason: &str) {
+        close(self.0, code, reason).await;
+    }
+}
+
+impl Inlet for WsInlet<'_> {
+    async fn next(&mut self, metrics: &Metrics) -> Next {
+        next_object(self.0, metrics).await
+    }
+}
 
 /// Messages larger than this go out as fragments of this size.
 pub const FRAGMENT_BYTES: usize = 64 << 10;
@@ -101,19 +157,19 @@ pub fn parse(text: &str) -> Result<Map<String, Value>, String> {
 }
 
 /// Client frames → hub requests; malformed ones get an error reply in order.
-pub async fn read_loop(
-    stream: &mut Stream,
+pub async fn read_loop<I: Inlet>(
+    inlet: &mut I,
     hub: &HubHandle,
     client: ClientId,
     state: Arc<AppState>,
 ) -> ReadEnd {
     loop {
         let next = tokio::select! {
-            next = next_object(stream, &state.metrics) => next,
+            next = inlet.next(&state.metrics) => next,
             () = state.shutdown.started() => {
                 // The hub closes this client once its child has stopped;
                 // keep reading so the close handshake completes.
-                next_object(stream, &state.metrics).await
+                inlet.next(&state.metrics).await
             }
         };
         match next {
@@ -130,8 +186,8 @@ pub async fn read_loop(
 
 /// Feed → socket, until the feed says close (returns the close code it
 /// sent) or the socket fails (returns `None`).
-pub async fn write_loop(
-    sink: &mut Sink,
+pub async fn write_loop<O: Outlet>(
+    outlet: &mut O,
     mut feed: crate::hub::ClientFeed,
     metrics: Arc<Metrics>,
 ) -> Option<CloseCode> {
@@ -141,12 +197,10 @@ pub async fn write_loop(
             Delivery::Frames(frames) => {
                 let written = async {
                     for frame in frames {
-                        let (bytes, charge) = frame.into_parts();
-                        metrics.frame(Direction::GatewayToClient, bytes.len());
-                        send_message(sink, bytes).await?;
-                        drop(charge);
+                        metrics.frame(Direction::GatewayToClient, frame.len());
+                        outlet.send(frame).await?;
                     }
-                    sink.flush().await
+                    outlet.flush().await
                 };
                 tokio::select! {
                     written = written => if written.is_err() {
@@ -161,7 +215,7 @@ pub async fn write_loop(
                 // What was queued for it is released before the close
                 // waits for the socket.
                 drop(feed);
-                let _ = tokio::time::timeout(CLOSE_GRACE, close(sink, code, &reason)).await;
+                let _ = tokio::time::timeout(CLOSE_GRACE, outlet.close(code, &reason)).await;
                 return Some(code);
             }
         }

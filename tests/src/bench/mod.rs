@@ -5,8 +5,10 @@
 //! the quantiles and units of the tables ([`stats`]). Everything returns `anyhow` errors instead of panicking.
 
 pub mod broker;
+pub mod cli;
 pub mod client;
 pub mod fanout;
+pub mod idle;
 pub mod memory;
 pub mod nofile;
 pub mod pings;

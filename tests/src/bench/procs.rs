@@ -125,6 +125,8 @@ impl BenchGateway {
             .arg(&root)
             .arg("--state-dir")
             .arg(temp.path().join("state"))
+            // Every client uses the one token: no per-identity prompt rate.
+            .args(["--max-prompts-per-minute", "0"])
             .args(["--token", TOKEN, "--child-bin"])
             .arg(&bins.agent)
             .args(&args.serve)

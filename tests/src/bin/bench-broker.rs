@@ -16,8 +16,19 @@ use anyhow::{bail, Context};
 use corral_e2e::bench::broker;
 use corral_e2e::bench::procs::{self, Bins};
 
-const USAGE: &str =
-    "usage: bench-broker [--prompts N] [--deltas N] [--delta-bytes N] [--bin-dir DIR]";
+const HELP: &str =
+    "usage: bench-broker [--prompts N] [--deltas N] [--delta-bytes N] [--bin-dir DIR]
+
+What the model-key broker adds to a model call: time to first token and
+streaming throughput, straight to the provider versus through the broker.
+
+options:
+  --prompts N         prompts per path (default 20)
+  --deltas N          text deltas in each answer (default 2000)
+  --delta-bytes N     bytes of each delta (default 16)
+  --bin-dir DIR       where corral and corral-agent are (default: beside this program)
+  -h, --help          this text
+";
 
 struct Args {
     prompts: usize,
@@ -26,16 +37,14 @@ struct Args {
     bin_dir: Option<PathBuf>,
 }
 
-// `--help` prints the usage on stdout.
-#[allow(clippy::print_stdout)]
-fn parse_args() -> anyhow::Result<Args> {
+fn parse_args(given: Vec<String>) -> anyhow::Result<Args> {
     let mut args = Args {
         prompts: 20,
         deltas: 2000,
         delta_bytes: 16,
         bin_dir: None,
     };
-    let mut it = std::env::args().skip(1);
+    let mut it = given.into_iter();
     while let Some(arg) = it.next() {
         let mut value = || it.next().with_context(|| format!("{arg} needs a value"));
         match arg.as_str() {
@@ -43,11 +52,7 @@ fn parse_args() -> anyhow::Result<Args> {
             "--deltas" => args.deltas = value()?.parse().context("--deltas")?,
             "--delta-bytes" => args.delta_bytes = value()?.parse().context("--delta-bytes")?,
             "--bin-dir" => args.bin_dir = Some(value()?.into()),
-            "--help" | "-h" => {
-                println!("{USAGE}");
-                std::process::exit(0);
-            }
-            other => bail!("unknown argument {other:?}; {USAGE}"),
+            other => bail!("unknown argument {other:?}"),
         }
     }
     if args.prompts == 0 || args.deltas == 0 || args.delta_bytes == 0 {
@@ -58,7 +63,7 @@ fn parse_args() -> anyhow::Result<Args> {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let args = parse_args()?;
+    let args = corral_e2e::bench::cli::parse("bench-broker", HELP, parse_args);
     // On Ctrl-C the measurement is dropped, which kills its gateways.
     tokio::select! {
         result = run(&args) => result,

@@ -21,8 +21,21 @@ use corral_e2e::bench::procs::{self, Bins};
 use corral_e2e::bench::wire::Wire;
 use corral_e2e::bench::{fanout, memory, pings};
 
-const USAGE: &str = "usage: bench-gateway [--pings N] [--events N] [--clients N] \
-                     [--dialects zut,letscode,zi] [--bin-dir DIR]";
+const HELP: &str = "usage: bench-gateway [--pings N] [--events N] [--clients N] \
+[--dialects zut,letscode,zi] [--bin-dir DIR]
+
+What the corral gateway costs on top of a corral-agent child: ping round
+trips over stdio versus through the gateway, event fan-out per dialect, and
+the gateway's memory with a client that never reads.
+
+options:
+  --pings N           pings per path (default 2000)
+  --events N          1 KiB deltas sent past a client that never reads (default 20000)
+  --clients N         clients of one project in the fan-out (default 10)
+  --dialects A,B      dialects whose fan-out is measured (default zut,letscode,zi)
+  --bin-dir DIR       where corral and corral-agent are (default: beside this program)
+  -h, --help          this text
+";
 
 struct Args {
     pings: u64,
@@ -32,9 +45,7 @@ struct Args {
     bin_dir: Option<PathBuf>,
 }
 
-// `--help` prints the usage on stdout.
-#[allow(clippy::print_stdout)]
-fn parse_args() -> anyhow::Result<Args> {
+fn parse_args(given: Vec<String>) -> anyhow::Result<Args> {
     let mut args = Args {
         pings: 2000,
         events: 20000,
@@ -42,7 +53,7 @@ fn parse_args() -> anyhow::Result<Args> {
         dialects: Wire::ALL.to_vec(),
         bin_dir: None,
     };
-    let mut it = std::env::args().skip(1);
+    let mut it = given.into_iter();
     while let Some(arg) = it.next() {
         let mut value = || it.next().with_context(|| format!("{arg} needs a value"));
         match arg.as_str() {
@@ -56,11 +67,7 @@ fn parse_args() -> anyhow::Result<Args> {
                     .collect::<anyhow::Result<_>>()?;
             }
             "--bin-dir" => args.bin_dir = Some(value()?.into()),
-            "--help" | "-h" => {
-                println!("{USAGE}");
-                std::process::exit(0);
-            }
-            other => bail!("unknown argument {other:?}; {USAGE}"),
+            other => bail!("unknown argument {other:?}"),
         }
     }
     if args.pings == 0 || args.events == 0 || args.clients == 0 || args.dialects.is_empty() {
@@ -71,7 +78,7 @@ fn parse_args() -> anyhow::Result<Args> {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let args = parse_args()?;
+    let args = corral_e2e::bench::cli::parse("bench-gateway", HELP, parse_args);
     // On Ctrl-C the measurement is dropped, which kills its gateways.
     tokio::select! {
         result = run(&args) => result,

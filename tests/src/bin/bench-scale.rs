@@ -1,8 +1,10 @@
 //! `bench-scale [--projects N] [--burst N] [--idle-clients N]
-//! [--fanout N,N] [--fd-cap N] [--nofile N] [--only SECTION,…]
-//! [--bin-dir DIR]`: how far one `corral` gateway scales on this machine,
-//! as markdown tables: `--projects` projects first-connected at once
-//! (`burst`); the pings of an attached client while `--burst` projects
+//! [--fanout N,N] [--fd-cap N] [--nofile N] [--connected N]
+//! [--only SECTION,…] [--bin-dir DIR]`: how far one `corral` gateway
+//! scales on this machine, as markdown tables: `--projects` projects each
+//! connected once and left idle, with descriptors, processes and PSS per
+//! project and a ping of each afterwards (`idle`); `--projects` projects
+//! first-connected at once (`burst`); the pings of an attached client while `--burst` projects
 //! spawn (`pings`); gateway memory per idle client and one prompt
 //! delivered to each of `--fanout` clients of one project (`clients`);
 //! and the projects running before the gateway refuses one under its
@@ -19,11 +21,42 @@ use std::path::PathBuf;
 use anyhow::{bail, Context};
 use corral_e2e::bench::procs::Bins;
 use corral_e2e::bench::stats::{micros, Latency};
-use corral_e2e::bench::{nofile, scale};
+use corral_e2e::bench::{idle, nofile, scale};
 
-const USAGE: &str = "usage: bench-scale [--projects N] [--burst N] [--idle-clients N] \
-                     [--fanout N,N] [--fd-cap N] [--nofile N] [--only burst,pings,clients,fds] \
-                     [--bin-dir DIR] (build in release first: cargo build --release --workspace)";
+const HELP: &str = "usage: bench-scale [--projects N] [--burst N] [--idle-clients N] \
+[--fanout N,N] [--fd-cap N] [--nofile N] [--connected N] [--only idle,burst,pings,clients,fds] \
+[--bin-dir DIR]
+
+How far one corral gateway scales on this machine, as markdown tables.
+Children run the echo provider, sandboxed. Build in release first:
+cargo build --release --workspace.
+
+sections (all by default, in this order):
+  idle      --projects projects each connected once (the client leaves after
+            its hello is answered, at most --connected at a time) and left
+            idle: gateway descriptors, processes and PSS per project, and
+            how many answer a ping afterwards
+  burst     --projects projects first-connected at once: time to all ready,
+            gateway memory and descriptors per project (with its client)
+  pings     an attached client's pings while --burst projects spawn
+  clients   gateway memory per idle client (--idle-clients), and one prompt
+            delivered to each of --fanout clients of one project
+  fds       projects running before the gateway refuses one under its
+            descriptor limit (at most --fd-cap), and how it degrades there
+
+options:
+  --projects N        projects of idle and burst (default 2000)
+  --connected N       most clients connected at once in idle (default 200)
+  --burst N           projects spawned during the pings (default 300)
+  --idle-clients N    idle clients of the clients section (default 2000)
+  --fanout N,N        client counts of the delivery table (default 1000,10000)
+  --fd-cap N          most projects the fds section opens (default 5000)
+  --nofile N          the gateway's soft and hard descriptor limit in the fds
+                      section (default: this program's hard limit)
+  --only A,B          run only these sections
+  --bin-dir DIR       where corral and corral-agent are (default: beside this program)
+  -h, --help          this text
+";
 
 struct Args {
     projects: usize,
@@ -33,13 +66,16 @@ struct Args {
     fd_cap: usize,
     /// The gateway's hard and soft RLIMIT_NOFILE in the descriptor section.
     nofile: Option<u64>,
+    /// Most clients connected at once in the idle section.
+    connected: usize,
     /// Sections to run (all when empty).
     only: Vec<String>,
     bin_dir: Option<PathBuf>,
 }
 
-fn parse_args() -> anyhow::Result<Args> {
+fn parse_args(given: Vec<String>) -> anyhow::Result<Args> {
     let mut args = Args {
+        connected: 200,
         projects: 2000,
         burst: 300,
         idle_clients: 2000,
@@ -49,7 +85,7 @@ fn parse_args() -> anyhow::Result<Args> {
         only: Vec::new(),
         bin_dir: None,
     };
-    let mut it = std::env::args().skip(1);
+    let mut it = given.into_iter();
     while let Some(arg) = it.next() {
         let mut value = || it.next().with_context(|| format!("{arg} needs a value"));
         match arg.as_str() {
@@ -64,6 +100,7 @@ fn parse_args() -> anyhow::Result<Args> {
             }
             "--fd-cap" => args.fd_cap = value()?.parse().context("--fd-cap")?,
             "--nofile" => args.nofile = Some(value()?.parse().context("--nofile")?),
+            "--connected" => args.connected = value()?.parse().context("--connected")?,
             "--only" => {
                 args.only = value()?.split(',').map(String::from).collect();
                 if let Some(bad) = args.only.iter().find(|s| !SECTIONS.contains(&s.as_str())) {
@@ -71,12 +108,11 @@ fn parse_args() -> anyhow::Result<Args> {
                 }
             }
             "--bin-dir" => args.bin_dir = Some(value()?.into()),
-            "--help" | "-h" => {
-                println!("{USAGE}");
-                std::process::exit(0);
-            }
-            other => bail!("unknown argument {other:?}; {USAGE}"),
+            other => bail!("unknown argument {other:?}"),
         }
+    }
+    if args.projects == 0 || args.connected == 0 {
+        bail!("--projects and --connected must be at least 1");
     }
     Ok(args)
 }
@@ -101,11 +137,11 @@ fn row(name: &str, latency: &Option<Latency>) -> String {
 }
 
 /// The sections `--only` can name, in the order they run.
-const SECTIONS: [&str; 4] = ["burst", "pings", "clients", "fds"];
+const SECTIONS: [&str; 5] = ["idle", "burst", "pings", "clients", "fds"];
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let args = parse_args()?;
+    let args = corral_e2e::bench::cli::parse("bench-scale", HELP, parse_args);
     let hard = raise_fd_limit()?;
     let dir = match &args.bin_dir {
         Some(dir) => dir.clone(),
@@ -116,6 +152,9 @@ async fn main() -> anyhow::Result<()> {
     };
     let bins = Bins::in_dir(&dir)?;
     let run = |section: &str| args.only.is_empty() || args.only.iter().any(|s| s == section);
+    if run("idle") {
+        idle_projects(&bins, &args).await?;
+    }
     if run("burst") {
         first_connects(&bins, &args).await?;
     }
@@ -133,6 +172,15 @@ async fn main() -> anyhow::Result<()> {
 
 fn cap(args: &Args) -> usize {
     args.projects.max(args.fd_cap) + 100
+}
+
+/// 0. Projects connected once each and left idle: what each costs.
+async fn idle_projects(bins: &Bins, args: &Args) -> anyhow::Result<()> {
+    let gw = idle::gateway(bins, cap(args)).await?;
+    let measured = idle::measure(&gw, args.projects, args.connected).await?;
+    println!("{}", idle::table(&measured)?);
+    gw.stop().await?;
+    Ok(())
 }
 
 /// 1. First connects at once, then memory and fds per idle project.

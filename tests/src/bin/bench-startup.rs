@@ -20,25 +20,34 @@ struct Args {
     agent: Option<PathBuf>,
 }
 
-const USAGE: &str = "usage: bench-startup [--runs N] [--agent PATH]";
+const HELP: &str = "usage: bench-startup [--runs N] [--agent PATH]
 
-// `--help` prints the usage on stdout.
-#[allow(clippy::print_stdout)]
-fn parse_args() -> anyhow::Result<Args> {
+The child's cold start (spawn to the first ping's answer) and idle memory,
+unconfined and with --sandbox, alternating run by run.
+
+options:
+  --runs N        cold starts per mode (default 50)
+  --agent PATH    the corral-agent to run (default: beside this program)
+  -h, --help      this text
+";
+
+fn parse_args(given: Vec<String>) -> anyhow::Result<Args> {
     let mut args = Args {
         runs: 50,
         agent: None,
     };
-    let mut it = std::env::args().skip(1);
+    let mut it = given.into_iter();
     while let Some(arg) = it.next() {
         match arg.as_str() {
-            "--runs" => args.runs = it.next().context("--runs needs a value")?.parse()?,
-            "--agent" => args.agent = Some(it.next().context("--agent needs a path")?.into()),
-            "--help" | "-h" => {
-                println!("{USAGE}");
-                std::process::exit(0);
+            "--runs" => {
+                args.runs = it
+                    .next()
+                    .context("--runs needs a value")?
+                    .parse()
+                    .context("--runs")?
             }
-            other => bail!("unknown argument {other:?}; {USAGE}"),
+            "--agent" => args.agent = Some(it.next().context("--agent needs a path")?.into()),
+            other => bail!("unknown argument {other:?}"),
         }
     }
     if args.runs == 0 {
@@ -159,7 +168,7 @@ fn row<T: Copy + Ord>(
 }
 
 fn main() -> anyhow::Result<()> {
-    let args = parse_args()?;
+    let args = corral_e2e::bench::cli::parse("bench-startup", HELP, parse_args);
     let agent = match args.agent {
         Some(path) => path,
         None => {

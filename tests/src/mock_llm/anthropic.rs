@@ -98,7 +98,13 @@ fn event(name: &str, data: Value) -> String {
 
 /// The full event sequence of one streamed reply.
 pub fn render(reply: &Reply, ctx: &Ctx) -> Vec<Frame> {
-    let (input, read, created) = cache_split(ctx.prompt_tokens(), ctx.nth);
+    let (input, read, created) = match ctx.usage {
+        Some(usage) => (usage.input, 0, 0),
+        None => cache_split(ctx.prompt_tokens(), ctx.nth),
+    };
+    let output = ctx
+        .usage
+        .map_or_else(|| reply.output_tokens(), |u| u.output);
     let start = json!({
         "type": "message_start",
         "message": {
@@ -161,7 +167,7 @@ pub fn render(reply: &Reply, ctx: &Ctx) -> Vec<Frame> {
     let delta = json!({
         "type": "message_delta",
         "delta": {"stop_reason": stop_reason, "stop_sequence": null},
-        "usage": {"output_tokens": reply.output_tokens()},
+        "usage": {"output_tokens": output},
     });
     frames.push(Frame::now(event("message_delta", delta)));
     let stop = json!({"type": "message_stop"});

@@ -22,6 +22,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use turn::{Turn, NO_TURN_LEFT};
+pub use wire::ReportedUsage;
 
 /// One request as the mock received it.
 #[derive(Clone, Debug, PartialEq)]
@@ -64,6 +65,8 @@ struct ScriptState {
     /// Replies streamed so far per wire format; from the second one on the
     /// usage reports cache reads.
     served: Served,
+    /// Counts every reply reports instead of the size-derived ones.
+    usage: Option<ReportedUsage>,
 }
 
 /// Reply counters, one per wire format.
@@ -97,6 +100,7 @@ impl MockLlm {
                 requests: Vec::new(),
                 api_key: None,
                 served: Served::default(),
+                usage: None,
             }),
             shutdown: rx,
         });
@@ -148,6 +152,13 @@ impl MockLlm {
     /// on; `None` accepts anything. Rejected requests consume no turn.
     pub fn set_api_key(&self, key: Option<String>) {
         self.shared.lock().api_key = key;
+    }
+
+    /// Makes every following reply report `usage` (no cache tokens), so a
+    /// test knows what a call costs with the catalogue's prices; `None`
+    /// goes back to counts derived from the request and reply sizes.
+    pub fn report_usage(&self, usage: Option<ReportedUsage>) {
+        self.shared.lock().usage = usage;
     }
 
     /// How many scripted turns are still queued.

@@ -137,9 +137,14 @@ pub fn render(reply: &Reply, ctx: &Ctx) -> Vec<Frame> {
     };
     frames.push(Frame::now(chunk(choice(json!({}), json!(finish)), None)));
     if include_usage {
-        let prompt = ctx.prompt_tokens();
-        let cached = if ctx.nth == 0 { 0 } else { (prompt / 2).max(1) };
-        let completion = reply.output_tokens();
+        let (prompt, cached, completion) = match ctx.usage {
+            Some(usage) => (usage.input, 0, usage.output),
+            None => {
+                let prompt = ctx.prompt_tokens();
+                let cached = if ctx.nth == 0 { 0 } else { (prompt / 2).max(1) };
+                (prompt, cached, reply.output_tokens())
+            }
+        };
         let usage = json!({
             "prompt_tokens": prompt,
             "completion_tokens": completion,

@@ -67,6 +67,7 @@ fn serve(shared: &Shared, wire: Wire, headers: &HeaderMap, raw: &Bytes) -> Respo
                 } => scripted_error(wire, code, retry_after, body),
                 Plan::Hang => streaming(futures_util::stream::pending(), shared),
                 Plan::Reply(reply) => {
+                    let usage = shared.lock().usage;
                     let ctx = Ctx {
                         seq,
                         nth: count_served(shared, wire),
@@ -75,6 +76,7 @@ fn serve(shared: &Shared, wire: Wire, headers: &HeaderMap, raw: &Bytes) -> Respo
                         created: SystemTime::now()
                             .duration_since(UNIX_EPOCH)
                             .map_or(0, |d| d.as_secs()),
+                        usage,
                     };
                     streaming(paced(wire.render(&reply, &ctx)), shared)
                 }

@@ -120,6 +120,20 @@ pub struct Ctx<'a> {
     pub body_len: usize,
     /// Unix seconds, for OpenAI's `created`.
     pub created: u64,
+    /// Token counts a test set with [`super::MockLlm::report_usage`], in
+    /// place of the ones derived from the sizes.
+    pub usage: Option<ReportedUsage>,
+}
+
+/// Token counts the mock reports for every reply, whatever its size, so a
+/// test knows what a call costs (e.g. to cross a budget with one prompt).
+/// No cache tokens are reported with them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReportedUsage {
+    /// Prompt tokens (Anthropic `input_tokens`, OpenAI `prompt_tokens`).
+    pub input: u64,
+    /// Output tokens (Anthropic `output_tokens`, OpenAI `completion_tokens`).
+    pub output: u64,
 }
 
 impl Ctx<'_> {

@@ -34,39 +34,9 @@ fn node_ready() -> PathBuf {
 /// outside it (under `/var/tmp`, named by the lock file, reused by later
 /// runs; copied under a file lock, so parallel test binaries copy once).
 fn pi_bin_dir() -> PathBuf {
-    static STAGED: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    STAGED
-        .get_or_init(|| {
-            let package = package_dir("acp_third_party");
-            if !package.starts_with("/tmp") {
-                return package.join("node_modules/.bin");
-            }
-            let lock = std::fs::read(package.join("package-lock.json")).unwrap();
-            let hash = lock.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-                (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3)
-            });
-            let stage = PathBuf::from(format!("/var/tmp/corral-e2e-pi-{hash:016x}"));
-            let lock = stage.with_extension("lock");
-            corral_e2e::fixture::prepare_locked(&lock, || {
-                if stage.join("node_modules/.bin/pi-acp").exists() {
-                    return;
-                }
-                let partial = stage.with_extension(format!("part{}", std::process::id()));
-                let _ = std::fs::remove_dir_all(&partial);
-                std::fs::create_dir_all(&partial).unwrap();
-                let copied = std::process::Command::new("cp")
-                    .arg("-a")
-                    .arg(package.join("node_modules"))
-                    .arg(&partial)
-                    .status()
-                    .unwrap();
-                assert!(copied.success(), "cannot copy pi to {}", partial.display());
-                let _ = std::fs::remove_dir_all(&stage);
-                std::fs::rename(&partial, &stage).unwrap();
-            });
-            stage.join("node_modules/.bin")
-        })
-        .clone()
+    let package = package_dir("acp_third_party");
+    corral_e2e::fixture::reachable_by_agents(&package, "pi", "node_modules/.bin/pi-acp")
+        .join("node_modules/.bin")
 }
 
 /// A private HOME whose pi configuration knows one model, served by `mock`

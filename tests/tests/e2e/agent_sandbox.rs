@@ -181,7 +181,8 @@ async fn files_outside_the_project_are_out_of_reach_and_real_work_runs() {
         .filter(|e| e.chars().all(|c| c.is_ascii_digit()))
         .collect();
     assert!(pids.len() <= 6, "too many processes visible: {pids:?}");
-    assert!(pids.contains(&"1") && pids.contains(&"2"), "{pids:?}");
+    // The agent is pid 1; the rest are the tool's.
+    assert!(pids.contains(&"1"), "{pids:?}");
     let me = std::process::id().to_string();
     assert!(
         !pids.contains(&me.as_str()),
@@ -305,15 +306,20 @@ async fn tool_processes_die_with_the_agent() {
         .await;
     agent.recv_until(|f| f["type"] == "tool_progress").await;
     let outer = agent.child.id().unwrap();
+    // The progress ("started") may come before bash forks the sleep.
+    let sleep_below = || {
+        descendants(outer)
+            .into_iter()
+            .find(|p| cmdline(*p).trim_end() == "sleep 1000")
+    };
+    wait_until("the sleep runs", || sleep_below().is_some()).await;
     let tree = descendants(outer);
     let names: Vec<String> = tree.iter().map(|p| comm(*p)).collect();
-    assert!(names.contains(&"corral-init".to_string()), "{names:?}");
+    // Two processes of ours: outer, and the agent as pid 1 of its pid
+    // namespace; everything else below outer is the tool's.
+    assert!(!names.contains(&"corral-init".to_string()), "{names:?}");
     assert!(names.contains(&"corral-agent-in".to_string()), "{names:?}");
-    let sleep = tree
-        .iter()
-        .copied()
-        .find(|p| cmdline(*p).trim_end() == "sleep 1000")
-        .unwrap_or_else(|| panic!("no sleep below {outer}: {names:?}"));
+    let sleep = sleep_below().unwrap_or_else(|| panic!("no sleep below {outer}: {names:?}"));
 
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(outer as i32),
@@ -324,6 +330,48 @@ async fn tool_processes_die_with_the_agent() {
     for pid in tree {
         wait_until("the whole tree is gone", || process_gone(pid)).await;
     }
+}
+
+#[tokio::test]
+async fn the_agent_reaps_what_its_tools_leave_and_keeps_their_exit_statuses() {
+    let layout = Layout::new();
+    let mock = MockLlm::start().await;
+    let mut agent = sandboxed_in(&layout, &mock, &[]).await;
+    // Orphans that exit soon after their tool: one still in the tool's
+    // group, one in a session of its own; then tools whose statuses the
+    // agent must still see.
+    let (results, _) = run_tools(
+        &mut agent,
+        &mock,
+        &[
+            bash("(sleep 0.2; exit 0) & setsid sh -c 'sleep 0.2' & echo left"),
+            bash("exit 3"),
+            bash("true && echo fine"),
+            bash("cd /nowhere-at-all"),
+        ],
+    )
+    .await;
+    assert_eq!(results.len(), 4, "{results:?}");
+    assert!(results[0].1.contains("left"), "{results:?}");
+    assert!(results[1].1.contains('3'), "exit 3 reported: {results:?}");
+    assert!(
+        !results[2].0 && results[2].1.contains("fine"),
+        "{results:?}"
+    );
+    assert!(results[3].0, "a failing command is an error: {results:?}");
+    let outer = agent.child.id().unwrap();
+    let zombies = || {
+        descendants(outer)
+            .into_iter()
+            .filter(|p| process_gone(*p))
+            .collect::<Vec<_>>()
+    };
+    wait_until("the orphans are reaped", || zombies().is_empty()).await;
+    // Only the agent is left below outer.
+    let names: Vec<String> = descendants(outer).iter().map(|p| comm(*p)).collect();
+    assert_eq!(names, ["corral-agent-in"]);
+    let pong = agent.request(json!({"id":"2","type":"ping"})).await;
+    assert_eq!(pong["success"], true);
 }
 
 #[tokio::test]

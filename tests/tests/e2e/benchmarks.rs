@@ -63,10 +63,17 @@ fn bench_scale_runs_its_sections() {
             "--fanout",
             "5",
             "--only",
-            "burst,pings,clients",
+            "idle,burst,pings,clients",
         ],
     );
     assert!(out.contains("| projects | ready | failed |"), "{out}");
+    // Four idle projects, each a descriptor and two processes, all ready
+    // and answering afterwards.
+    assert!(out.contains("| 4 | 4 | 1.00 | 2.00 | "), "{out}");
+    assert!(
+        out.trim_end().lines().any(|l| l.ends_with("| 4 |")),
+        "{out}"
+    );
     assert!(out.contains("| idle clients |"), "{out}");
 }
 
@@ -78,5 +85,36 @@ fn bench_broker_compares_both_model_paths() {
     );
     for row in ["| direct |", "| broker |", "| broker − direct |"] {
         assert!(out.contains(row), "{row}: {out}");
+    }
+}
+
+#[test]
+fn every_benchmark_lists_its_options_and_refuses_a_bad_argument_in_one_line() {
+    for (bench, option) in [
+        ("bench-startup", "--runs N"),
+        ("bench-gateway", "--pings N"),
+        ("bench-broker", "--prompts N"),
+        ("bench-scale", "--connected N"),
+    ] {
+        let bin = workspace_bin(bench);
+        let help = Command::new(&bin).arg("--help").output().unwrap();
+        let text = String::from_utf8_lossy(&help.stdout);
+        assert!(help.status.success(), "{bench} --help: {}", help.status);
+        assert!(text.starts_with(&format!("usage: {bench}")), "{text}");
+        assert!(text.contains(&format!("\n  {option}")), "{bench}: {text}");
+
+        let bad = Command::new(&bin)
+            .arg("--no-such-option")
+            .env("RUST_BACKTRACE", "1")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&bad.stderr);
+        assert_eq!(bad.status.code(), Some(2), "{bench}: {stderr}");
+        assert!(
+            stderr.starts_with(&format!("{bench}: unknown argument \"--no-such-option\"")),
+            "{stderr}"
+        );
+        assert!(!stderr.contains("backtrace"), "{stderr}");
+        assert!(bad.stdout.is_empty(), "{bench}");
     }
 }

@@ -6,8 +6,10 @@
 //! directory listed and one that never ran started from the page, Stop
 //! behind a confirmation, the table at 800 and 1400 px with no column cut
 //! off (`docs/dashboard-800.png`, `docs/dashboard-1400.png` on request),
-//! the stale state once the gateway is gone; and a table of 200 projects
-//! that renders fast and leaves the page responsive.
+//! the stale state once the gateway is gone; the tokens panel, whose
+//! Revoke closes the token's sockets, and a scoped admin who stays signed
+//! in without gateway-wide stats; and a table of 200 projects that
+//! renders fast and leaves the page responsive.
 #![allow(clippy::unwrap_used)]
 
 use corral_e2e::brief;
@@ -20,6 +22,8 @@ use serde_json::{json, Value};
 use corral_e2e::cdp::{Browser, Page};
 use corral_e2e::gateway::{Gateway, GatewaySpawn, Ws, ADMIN_TOKEN, TOKEN};
 use corral_e2e::mock_llm::{MockLlm, Turn};
+
+mod tokens;
 
 /// The mock model's final answer, which must render in the console.
 const REPLY: &str = "This project has a README and a src folder; nothing looks broken.";
@@ -45,6 +49,11 @@ async fn start_child(gw: &Gateway, project: &str) -> Ws {
 
 /// Loads the dashboard and signs in with the admin token through the form.
 async fn sign_in(page: &Page<'_>, gw: &Gateway) {
+    sign_in_with(page, gw, ADMIN_TOKEN).await;
+}
+
+/// Loads the dashboard and signs in with `token` through the form.
+async fn sign_in_with(page: &Page<'_>, gw: &Gateway, token: &str) {
     page.navigate(&format!("http://{}/", gw.addr))
         .await
         .unwrap();
@@ -55,7 +64,7 @@ async fn sign_in(page: &Page<'_>, gw: &Gateway) {
     .await
     .unwrap();
     page.click("#token-input").await.unwrap();
-    page.type_text(ADMIN_TOKEN).await.unwrap();
+    page.type_text(token).await.unwrap();
     page.click("#token-submit").await.unwrap();
 }
 
@@ -573,24 +582,30 @@ const TABLE_CHECK: &str = r#"(() => {
 /// A project directory that never ran is listed and started from the page;
 /// Stop asks first (Cancel leaves the agent running); the table fits at
 /// 1400 px and scrolls within its card at 800 px with no column cut off;
-/// and once the gateway is gone the page says so and greys out.
+/// a managed token is revoked from the tokens panel and a scoped admin
+/// stays signed in (see [`tokens`]); and once the gateway is gone the page
+/// says so and greys out.
 #[tokio::test]
 async fn every_project_is_listed_started_and_stopped_and_the_table_fits() {
     let _one = ONE_BROWSER.lock().await;
+    let config = tempfile::tempdir().unwrap();
+    let scoped_project = "a-project-with-a-long-name-0123456789";
     let mut gw = GatewaySpawn::default()
-        .projects(&[
-            "alpha",
-            "beta",
-            "gamma",
-            "a-project-with-a-long-name-0123456789",
-        ])
+        .projects(&["alpha", "beta", "gamma", scoped_project])
         .echo()
+        .arg("--config")
+        .arg(
+            tokens::scoped_admin_config(config.path())
+                .display()
+                .to_string(),
+        )
         .spawn()
         .await;
     let mut alpha = start_child(&gw, "alpha").await;
     alpha
         .request(json!({"id":"p","type":"prompt","message":"hello there"}))
         .await;
+    let (mut bot, bot_secret) = tokens::attach_bot(&gw, "alpha").await;
 
     let browser = launch().await;
     let page = browser.new_page(1400, 900).await.unwrap();
@@ -751,6 +766,11 @@ async fn every_project_is_listed_started_and_stopped_and_the_table_fits() {
     )
     .await
     .unwrap();
+
+    tokens::revoke_from_the_page(&page, &mut bot, &bot_secret).await;
+    tokens::scoped_admin_stays_signed_in(&browser, &gw, scoped_project).await;
+    // Back to the first tab: a tab in the background takes no screenshots.
+    page.call("Page.bringToFront", json!({})).await.unwrap();
 
     // The gateway goes away: the page says so and greys out, keeping the
     // last numbers.

@@ -32,16 +32,16 @@ fn nginx_bin() -> PathBuf {
 }
 
 /// nginx in the foreground, as one process, with everything in a temp dir.
-struct Nginx {
+pub(crate) struct Nginx {
     /// Killed when the test ends.
     _process: Child,
-    addr: SocketAddr,
+    pub(crate) addr: SocketAddr,
     dir: TempDir,
 }
 
 impl Nginx {
     /// Starts nginx hashing `/v1/projects/NAME/` over `upstreams`.
-    async fn start(upstreams: &[SocketAddr]) -> Nginx {
+    pub(crate) async fn start(upstreams: &[SocketAddr]) -> Nginx {
         let bin = nginx_bin();
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
@@ -129,7 +129,7 @@ http {{
         }
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("error.log")).unwrap_or_default()
     }
 

@@ -29,10 +29,9 @@ fn holding_the_key(mock: &MockLlm, dir: &std::path::Path) -> GatewaySpawn {
         .env("ANTHROPIC_API_KEY", KEY)
 }
 
-/// The child's three processes: outer (the gateway's child), init
-/// (`corral-init`, pid 1 of its pid namespace) and the agent
-/// (`corral-agent-in`, pid 2), found by their parents.
-fn child_tree(outer: u32) -> [u32; 3] {
+/// The child's two processes: outer (the gateway's child) and the agent
+/// (`corral-agent-in`, pid 1 of its pid namespace), found by its parent.
+fn child_tree(outer: u32) -> [u32; 2] {
     let below = |parent: u32, comm: &str| {
         std::fs::read_dir("/proc")
             .unwrap()
@@ -44,8 +43,7 @@ fn child_tree(outer: u32) -> [u32; 3] {
             })
             .unwrap_or_else(|| panic!("no {comm} below {parent}"))
     };
-    let init = below(outer, "corral-init");
-    [outer, init, below(init, "corral-agent-in")]
+    [outer, below(outer, "corral-agent-in")]
 }
 
 /// Whether the readable memory of `pid` holds `needle` (read through
@@ -109,8 +107,16 @@ async fn a_brokered_agent_calls_its_model_without_ever_holding_the_key() {
         .arg("on")
         .spawn()
         .await;
-    let socket = gateway.state.join("egress/broker.sock");
-    assert!(socket.exists(), "the broker's socket");
+    // The gateway's own broker socket (named apart from other gateways').
+    let socket = std::fs::read_dir(gateway.state.join("egress"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            name.starts_with("broker-") && name.ends_with(".sock")
+        })
+        .expect("the broker's socket");
     let mut ws = gateway.client("alpha").await;
 
     // A tool tries the broker's socket, the gateway on the host's
@@ -159,7 +165,7 @@ async fn a_brokered_agent_calls_its_model_without_ever_holding_the_key() {
 
     let outer = gateway.child_pids();
     assert_eq!(outer.len(), 1, "one child");
-    let [outer, init, agent] = child_tree(outer[0]);
+    let [outer, agent] = child_tree(outer[0]);
     let env = environ(agent);
     assert!(
         env.iter()
@@ -172,7 +178,7 @@ async fn a_brokered_agent_calls_its_model_without_ever_holding_the_key() {
         .unwrap()
         .to_string();
     assert_eq!(placeholder.len(), 64);
-    for pid in [outer, init, agent] {
+    for pid in [outer, agent] {
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
         assert!(
             !cmdline.windows(KEY.len()).any(|w| w == KEY.as_bytes()),
@@ -301,7 +307,7 @@ async fn the_default_keeps_the_key_in_the_gateway_unless_child_args_name_the_end
         requests.iter().all(|r| r.auth.as_deref() == Some(KEY)),
         "{requests:?}"
     );
-    let [_, _, agent] = child_tree(gateway.child_pids()[0]);
+    let [_, agent] = child_tree(gateway.child_pids()[0]);
     assert!(!environ(agent).iter().any(|e| e.contains(KEY)));
     assert!(
         gateway.log_text().contains("model broker on"),

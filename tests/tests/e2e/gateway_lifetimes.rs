@@ -175,8 +175,9 @@ fn agent_process(gateway: &Gateway, sandbox: bool) -> u32 {
     if !sandbox {
         return child;
     }
-    let init = children_of(child)[0];
-    children_of(init)[0]
+    // Sandboxed, the agent is outer's only child (pid 1 of its pid
+    // namespace).
+    children_of(child)[0]
 }
 
 fn children_of(pid: u32) -> Vec<u32> {

@@ -1,9 +1,9 @@
 //! End-to-end: the sandbox of the gateway's children. Project A's tools,
 //! driven by the mock LLM, try what a prompt-injected model would: read the
 //! gateway's tokens (from its flags, environment, token files, config file
-//! or memory), project B's files and journal, and write outside A. All of it
-//! fails, while real work in A (git, python, the file tools, model calls,
-//! streamed tool output) runs as before.
+//! or memory), project B's files and journal, the audit log, and write
+//! outside A. All of it fails, while real work in A (git, python, the file
+//! tools, model calls, streamed tool output) runs as before.
 //!
 //! The projects root, state directory and secret files live under
 //! `/var/tmp`, not under `/tmp` (which the sandbox replaces with a private
@@ -685,4 +685,46 @@ async fn a_planted_home_link_is_not_followed() {
         assert!(home.is_dir(), "{project}");
         assert_eq!(home.permissions().mode() & 0o777, 0o700, "{project}");
     }
+}
+
+/// What the test plants in the audit log and its rotated file.
+const AUDIT_MARKER: &str = "audit-entry-of-another-project-1234";
+
+#[tokio::test]
+async fn the_audit_log_and_its_rotated_files_stay_out_of_reach() {
+    let mock = MockLlm::start().await;
+    let dir = work_dir();
+    let logs = dir.path().join("audit");
+    std::fs::create_dir(&logs).unwrap();
+    let audit = logs.join("audit.jsonl");
+    let planted = format!("{{\"marker\":\"{AUDIT_MARKER}\"}}\n");
+    std::fs::write(&audit, &planted).unwrap();
+    std::fs::write(logs.join("audit.jsonl.1"), &planted).unwrap();
+    let gateway = GatewaySpawn::default()
+        .mock(&mock.anthropic_base_url())
+        .projects_root(dir.path().join("projects"))
+        .state_dir(dir.path().join("state"))
+        .arg("--audit-log")
+        .arg(audit.to_str().unwrap())
+        .spawn()
+        .await;
+    let mut alpha = gateway.client("alpha").await;
+    let file = audit.display();
+    let script = format!(
+        "cat {file} {file}.1 2>&1; ls -la {} 2>&1; echo forged >> {file} 2>&1; \
+         mv {file} {file}.stolen 2>&1; echo done",
+        logs.display()
+    );
+    let output = bash(&mut alpha, &mock, &script).await;
+    assert!(output.contains("done"), "{output}");
+    assert!(
+        !output.contains(AUDIT_MARKER),
+        "the audit log reached a tool:\n{output}"
+    );
+    // The gateway's own lines follow the planted one; nothing the tool
+    // wrote does.
+    let kept = std::fs::read_to_string(&audit).unwrap();
+    assert!(kept.starts_with(&planted), "{kept}");
+    assert!(!kept.contains("forged"), "{kept}");
+    assert!(!logs.join("audit.jsonl.stolen").exists());
 }

@@ -2,18 +2,22 @@
 //! (message and thought chunks, tool calls and their updates, the plan),
 //! a permission request becomes a `session/request_permission` request,
 //! and a run's `done` becomes the answer to its `session/prompt`, with the
-//! stop reason the run's events imply. The front-end steers it with
-//! private frames, written in order with the events.
+//! stop reason the run's events imply. After each model call a
+//! `usage_update` reports the context used, the model's window and the
+//! session's cost so far (USD, since the process started: a restarted
+//! agent counts afresh). A run's frames to the client carry its trace
+//! context in `params._meta`. The front-end steers it with private
+//! frames, written in order with the events.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 
 use corral_protocol::acp::{
-    method, ContentBlock, PermissionOption as WireOption, PlanEntry, PlanEntryPriority,
+    method, ContentBlock, Cost, PermissionOption as WireOption, PlanEntry, PlanEntryPriority,
     PlanEntryStatus, SessionUpdate, StopReason, ToolCallContent, ToolCallStatus, ToolCallUpdate,
 };
 use corral_protocol::permission::PERMISSION_OPTIONS;
-use corral_protocol::zut::Stop;
+use corral_protocol::zut::{Stop, Usage};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -21,11 +25,15 @@ use super::rpc::{self, RpcError};
 use super::tool_call;
 use crate::agent::permission::PermissionAsk;
 use crate::agent::{AgentEvent, Output};
+use crate::provider::catalogue;
+use crate::rpc::trace_context::{self, TraceContext};
 use crate::rpc::{line_of, Encoder};
 use crate::tools::PlanItem;
 
 /// The key of a private frame (never written).
 const PRIVATE: &str = "__corral_acp";
+/// What a `/compact` run says before its summary streams.
+const COMPACTING: &str = "Compacting the conversation; it will continue from this summary:\n\n";
 /// Bytes of a command's progress output shown in its tool call.
 const MAX_PROGRESS_BYTES: usize = 64 * 1024;
 
@@ -35,8 +43,16 @@ const MAX_PROGRESS_BYTES: usize = 64 * 1024;
 pub enum Private {
     /// The session every notification names.
     Session { id: String },
-    /// A prompt run starts; its answer goes to `request`.
-    RunStart { request: Value },
+    /// A run starts; its answer goes to `request`.
+    RunStart {
+        request: Value,
+        /// A `/compact` run (its answer follows the compaction's outcome).
+        #[serde(default)]
+        compact: bool,
+        /// Written in `params._meta` of the run's frames to the client.
+        #[serde(default)]
+        trace: Option<TraceContext>,
+    },
     /// A queued prompt was cancelled before it started.
     Discarded { request: Value },
     /// `session/cancel`: the run in flight ends `cancelled`.
@@ -75,9 +91,15 @@ pub fn plan_update(items: &[PlanItem]) -> SessionUpdate {
 }
 
 /// What decides a prompt's answer.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct Run {
     request: Value,
+    /// A compaction: it succeeded when `compacted`, else failed with
+    /// the last `error`.
+    compact: bool,
+    compacted: bool,
+    error: Option<String>,
+    trace: Option<TraceContext>,
     cancelled: bool,
     refused: bool,
     /// The stop of the last step.
@@ -90,6 +112,10 @@ impl Run {
     fn answer(&self) -> Result<StopReason, RpcError> {
         if self.cancelled || self.last_stop == Some(Stop::Aborted) {
             return Ok(StopReason::Cancelled);
+        }
+        if self.compact && !self.compacted {
+            let error = self.error.as_deref().unwrap_or("the compaction failed");
+            return Err(RpcError::internal(error));
         }
         if let Some(error) = &self.failed {
             return Err(RpcError::internal(error.clone()));
@@ -120,6 +146,9 @@ pub struct AcpEncoder {
     session: String,
     run: Option<Run>,
     calls: HashMap<String, Call>,
+    /// The provider and model of the latest model call (for the context
+    /// window `usage_update` reports).
+    model: Option<(&'static str, String)>,
 }
 
 impl AcpEncoder {
@@ -129,20 +158,30 @@ impl AcpEncoder {
             session: String::new(),
             run: None,
             calls: HashMap::new(),
+            model: None,
         }
     }
 
     fn private(&mut self, private: Private) -> Vec<Value> {
         match private {
             Private::Session { id } => self.session = id,
-            Private::RunStart { request } => {
+            Private::RunStart {
+                request,
+                compact,
+                trace,
+            } => {
                 self.run = Some(Run {
                     request,
-                    cancelled: false,
-                    refused: false,
-                    last_stop: None,
-                    failed: None,
+                    compact,
+                    trace,
+                    ..Run::default()
                 });
+                // The summary streams as the agent's message; say what it is.
+                if compact {
+                    return self.update(SessionUpdate::AgentMessageChunk {
+                        content: ContentBlock::text(COMPACTING),
+                    });
+                }
             }
             Private::Discarded { request } => {
                 return vec![rpc::result(
@@ -252,6 +291,24 @@ impl AcpEncoder {
             }
             AgentEvent::Error(message) => {
                 tracing::warn!(message, "agent error");
+                if let Some(run) = &mut self.run {
+                    run.error = Some(message);
+                }
+                Vec::new()
+            }
+            AgentEvent::RequestStarted {
+                provider, model, ..
+            } => {
+                self.model = Some((provider, model));
+                Vec::new()
+            }
+            AgentEvent::Usage { turn, cumulative } => {
+                self.update(self.usage_update(&turn, &cumulative))
+            }
+            AgentEvent::CompactDone { .. } => {
+                if let Some(run) = &mut self.run {
+                    run.compacted = true;
+                }
                 Vec::new()
             }
             AgentEvent::Done => {
@@ -266,7 +323,6 @@ impl AcpEncoder {
             }
             AgentEvent::UserMessage(_)
             | AgentEvent::TurnStart { .. }
-            | AgentEvent::RequestStarted { .. }
             | AgentEvent::CacheDiagnostics { .. }
             | AgentEvent::RetryScheduled { .. }
             | AgentEvent::AssistantStart
@@ -275,9 +331,27 @@ impl AcpEncoder {
             | AgentEvent::ToolUseEnd { .. }
             | AgentEvent::PermissionResolved { .. }
             | AgentEvent::AssistantMessage(_)
-            | AgentEvent::Usage { .. }
-            | AgentEvent::TurnRecovery { .. }
-            | AgentEvent::CompactDone { .. } => Vec::new(),
+            | AgentEvent::TurnRecovery { .. } => Vec::new(),
+        }
+    }
+
+    /// The context after a model call (its prompt and its answer), the
+    /// model's window (0 when the catalogue does not know the model) and
+    /// the session's cost so far.
+    fn usage_update(&self, turn: &Usage, total: &Usage) -> SessionUpdate {
+        let used = turn.input + turn.cache_read + turn.cache_write + turn.output;
+        let size = self
+            .model
+            .as_ref()
+            .and_then(|(provider, model)| catalogue::find(provider, model))
+            .map_or(0, |info| info.context_window);
+        SessionUpdate::UsageUpdate {
+            used,
+            size,
+            cost: Some(Cost {
+                amount: total.cost_usd,
+                currency: "USD".into(),
+            }),
         }
     }
 
@@ -326,7 +400,13 @@ impl Encoder for AcpEncoder {
             },
             Output::Event(event) => self.event(event),
         };
-        lines.extend(frames.iter().filter_map(line_of));
+        let trace = self.run.as_ref().and_then(|run| run.trace.as_ref());
+        for mut frame in frames {
+            if let Some(trace) = trace {
+                trace_context::put_in_meta(&mut frame, trace);
+            }
+            lines.extend(line_of(&frame));
+        }
     }
 }
 

@@ -2,6 +2,7 @@ use serde_json::json;
 
 use super::*;
 use crate::agent::permission::{PermissionAsk, Risk};
+use crate::rpc::trace_context::TraceContext;
 use crate::tools::PlanUpdate;
 use crate::transcript::Block;
 
@@ -27,11 +28,21 @@ fn frames(encoder: &mut AcpEncoder, outputs: Vec<Output>) -> Vec<Value> {
         .collect()
 }
 
+fn start(request: Value) -> Private {
+    Private::RunStart {
+        request,
+        compact: false,
+        trace: None,
+    }
+}
+
 fn run(events: Vec<AgentEvent>) -> Vec<Value> {
+    run_as(start(json!(7)), events)
+}
+
+fn run_as(start: Private, events: Vec<AgentEvent>) -> Vec<Value> {
     let mut encoder = encoder();
-    let mut outputs = vec![Output::Frame(
-        Private::RunStart { request: json!(7) }.to_frame(),
-    )];
+    let mut outputs = vec![Output::Frame(start.to_frame())];
     outputs.extend(events.into_iter().map(Output::Event));
     frames(&mut encoder, outputs)
 }
@@ -148,12 +159,7 @@ fn stop_reasons_follow_how_the_run_ended() {
     let cancelled_late = frames(
         &mut encoder,
         vec![
-            Output::Frame(
-                Private::RunStart {
-                    request: json!("p"),
-                }
-                .to_frame(),
-            ),
+            Output::Frame(start(json!("p")).to_frame()),
             Output::Frame(Private::Cancel.to_frame()),
             Output::Event(turn_end(Stop::End)),
             Output::Event(AgentEvent::Done),
@@ -248,4 +254,126 @@ fn progress_accumulates_in_the_call_and_frames_pass_through() {
         )],
     );
     assert_eq!(passed, [json!({"jsonrpc": "2.0", "id": 1, "result": {}})]);
+}
+
+fn usage(input: u64, output: u64, cost_usd: f64) -> Usage {
+    Usage {
+        input,
+        output,
+        cost_usd,
+        ..Usage::default()
+    }
+}
+
+#[test]
+fn each_model_call_reports_context_and_the_session_cost() {
+    let out = run(vec![
+        AgentEvent::RequestStarted {
+            provider: "anthropic",
+            model: "claude-sonnet-4-5".into(),
+            attempt: 1,
+            max_attempts: 3,
+        },
+        AgentEvent::Usage {
+            turn: Usage {
+                cache_read: 100,
+                cache_write: 10,
+                ..usage(1000, 50, 0.25)
+            },
+            cumulative: usage(5000, 500, 1.5),
+        },
+        AgentEvent::RequestStarted {
+            provider: "openai",
+            model: "local-model".into(),
+            attempt: 1,
+            max_attempts: 3,
+        },
+        AgentEvent::Usage {
+            turn: usage(10, 5, 0.0),
+            cumulative: usage(5010, 505, 1.5),
+        },
+    ]);
+    assert_eq!(
+        out[0]["params"]["update"],
+        json!({"sessionUpdate": "usage_update", "used": 1160, "size": 200000,
+               "cost": {"amount": 1.5, "currency": "USD"}})
+    );
+    assert_eq!(
+        out[1]["params"]["update"]["size"], 0,
+        "a model the catalogue lacks"
+    );
+    assert_eq!(out[1]["params"]["update"]["used"], 15);
+}
+
+#[test]
+fn a_compaction_answers_with_its_outcome() {
+    let compact = || Private::RunStart {
+        request: json!(7),
+        compact: true,
+        trace: None,
+    };
+    let done = run_as(
+        compact(),
+        vec![
+            AgentEvent::TextDelta("We fixed a.rs.".into()),
+            AgentEvent::CompactDone {
+                summary: "We fixed a.rs.".into(),
+            },
+            AgentEvent::Done,
+        ],
+    );
+    let texts: Vec<&Value> = done[..2]
+        .iter()
+        .map(|f| &f["params"]["update"]["content"]["text"])
+        .collect();
+    assert_eq!(texts, [COMPACTING, "We fixed a.rs."]);
+    assert_eq!(done[2]["result"]["stopReason"], "end_turn");
+    let failed = run_as(
+        compact(),
+        vec![
+            AgentEvent::Error("nothing to compact: the transcript is empty".into()),
+            AgentEvent::Done,
+        ],
+    );
+    assert_eq!(
+        failed[1]["error"]["message"],
+        "nothing to compact: the transcript is empty"
+    );
+}
+
+#[test]
+fn a_traced_run_writes_its_context_on_what_it_sends() {
+    let trace = TraceContext {
+        traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into(),
+        tracestate: Some("corral=1".into()),
+    };
+    let ask = PermissionAsk {
+        id: "perm-1".into(),
+        call_id: "t1".into(),
+        tool: "bash".into(),
+        args: json!({"command": "make"}),
+        risk: Risk::Execute,
+    };
+    let out = run_as(
+        Private::RunStart {
+            request: json!(7),
+            compact: false,
+            trace: Some(trace.clone()),
+        },
+        vec![
+            AgentEvent::TextDelta("hi".into()),
+            AgentEvent::PermissionRequest(ask),
+            turn_end(Stop::End),
+            AgentEvent::Done,
+        ],
+    );
+    let meta = json!({"traceparent": trace.traceparent, "tracestate": "corral=1"});
+    assert_eq!(out[0]["params"]["_meta"], meta);
+    assert_eq!(out[1]["params"]["_meta"], meta);
+    assert_eq!(
+        out[2],
+        json!({"jsonrpc": "2.0", "id": 7, "result": {"stopReason": "end_turn"}})
+    );
+    let untraced = run(vec![AgentEvent::TextDelta("hi".into())]);
+    assert!(untraced[0]["params"].get("_meta").is_none());
 }

@@ -1,14 +1,16 @@
 //! `session/load`'s replay: the conversation as the `session/update`
 //! notifications a client would have seen live — user and agent message
-//! chunks, thoughts, tool calls with their results, and plans. Pure.
+//! chunks, thoughts, tool calls with their results, and plans — and the
+//! same updates in bounded pages for `_corral/session/history`. Pure.
 
 use std::collections::HashMap;
 use std::path::Path;
 
 use corral_protocol::acp::{ContentBlock, SessionUpdate, ToolCallStatus, ToolCallUpdate};
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use super::encoder::plan_update;
+use super::rpc::RpcError;
 use super::tool_call;
 use crate::transcript::{Block, Message, Role};
 
@@ -86,6 +88,84 @@ pub fn replay<'a>(
     out
 }
 
+/// Bytes of updates one `_corral/session/history` answer holds at most,
+/// so that the answer (with its envelope) stays under 1 MiB. An update
+/// larger than this comes alone in its page.
+pub const PAGE_BYTES: usize = 1_000_000;
+
+/// One page of the history: `session/update` params, in order.
+#[derive(Debug, PartialEq)]
+pub struct Page {
+    pub updates: Vec<Value>,
+    /// Where the next page starts; `None` on the last page.
+    pub next_cursor: Option<String>,
+}
+
+/// The page of `updates` that starts at `cursor` (the start without one),
+/// each as the params of a `session/update` for `session`, filling at
+/// most `budget` bytes but holding at least one update.
+///
+/// A cursor names a position and the conversation it was made for (a
+/// hash of its first update): a cursor from another session, or from
+/// before a clear or a compaction, is refused rather than read against
+/// a conversation it does not belong to.
+pub fn page(
+    session: &str,
+    updates: &[SessionUpdate],
+    cursor: Option<&str>,
+    budget: usize,
+) -> Result<Page, RpcError> {
+    let wrapped: Vec<Value> = updates
+        .iter()
+        .map(|update| json!({"sessionId": session, "update": update}))
+        .collect();
+    let fingerprint = fingerprint(session, wrapped.first());
+    let start = match cursor {
+        None => 0,
+        Some(cursor) => read_cursor(cursor, fingerprint)
+            .filter(|start| *start <= wrapped.len())
+            .ok_or_else(|| {
+                RpcError::invalid_params(
+                    "invalid or outdated history cursor; ask again without one",
+                )
+            })?,
+    };
+    let mut used = 0;
+    let mut end = start;
+    for item in &wrapped[start..] {
+        let size = serde_json::to_vec(item).map_or(0, |bytes| bytes.len()) + 1;
+        if end > start && used + size > budget {
+            break;
+        }
+        used += size;
+        end += 1;
+    }
+    let next_cursor = (end < wrapped.len()).then(|| format!("h1.{end}.{fingerprint:016x}"));
+    Ok(Page {
+        updates: wrapped[start..end].to_vec(),
+        next_cursor,
+    })
+}
+
+fn read_cursor(cursor: &str, fingerprint: u64) -> Option<usize> {
+    let mut parts = cursor.strip_prefix("h1.")?.splitn(2, '.');
+    let start = parts.next()?.parse().ok()?;
+    let made_for = u64::from_str_radix(parts.next()?, 16).ok()?;
+    (made_for == fingerprint).then_some(start)
+}
+
+/// FNV-1a of the session id and the conversation's first update.
+fn fingerprint(session: &str, first: Option<&Value>) -> u64 {
+    let first = first.map(Value::to_string).unwrap_or_default();
+    session
+        .bytes()
+        .chain([0])
+        .chain(first.bytes())
+        .fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
+            (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -153,5 +233,85 @@ mod tests {
         assert_eq!(updates[5]["status"], "completed");
         assert_eq!(updates[5]["content"][0]["content"]["text"], "a.txt");
         assert_eq!(updates[7]["entries"][0]["status"], "in_progress");
+    }
+
+    fn chunks(texts: &[&str]) -> Vec<SessionUpdate> {
+        texts
+            .iter()
+            .map(|t| SessionUpdate::AgentMessageChunk {
+                content: ContentBlock::text(*t),
+            })
+            .collect()
+    }
+
+    fn texts(page: &Page) -> Vec<&str> {
+        page.updates
+            .iter()
+            .map(|u| u["update"]["content"]["text"].as_str().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn history_pages_are_bounded_and_chain_by_cursor() {
+        let updates = chunks(&["a", "b", "c", "d", "e"]);
+        let one = serde_json::to_vec(&json!({"sessionId": "s", "update": &updates[0]}))
+            .unwrap()
+            .len()
+            + 1;
+        let first = page("s", &updates, None, 2 * one).unwrap();
+        assert_eq!(texts(&first), ["a", "b"]);
+        assert_eq!(first.updates[0]["sessionId"], "s");
+        let cursor = first.next_cursor.clone().unwrap();
+        let second = page("s", &updates, Some(&cursor), 2 * one).unwrap();
+        assert_eq!(texts(&second), ["c", "d"]);
+        let third = page("s", &updates, second.next_cursor.as_deref(), 2 * one).unwrap();
+        assert_eq!(texts(&third), ["e"]);
+        assert_eq!(third.next_cursor, None);
+        // A budget smaller than one update still makes progress.
+        let tiny = page("s", &updates, None, 1).unwrap();
+        assert_eq!(texts(&tiny), ["a"]);
+        // Everything fits: one page, no cursor.
+        let all = page("s", &updates, None, PAGE_BYTES).unwrap();
+        assert_eq!(all.updates.len(), 5);
+        assert_eq!(all.next_cursor, None);
+        assert_eq!(
+            page("s", &[], None, PAGE_BYTES).unwrap().updates,
+            Vec::<Value>::new()
+        );
+    }
+
+    #[test]
+    fn cursors_of_another_conversation_are_refused() {
+        let updates = chunks(&["a", "b", "c"]);
+        let cursor = page("s", &updates, None, 1).unwrap().next_cursor.unwrap();
+        let cleared = chunks(&["x", "y", "z"]);
+        for (session, updates, cursor) in [
+            ("s", &cleared, cursor.as_str()),
+            ("t", &updates, cursor.as_str()),
+            ("s", &updates, "h1.9.0"),
+            ("s", &updates, "garbage"),
+        ] {
+            let error = page(session, updates, Some(cursor), PAGE_BYTES).unwrap_err();
+            assert_eq!(error.code, corral_protocol::acp::error_code::INVALID_PARAMS);
+        }
+    }
+
+    #[test]
+    fn the_history_renders_exactly_what_load_replays() {
+        let messages = [
+            Message::new(Role::User, vec![Block::text("hi")]),
+            Message::assistant(vec![Block::text("hello")], StopReason::Stop),
+        ];
+        let replayed = replay(&messages, Path::new("/p"));
+        let history = page("s", &replayed, None, PAGE_BYTES).unwrap();
+        let params: Vec<Value> = replayed
+            .iter()
+            .map(|u| json!({"sessionId": "s", "update": u}))
+            .collect();
+        assert_eq!(history.updates, params);
+        assert_eq!(
+            history.updates[0]["update"]["sessionUpdate"],
+            "user_message_chunk"
+        );
     }
 }

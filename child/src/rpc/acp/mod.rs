@@ -3,42 +3,57 @@
 //! process.
 //!
 //! Client → agent: `initialize`, `session/new`, `session/load`,
-//! `session/prompt`, `session/set_mode` (the permission modes `auto`, `ask`,
-//! `read-only`) and the notification `session/cancel`. Agent → client:
-//! `session/update` notifications, `session/request_permission` (ids
-//! `perm-N`) and, when the client offers them, `fs/read_text_file` and
-//! `fs/write_text_file` (ids `fs-N`). The session id is fixed for the
-//! process: derived from the `--session` journal's path (so a new process
-//! on the same journal loads it under the same id), random without one.
-//! `session/new` starts an empty conversation (the journal records the
-//! clear); `session/load` replays the journal. Stdin EOF aborts the run.
+//! `session/resume`, `session/close`, `session/list`, `session/prompt`
+//! (also the slash commands `/compact` and `/clear`), `session/set_mode`
+//! (the permission modes `auto`, `ask`, `read-only`),
+//! `session/set_config_option` (`mode`, `model`, `reasoning`), the
+//! notification `session/cancel`, and corral's `_corral/session/history`.
+//! Agent → client: `session/update` notifications,
+//! `session/request_permission` (ids `perm-N`) and, when the client offers
+//! them, `fs/read_text_file` and `fs/write_text_file` (ids `fs-N`).
+//!
+//! The session id is fixed for the process: derived from the `--session`
+//! journal's path (so a new process on the same journal loads it under
+//! the same id), random without one. `session/new` starts an empty
+//! conversation (the journal records the clear); `session/load` replays
+//! the journal; `session/close` cancels the work and refuses the session's
+//! prompts until a `session/load`, `session/resume` or `session/new`
+//! opens it again. Stdin EOF aborts the run.
 
 mod client;
+mod commands;
+mod config;
 mod encoder;
 mod history;
+mod lifecycle;
+mod mcp;
 mod prompt;
 /// Public so that fuzz targets reach the exact parser the front-end runs.
 pub mod rpc;
+mod run;
+mod settings;
 mod tool_call;
 
 use std::path::Path;
 use std::sync::Arc;
 
 use corral_protocol::acp::{
-    error_code, method, CancelParams, InitializeParams, LoadSessionParams, NewSessionParams,
-    PermissionOutcome, PromptParams, SessionModeState, SessionUpdate, SetModeParams,
-    PROTOCOL_VERSION,
+    error_code, method, CancelParams, InitializeParams, PermissionOutcome, PromptParams,
+    SessionUpdate, PROTOCOL_VERSION,
 };
 use corral_protocol::ndjson::FrameError;
-use corral_protocol::permission::{PermissionMode, PermissionOption};
+use corral_protocol::permission::PermissionOption;
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 
 pub use self::encoder::AcpEncoder;
 use self::encoder::{update_frame, Private};
 use self::rpc::{Incoming, RpcError};
-use super::{trace_context, EofPolicy, Flow, Frontend};
-use crate::agent::{Agent, Output, RunKind, RunRequest};
+use super::mcp_status::{self, FeedGate};
+use super::trace_context::{self, TraceContext};
+use super::{EofPolicy, Flow, Frontend};
+use crate::agent::{Agent, Output};
+use crate::mcp::McpHub;
 
 /// Serves ACP for one agent.
 pub struct AcpServer {
@@ -48,21 +63,48 @@ pub struct AcpServer {
     session_id: String,
     /// File requests waiting for the client's answer.
     outgoing: client::Outgoing,
+    /// `session/close` ended the session: its prompts and settings are
+    /// refused until it is opened again.
+    closed: bool,
+    /// The trace context of the request being handled, written on the
+    /// frames it causes.
+    trace: Option<TraceContext>,
+    /// Frames that follow the answer of the request being handled (the
+    /// commands of a session the client learns the id of in the answer).
+    after: Vec<Value>,
+    /// The session's MCP servers.
+    mcp: Arc<McpHub>,
+    /// The `_corral/mcp_status` feed, opened once `initialize` is answered.
+    mcp_feed: FeedGate,
+    /// `initialize` was answered.
+    initialized: bool,
 }
 
 impl AcpServer {
     /// A server for `agent`; the encoder learns `session_id` from the
     /// first frame it is sent.
-    pub async fn new(agent: Agent, out: mpsc::Sender<Output>, session_id: String) -> AcpServer {
+    pub async fn new(
+        agent: Agent,
+        out: mpsc::Sender<Output>,
+        session_id: String,
+        mcp: Arc<McpHub>,
+    ) -> AcpServer {
         let private = Private::Session {
             id: session_id.clone(),
         };
         let _ = out.send(Output::Frame(private.to_frame())).await;
+        let mcp_feed = mcp_status::spawn(mcp.clone(), out.clone(), mcp::status_notification);
         AcpServer {
             agent,
             out,
             session_id,
             outgoing: client::Outgoing::default(),
+            closed: false,
+            trace: None,
+            after: Vec::new(),
+            mcp,
+            mcp_feed,
+            initialized: false,
         }
     }
 
@@ -70,15 +112,41 @@ impl AcpServer {
         let _ = self.out.send(Output::Frame(frame)).await;
     }
 
+    /// A `session/update` for this session, with the request's trace
+    /// context.
+    fn update(&self, update: &SessionUpdate) -> Value {
+        let mut frame = update_frame(&self.session_id, update);
+        if let Some(trace) = &self.trace {
+            trace_context::put_in_meta(&mut frame, trace);
+        }
+        frame
+    }
+
+    async fn notify(&self, update: &SessionUpdate) {
+        self.send(self.update(update)).await;
+    }
+
     async fn handle_line(&mut self, line: Result<Map<String, Value>, FrameError>) -> Flow {
         match rpc::read(line) {
-            Ok(Incoming::Request { id, method, params }) => {
+            Ok(Incoming::Request {
+                id,
+                method,
+                mut params,
+            }) => {
+                self.trace = trace_context::take_context_from_meta(&mut params);
                 let answer = self.request(&id, &method, params).await;
                 match answer {
                     Ok(Some(result)) => self.send(rpc::result(&id, result)).await,
                     Ok(None) => {}
                     Err(error) => self.send(rpc::error(&id, &error)).await,
                 }
+                for frame in std::mem::take(&mut self.after) {
+                    self.send(frame).await;
+                }
+                if self.initialized {
+                    self.mcp_feed.open();
+                }
+                self.trace = None;
             }
             Ok(Incoming::Notification { method, params }) => {
                 self.notification(&method, params).await
@@ -101,78 +169,21 @@ impl AcpServer {
                 let params: InitializeParams = rpc::params(name, params)?;
                 Ok(Some(self.initialize(params)))
             }
-            method::SESSION_NEW => {
-                let params: NewSessionParams = rpc::params(name, params)?;
-                self.check_cwd(&params.cwd);
-                self.idle_for(name)?;
-                if !self.agent.session().messages().is_empty() {
-                    self.agent
-                        .session()
-                        .clear()
-                        .map_err(|e| RpcError::internal(e.to_string()))?;
-                }
-                Ok(Some(
-                    json!({"sessionId": self.session_id, "modes": self.modes()}),
-                ))
-            }
-            method::SESSION_LOAD => {
-                let params: LoadSessionParams = rpc::params(name, params)?;
-                self.check_session(&params.session_id)?;
-                self.check_cwd(&params.cwd);
-                self.idle_for(name)?;
-                let updates = {
-                    let session = self.agent.session();
-                    history::replay(session.messages().iter(), &self.agent.settings().cwd)
-                };
-                for update in updates {
-                    self.send(update_frame(&self.session_id, &update)).await;
-                }
-                Ok(Some(json!({"modes": self.modes()})))
-            }
+            method::SESSION_NEW => self.new_session(name, params).await.map(Some),
+            method::SESSION_LOAD => self.load_session(name, params).await.map(Some),
+            method::SESSION_RESUME => self.resume_session(name, params).await.map(Some),
+            method::SESSION_CLOSE => self.close_session(name, params).await.map(Some),
+            method::SESSION_LIST => self.list_sessions(name, params).map(Some),
+            method::CORRAL_SESSION_HISTORY => self.history(name, params).map(Some),
+            mcp::SELECT => self.select_mcp(name, params).map(Some),
             method::SESSION_PROMPT => {
-                let mut params = params;
-                let traceparent = trace_context::take_from_meta(&mut params);
                 let params: PromptParams = rpc::params(name, params)?;
-                self.check_session(&params.session_id)?;
-                let prompt = prompt::convert(params.prompt)?;
-                let run = RunRequest {
-                    kind: RunKind::Prompt {
-                        text: prompt.text,
-                        images: prompt.images,
-                    },
-                    started: Some(
-                        Private::RunStart {
-                            request: id.clone(),
-                        }
-                        .to_frame(),
-                    ),
-                    discarded: Some(
-                        Private::Discarded {
-                            request: id.clone(),
-                        }
-                        .to_frame(),
-                    ),
-                    traceparent,
-                };
-                self.agent
-                    .submit(run)
-                    .map_err(|e| RpcError::internal(e.to_string()))?;
-                Ok(None)
+                self.check_open(&params.session_id)?;
+                self.prompt(id, params).await
             }
-            method::SESSION_SET_MODE => {
-                let params: SetModeParams = rpc::params(name, params)?;
-                self.check_session(&params.session_id)?;
-                let mode: PermissionMode = params.mode_id.parse().map_err(
-                    |e: corral_protocol::permission::UnknownPermissionMode| {
-                        RpcError::invalid_params(e.to_string())
-                    },
-                )?;
-                self.agent.permissions().set_mode(mode);
-                let update = SessionUpdate::CurrentModeUpdate {
-                    current_mode_id: mode.as_str().to_string(),
-                };
-                self.send(update_frame(&self.session_id, &update)).await;
-                Ok(Some(json!({})))
+            method::SESSION_SET_MODE => self.set_mode(name, params).await.map(Some),
+            method::SESSION_SET_CONFIG_OPTION => {
+                self.set_config_option(name, params).await.map(Some)
             }
             other => Err(RpcError::new(
                 error_code::METHOD_NOT_FOUND,
@@ -181,7 +192,8 @@ impl AcpServer {
         }
     }
 
-    fn initialize(&self, params: InitializeParams) -> Value {
+    fn initialize(&mut self, params: InitializeParams) -> Value {
+        self.initialized = true;
         let fs = params.client_capabilities.fs;
         let files = (fs.read_text_file || fs.write_text_file).then(|| {
             Arc::new(client::EditorFiles {
@@ -203,6 +215,8 @@ impl AcpServer {
             "agentCapabilities": {
                 "loadSession": true,
                 "promptCapabilities": {"image": true, "audio": false, "embeddedContext": true},
+                "sessionCapabilities": {"list": {}, "resume": {}, "close": {}},
+                "mcpCapabilities": {"http": true, "sse": false},
             },
             "authMethods": [],
             "agentInfo": {"name": "corral-agent", "title": "corral", "version": env!("CARGO_PKG_VERSION")},
@@ -215,14 +229,22 @@ impl AcpServer {
             return;
         }
         match rpc::params::<CancelParams>(name, params) {
-            Ok(params) if params.session_id == self.session_id => {
-                self.send(Private::Cancel.to_frame()).await;
-                self.agent.discard_queued();
-                self.agent.abort();
+            Ok(params) if params.session_id == self.session_id && !self.closed => {
+                self.cancel().await
             }
-            Ok(params) => tracing::warn!(session = params.session_id, "cancel for another session"),
+            Ok(params) => tracing::warn!(
+                session = params.session_id,
+                "cancel for another or a closed session"
+            ),
             Err(e) => tracing::warn!(error = e.message, "unreadable session/cancel"),
         }
+    }
+
+    /// Ends the run in flight (`cancelled`) and drops the queued ones.
+    async fn cancel(&self) {
+        self.send(Private::Cancel.to_frame()).await;
+        self.agent.discard_queued();
+        self.agent.abort();
     }
 
     /// The client's answer to a file or permission request.
@@ -252,10 +274,6 @@ impl AcpServer {
         }
     }
 
-    fn modes(&self) -> SessionModeState {
-        SessionModeState::permission_modes(self.agent.permissions().mode())
-    }
-
     fn check_session(&self, id: &str) -> Result<(), RpcError> {
         if id == self.session_id {
             return Ok(());
@@ -267,6 +285,18 @@ impl AcpServer {
                 self.session_id
             ),
         ))
+    }
+
+    /// The session is this one and not closed.
+    fn check_open(&self, id: &str) -> Result<(), RpcError> {
+        self.check_session(id)?;
+        if self.closed {
+            return Err(RpcError::new(
+                error_code::RESOURCE_NOT_FOUND,
+                format!("session {id:?} is closed; load or resume it first"),
+            ));
+        }
+        Ok(())
     }
 
     /// The agent works in its own `--cwd`; another one is noted, not used
@@ -357,7 +387,7 @@ pub async fn serve_stdio(setup: crate::setup::Setup, transport: super::Transport
         setup.session,
         out.clone(),
     );
-    let server = AcpServer::new(agent, out, id).await;
+    let server = AcpServer::new(agent, out, id, setup.mcp).await;
     super::serve(server, worker, writer, transport).await
 }
 

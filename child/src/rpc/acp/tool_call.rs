@@ -25,6 +25,8 @@ fn absolute(cwd: &Path, path: &str) -> String {
     resolve_path(cwd, path).to_string_lossy().into_owned()
 }
 
+/// The kind of a call; an MCP tool's is `other` (a server's `readOnlyHint`
+/// says nothing of what the tool does, and kinds only pick an icon).
 pub fn kind(name: &str) -> ToolKind {
     match name {
         "read" => ToolKind::Read,
@@ -58,7 +60,10 @@ pub fn title(name: &str, args: &Value) -> String {
         "find" => format!("Find {pattern}"),
         "grep" => format!("Search for {pattern}"),
         "plan" => "Update the plan".to_string(),
-        other => other.to_string(),
+        other => match crate::mcp::names::split(other) {
+            Some((server, tool)) => format!("{tool} (MCP server `{server}`)"),
+            None => other.to_string(),
+        },
     }
 }
 
@@ -109,6 +114,7 @@ pub fn announce(id: &str, name: &str, args: &Value, cwd: &Path) -> ToolCall {
         content: diff(name, args, cwd).into_iter().collect(),
         locations: locations(name, args, cwd),
         raw_input: Some(args.clone()),
+        meta: Some(serde_json::json!({"corral": {"tool": name}})),
     }
 }
 
@@ -209,6 +215,19 @@ mod tests {
         assert_eq!(kind("plan"), ToolKind::Think);
         assert_eq!(title("edit", &json!({})), "Edit a file");
         assert!(diff("edit", &json!({"path": "a"}), Path::new("/")).is_none());
+        assert_eq!(
+            title("mcp__everything__echo", &json!({"message": "hi"})),
+            "echo (MCP server `everything`)"
+        );
+        assert_eq!(kind("mcp__everything__echo"), ToolKind::Other);
+        let call = announce(
+            "c1",
+            "mcp__fs__read_file",
+            &json!({"path": "x"}),
+            Path::new("/"),
+        );
+        assert_eq!(call.raw_input, Some(json!({"path": "x"})));
+        assert!(call.locations.is_empty());
     }
 
     #[test]

@@ -40,6 +40,10 @@ pub enum Kind {
     SetPermissionMode {
         mode: PermissionMode,
     },
+    /// Extension: starts MCP servers defined with `"default": false`.
+    McpSelect {
+        servers: Option<Value>,
+    },
 }
 
 /// A line that is an object but not a valid command (always recoverable).
@@ -89,6 +93,9 @@ pub fn parse(mut object: Map<String, Value>) -> Result<Command, BadCommand> {
             text: text(&object)?,
         },
         "abort" => Kind::Abort,
+        "mcp_select" => Kind::McpSelect {
+            servers: object.remove("servers"),
+        },
         "reset" => Kind::Reset,
         "bye" => Kind::Bye,
         "permission_reply" => {

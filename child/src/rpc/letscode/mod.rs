@@ -35,6 +35,10 @@
 //!   {request_id, option}`; `permission_resolved {request_id, tool_call_id,
 //!   outcome}` tells how it ended; `set_permission_mode {mode}` changes
 //!   the mode. Both commands are answered `ack` then `done` (or `error`).
+//!   `mcp_select {servers}` starts MCP servers defined with `"default":
+//!   false`, answered `ack` then `done {id, servers}` (every server's
+//!   status); an `mcp_status {servers}` event gives that full list at
+//!   start and at every change.
 
 /// Public so that fuzz targets reach the exact parser the front-end runs.
 pub mod command;
@@ -47,8 +51,10 @@ use tokio::sync::mpsc;
 
 use self::command::{check_protocol, Command, Kind};
 use self::wire::{Private, Reply};
-use super::{trace_context, Flow, Frontend};
+use super::{mcp_status, trace_context, Flow, Frontend};
 use crate::agent::{Agent, Output, RunKind, RunRequest};
+use crate::mcp::McpHub;
+use std::sync::Arc;
 
 pub use self::encoder::LetscodeEncoder;
 
@@ -60,15 +66,18 @@ pub struct LetscodeServer {
     fatal: bool,
     /// The `bye` command being answered (`Some(null)` for one without id).
     bye: Option<Value>,
+    /// The session's MCP servers (`mcp_select`).
+    mcp: Arc<McpHub>,
 }
 
 impl LetscodeServer {
-    pub fn new(agent: Agent, out: mpsc::Sender<Output>) -> LetscodeServer {
+    pub fn new(agent: Agent, out: mpsc::Sender<Output>, mcp: Arc<McpHub>) -> LetscodeServer {
         LetscodeServer {
             agent,
             out,
             fatal: false,
             bye: None,
+            mcp,
         }
     }
 
@@ -152,6 +161,21 @@ impl LetscodeServer {
                     Ok(())
                 })
                 .await
+            }
+            Kind::McpSelect { servers } => {
+                self.send(wire::ack(&id)).await;
+                let answer = match mcp_status::select(&self.mcp, servers.as_ref()) {
+                    Ok(Value::Object(data)) => {
+                        let mut done = wire::done(&id);
+                        if let Value::Object(frame) = &mut done {
+                            frame.extend(data);
+                        }
+                        done
+                    }
+                    Ok(_) => wire::done(&id),
+                    Err(e) => wire::control_error(&id, &e, true, false),
+                };
+                self.send(answer).await;
             }
             Kind::Bye => {
                 self.send(wire::ack(&id)).await;
@@ -246,6 +270,11 @@ pub async fn serve_stdio(setup: crate::setup::Setup, transport: super::Transport
     let writer = super::spawn_writer(out_rx, Box::new(LetscodeEncoder::default()));
     // Written before stdin is read: the queue is empty, so this cannot wait.
     let _ = out.send(Output::Frame(wire::ready())).await;
+    mcp_status::spawn(setup.mcp.clone(), out.clone(), |mut payload| {
+        payload["type"] = Value::from("mcp_status");
+        payload
+    })
+    .open();
     let (agent, worker) = Agent::start(
         setup.provider,
         setup.tools,
@@ -253,5 +282,6 @@ pub async fn serve_stdio(setup: crate::setup::Setup, transport: super::Transport
         setup.session,
         out.clone(),
     );
-    super::serve(LetscodeServer::new(agent, out), worker, writer, transport).await
+    let server = LetscodeServer::new(agent, out, setup.mcp);
+    super::serve(server, worker, writer, transport).await
 }

@@ -6,7 +6,10 @@
 //! operation outcomes), `session.prompt`, `session.interrupt`,
 //! `session.await_idle`, `connection.set_events`, `command.list`,
 //! `command.invoke` (built-ins `compact`, `clear`), `model.list`,
-//! `model.select`, `thinking.list`, `thinking.select`.
+//! `model.select`, `thinking.list`, `thinking.select`; and corral's
+//! `mcp.select {servers}` (starts MCP servers defined with `"default":
+//! false`; the result is every server's status, as the `mcp_status`
+//! session events that follow each change carry).
 //!
 //! Records are decoded as strictly as the reference does (see
 //! [`request`]); every rejection before launch is a `protocol_error` with
@@ -70,6 +73,8 @@ pub struct ZiServer {
     session_id: String,
     /// Ordinary operations that may be in flight at once.
     max_in_flight: usize,
+    /// The session's MCP servers (`mcp.select`).
+    mcp: Option<std::sync::Arc<crate::mcp::McpHub>>,
 }
 
 /// Which admission slot an operation holds.
@@ -101,6 +106,7 @@ impl ZiServer {
             allow_unknown_models,
             session_id,
             max_in_flight: MAX_IN_FLIGHT,
+            mcp: None,
         }
     }
 
@@ -194,6 +200,11 @@ impl ZiServer {
             "model.select" => self.model_select(request),
             "thinking.list" => Ok(self.thinking_list()),
             "thinking.select" => self.thinking_select(request),
+            "mcp.select" => match &self.mcp {
+                Some(hub) => super::mcp_status::select(hub, request.params.get("servers"))
+                    .map_err(|e| Reply::Fail(FailCode::NotFound, e)),
+                None => Err(Reply::Fail(FailCode::NotFound, "no MCP servers".into())),
+            },
             other => Err(Reply::Fail(
                 FailCode::OperationFailed,
                 format!("{other} is not implemented"),
@@ -352,7 +363,13 @@ pub async fn serve_stdio(setup: crate::setup::Setup, transport: super::Transport
     let writer = super::spawn_writer(out_rx, Box::new(encoder));
     let mut server = ZiServer::new(agent, out, connection, setup.allow_unknown_models);
     server.max_in_flight = transport.max_in_flight;
+    server.mcp = Some(setup.mcp.clone());
     let ready = serde_json::json!({"type": "ready", "state": server.snapshot()});
     server.send(ready).await;
+    super::mcp_status::spawn(setup.mcp.clone(), server.out.clone(), |mut payload| {
+        payload["type"] = Value::from("mcp_status");
+        serde_json::json!({"type": "session_event", "event": payload})
+    })
+    .open();
     super::serve(server, worker, writer, transport).await
 }

@@ -28,7 +28,7 @@ pub const THINKING_LEVELS: [&str; 7] = ["off", "minimal", "low", "medium", "high
 const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
 
 /// Every method this server admits.
-pub const METHODS: [&str; 13] = [
+pub const METHODS: [&str; 14] = [
     "session.get_state",
     "session.get_messages",
     "session.get_outcomes",
@@ -42,6 +42,7 @@ pub const METHODS: [&str; 13] = [
     "model.select",
     "thinking.list",
     "thinking.select",
+    "mcp.select",
 ];
 
 /// A request whose envelope and parameters are valid.
@@ -145,6 +146,7 @@ fn check_params(record: &Map<String, Value>, method: &str) -> Result<Map<String,
         ),
         "connection.set_events" => (Params::Required, &["mode"], &["mode"]),
         "model.select" => (Params::Required, &["provider", "id"], &["provider", "id"]),
+        "mcp.select" => (Params::Required, &["servers"], &["servers"]),
         "thinking.select" => (Params::Required, &["level", "scope"], &["level"]),
         _ => (Params::None, &[], &[]),
     };

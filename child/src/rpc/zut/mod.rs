@@ -8,7 +8,10 @@
 //! `permission_request {request_id, id, name, args, kind, options}` event;
 //! `permission_resolved {request_id, id, outcome}` says how each request
 //! ended; `set_permission_mode {mode}` changes the mode, which `get_state`
-//! reports as `permission_mode`; `refusal` says the model declined.
+//! reports as `permission_mode`; `refusal` says the model declined;
+//! `mcp_select {servers}` starts MCP servers defined with `"default":
+//! false` (its `data` is every server's status) and an `mcp_status
+//! {servers}` event gives that full list at start and at every change.
 
 use base64::Engine as _;
 use corral_protocol::ndjson::FrameError;
@@ -24,11 +27,14 @@ pub use encoder::ZutEncoder;
 pub use wire::wire_event;
 
 use self::auth::{Parsed, Unreadable, Verdict};
+use super::mcp_status::{self, FeedGate};
 use super::transcript_wire::wire_message;
 use super::{trace_context, Flow, Frontend};
 use crate::agent::{Agent, Output, RunKind, RunRequest};
+use crate::mcp::McpHub;
 use crate::provider::catalogue;
 use crate::transcript::Block;
+use std::sync::Arc;
 
 /// Options fixed at start.
 #[derive(Debug, Clone)]
@@ -47,6 +53,10 @@ pub struct ZutServer {
     options: ZutOptions,
     /// Whether a hello with the token has come (always, without a token).
     authenticated: bool,
+    /// The MCP status feed, opened once authenticated.
+    mcp_feed: Option<FeedGate>,
+    /// The session's MCP servers (`mcp_select`).
+    mcp: Option<Arc<McpHub>>,
 }
 
 impl ZutServer {
@@ -57,7 +67,19 @@ impl ZutServer {
             out,
             options,
             authenticated,
+            mcp_feed: None,
+            mcp: None,
         }
+    }
+
+    /// Serves `mcp_select` from `hub` and opens `feed` once authenticated.
+    pub fn with_mcp(mut self, hub: Arc<McpHub>, feed: FeedGate) -> ZutServer {
+        if self.authenticated {
+            feed.open();
+        }
+        self.mcp = Some(hub);
+        self.mcp_feed = Some(feed);
+        self
     }
 
     /// Handles one input line (or the framing error it produced).
@@ -66,6 +88,11 @@ impl ZutServer {
         let parsed: Parsed = match line {
             Ok(mut object) => {
                 traceparent = trace_context::take(&mut object);
+                let kind = object.get("type").and_then(Value::as_str);
+                if self.authenticated && kind == Some(mcp_status::SELECT_COMMAND) {
+                    self.mcp_select(&object).await;
+                    return Flow::Continue;
+                }
                 Request::from_object(object).map_err(|e| Unreadable {
                     id: e.id,
                     command: e.command,
@@ -107,6 +134,9 @@ impl ZutServer {
         match auth::judge(expected, parsed) {
             Verdict::Welcome(id) => {
                 self.authenticated = true;
+                if let Some(feed) = &self.mcp_feed {
+                    feed.open();
+                }
                 let response = Response::ok(id, "hello", Some(self.hello_data()));
                 self.send(&response).await;
                 Flow::Continue
@@ -232,6 +262,25 @@ impl ZutServer {
         }
     }
 
+    /// `mcp_select {servers}` (an extension): answered with every
+    /// server's status as `data`.
+    async fn mcp_select(&self, object: &Map<String, Value>) {
+        let name = mcp_status::SELECT_COMMAND;
+        let id = match RequestId::from_field(object.get("id")) {
+            Ok(id) => id,
+            Err(e) => return self.send(&Response::error(None, Some(name), e)).await,
+        };
+        let answer = match &self.mcp {
+            Some(hub) => mcp_status::select(hub, object.get("servers")),
+            None => Err("no MCP servers".to_string()),
+        };
+        let response = match answer {
+            Ok(data) => Response::ok(id, name, Some(data)),
+            Err(e) => Response::error(id, Some(name), e),
+        };
+        self.send(&response).await;
+    }
+
     fn hello_data(&self) -> Value {
         json!({
             "protocol_version": zut::PROTOCOL_VERSION,
@@ -280,6 +329,12 @@ impl Frontend for ZutServer {
     }
 }
 
+/// The `mcp_status` event (an extension) of `{"servers": [...]}`.
+fn status_event(mut payload: Value) -> Value {
+    payload["type"] = json!("mcp_status");
+    payload
+}
+
 /// Checks prompt images: an `image/*` type and valid base64 data.
 fn decode_images(images: Vec<zut::ImageInput>) -> Result<Vec<Block>, String> {
     images
@@ -315,6 +370,7 @@ pub async fn serve_stdio(
 ) -> u8 {
     let (out, out_rx) = mpsc::channel(super::OUTPUT_QUEUE);
     let writer = super::spawn_writer(out_rx, Box::new(ZutEncoder::default()));
+    let feed = mcp_status::spawn(setup.mcp.clone(), out.clone(), status_event);
     let (agent, worker) = Agent::start(
         setup.provider,
         setup.tools,
@@ -326,6 +382,6 @@ pub async fn serve_stdio(
         token: token.filter(|t| !t.is_empty()),
         allow_unknown_models: setup.allow_unknown_models,
     };
-    let server = ZutServer::new(agent, out, options);
+    let server = ZutServer::new(agent, out, options).with_mcp(setup.mcp, feed);
     super::serve(server, worker, writer, transport).await
 }

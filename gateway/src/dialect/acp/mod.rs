@@ -1,43 +1,62 @@
 //! Agent Client Protocol v1 (JSON-RPC 2.0, one message per line).
 //!
 //! Through the gateway:
-//! - **One session per project.** The gateway greets the child itself:
-//!   `initialize`, then `session/load` of the session it kept in its state
-//!   directory (when the agent can load sessions), else `session/new`
-//!   ([`Greeter`]). Clients' `initialize`, `session/new` and
-//!   `session/load` are answered by the gateway from that greeting: every
-//!   client gets the project's session id and modes.
+//! - **One session per project, owned by the gateway.** The gateway greets
+//!   the child itself: `initialize`, then `session/load` of the session it
+//!   kept in its state directory (when the agent can load sessions), else
+//!   `session/new` ([`Greeter`]). Clients' `initialize`, `session/new`,
+//!   `session/load`, `session/resume`, `session/close` and `session/list`
+//!   are answered by the gateway ([`session`] says how): `new` joins the
+//!   session, `load` replays the whole conversation first (asked of the
+//!   child with `_corral/session/history`, else the replay ring), `resume`
+//!   replays after the `seq` the client saw, `close` stops this client
+//!   following it; the child never hears of them.
+//! - **Events follow the session**: a client gets the project's events
+//!   and the agent's requests only once it has opened the session, and
+//!   not after it closed it, so nothing precedes its `initialize` answer.
 //! - **Authentication**: an `Authorization: Bearer` header, or the first
 //!   message is `initialize` with `params._meta.corral.token` (and
 //!   optionally `resumeAfter`).
 //! - **Ids**: requests get gateway ids on the way to the child; a
 //!   notification (`session/cancel`) goes as it is.
 //! - **Events**: `session/update` and the child's other notifications go
-//!   to every client with the project's `seq` in `params._meta.corral.seq`;
-//!   the gateway's own events are `_corral/event` notifications.
+//!   to every client in the session with the project's `seq` in
+//!   `params._meta.corral.seq`; the gateway's own events are
+//!   `_corral/event` notifications. The `seq` space is the gateway
+//!   process's: `_meta.corral.epoch` in the answers names it, and changes
+//!   when the gateway restarts.
 //! - **Requests from the agent** (`session/request_permission`) go to
-//!   every client under a gateway id, and again to a client that attaches
-//!   while they wait; the first answer goes to the agent, the other
-//!   clients get `$/cancel_request` and a `_corral/request_resolved`
+//!   every client under a gateway id, and again to a client that opens
+//!   the session while they wait; the first answer goes to the agent, the
+//!   other clients get `$/cancel_request` and a `_corral/request_resolved`
 //!   notification with the outcome.
 
+pub mod mcp;
 mod rules;
+pub mod session;
 
 use bytes::Bytes;
 use serde_json::{json, Map, Value};
 
-use super::{to_bytes, ClientHello, EventKind, Inbound, Outbound, OwnRuns};
+use super::{to_bytes, ClientHello, EventKind, Inbound, Open, Outbound, OwnRuns};
+use crate::dialect::cost::{self, ReportedCost};
 
 pub use corral_protocol::acp::error_code;
 use corral_protocol::acp::{method, JSONRPC, PROTOCOL_VERSION};
 pub use rules::Acp;
 
 /// Methods an observer may call (the gateway answers them all).
-pub const OBSERVER_METHODS: [&str; 3] = [
+pub const OBSERVER_METHODS: [&str; 6] = [
     method::INITIALIZE,
     method::SESSION_NEW,
     method::SESSION_LOAD,
+    SESSION_RESUME,
+    SESSION_CLOSE,
+    SESSION_LIST,
 ];
+pub const SESSION_RESUME: &str = "session/resume";
+pub const SESSION_CLOSE: &str = "session/close";
+pub const SESSION_LIST: &str = "session/list";
 /// The gateway's own notifications.
 pub const GATEWAY_EVENT: &str = "_corral/event";
 pub const REQUEST_RESOLVED: &str = "_corral/request_resolved";
@@ -105,32 +124,89 @@ pub fn inbound(frame: &Map<String, Value>, observer: bool) -> Inbound {
             None => Inbound::Ignore,
         };
     }
+    let params = frame.get("params");
+    let session = || {
+        params
+            .and_then(|p| p.get("sessionId"))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    let Some(id) = id else {
+        return match method {
+            method::INITIALIZE
+            | method::SESSION_NEW
+            | method::SESSION_LOAD
+            | SESSION_RESUME
+            | SESSION_CLOSE
+            | SESSION_LIST
+            | session::RESET
+            | mcp::SELECT => Inbound::Ignore,
+            _ if session::REFUSED.contains(&method) => Inbound::Ignore,
+            _ => Inbound::Notify {
+                command: method.to_string(),
+            },
+        };
+    };
     match method {
         method::INITIALIZE => Inbound::Hello {
-            id,
+            id: Some(id),
             refusal: None,
             own_runs: OwnRuns::default(),
         },
-        method::SESSION_NEW | method::SESSION_LOAD => match id {
-            Some(id) => Inbound::OpenSession {
-                id,
-                load: method == method::SESSION_LOAD,
-                session: frame
-                    .get("params")
-                    .and_then(|p| p.get("sessionId"))
-                    .and_then(Value::as_str)
-                    .map(str::to_string),
-            },
-            None => Inbound::Ignore,
+        method::SESSION_NEW | method::SESSION_LOAD | SESSION_RESUME => {
+            let open = match method {
+                method::SESSION_NEW => Open::New,
+                method::SESSION_LOAD => Open::Load,
+                _ => Open::Resume,
+            };
+            let empty = Map::new();
+            let meta = corral_meta(frame).unwrap_or(&empty);
+            let seen =
+                super::resume_field(meta.get("resumeAfter"), "resumeAfter").and_then(|after| {
+                    match meta.get("epoch") {
+                        None | Some(Value::Null) => Ok((after, None)),
+                        Some(Value::String(epoch)) => Ok((after, Some(epoch.clone()))),
+                        Some(_) => Err("`epoch` must be a string".to_string()),
+                    }
+                });
+            match seen {
+                Ok((resume_after, epoch)) => Inbound::OpenSession {
+                    id,
+                    open,
+                    session: session(),
+                    resume_after,
+                    epoch,
+                    mcp_servers: mcp::editor_servers(params),
+                },
+                Err(message) => {
+                    Inbound::Reject(error(Some(&id), error_code::INVALID_PARAMS, &message))
+                }
+            }
+        }
+        SESSION_CLOSE => Inbound::CloseSession { id },
+        SESSION_LIST => Inbound::ListSessions {
+            id,
+            cursor: params
+                .and_then(|p| p.get("cursor"))
+                .and_then(Value::as_str)
+                .map(str::to_string),
         },
-        _ => match id {
-            Some(id) => Inbound::Forward {
-                id: Some(id),
-                command: method.to_string(),
-            },
-            None => Inbound::Notify {
-                command: method.to_string(),
-            },
+        session::RESET => Inbound::ResetSession { id },
+        mcp::SELECT => Inbound::Reject(error(
+            Some(&id),
+            error_code::METHOD_NOT_FOUND,
+            crate::mcp::SELECT_REFUSED,
+        )),
+        _ if session::REFUSED.contains(&method) => {
+            let message = format!(
+                "`{method}` is not offered: the gateway shares one session per project between editors; `session/close` leaves it, `{}` starts a fresh conversation for everyone",
+                session::RESET
+            );
+            Inbound::Reject(error(Some(&id), error_code::METHOD_NOT_FOUND, &message))
+        }
+        _ => Inbound::Forward {
+            id: Some(id),
+            command: method.to_string(),
         },
     }
 }
@@ -219,58 +295,26 @@ pub fn result(id: Option<&Value>, result: Value) -> Bytes {
     }))
 }
 
-/// The answer to a client's `initialize`: the agent's own answer, with
-/// what the gateway says of itself in `_meta.corral`.
-pub fn hello_answer(id: Option<&Value>, hello: &Map<String, Value>, gateway: Value) -> Bytes {
-    let mut answer = hello
-        .get("initialize")
-        .cloned()
-        .unwrap_or_else(|| json!({"protocolVersion": PROTOCOL_VERSION}));
-    if let Value::Object(answer) = &mut answer {
-        answer.insert("_meta".into(), json!({ "corral": gateway }));
-    }
-    result(id, answer)
-}
-
-/// The answer to a client's `session/new` or `session/load`: the
-/// project's one session. Loading another id is `-32002`.
-pub fn session_answer(
-    id: &Value,
-    hello: &Map<String, Value>,
-    load: bool,
-    asked: Option<&str>,
-) -> Bytes {
-    let session = hello.get("sessionId").and_then(Value::as_str).unwrap_or("");
-    if load && asked != Some(session) {
-        let message = format!(
-            "unknown session {:?}: this project's session is {session:?}",
-            asked.unwrap_or("")
-        );
-        return error(Some(id), error_code::RESOURCE_NOT_FOUND, &message);
-    }
-    let mut answer = Map::new();
-    if !load {
-        answer.insert("sessionId".into(), json!(session));
-    }
-    if let Some(modes) = hello.get("modes").filter(|m| !m.is_null()) {
-        answer.insert("modes".into(), modes.clone());
-    }
-    result(Some(id), Value::Object(answer))
-}
-
-/// The mode a `current_mode_update` notification switches the session
-/// to (read only from lines that name one).
-pub fn mode_switched(line: &[u8]) -> Option<String> {
-    const MARK: &[u8] = b"current_mode_update";
-    if !line.windows(MARK.len()).any(|w| w == MARK) {
+/// A `usage_update` session update's `cost`, when it is in USD: what
+/// the session cost so far.
+pub fn reported_cost(line: &[u8]) -> Option<ReportedCost> {
+    if !cost::mentions(line, b"usage_update") {
         return None;
     }
     let frame: Value = serde_json::from_slice(line).ok()?;
-    let update = frame.get("params")?.get("update")?;
-    if update.get("sessionUpdate")? != "current_mode_update" {
+    if frame.get("method")? != method::SESSION_UPDATE {
         return None;
     }
-    update.get("currentModeId")?.as_str().map(str::to_string)
+    let update = frame.get("params")?.get("update")?;
+    if update.get("sessionUpdate")? != "usage_update" {
+        return None;
+    }
+    let spent = update.get("cost")?;
+    let currency = spent.get("currency")?.as_str()?;
+    if !currency.eq_ignore_ascii_case("USD") {
+        return None;
+    }
+    cost::amount(spent.get("amount")).map(ReportedCost::SessionTotal)
 }
 
 /// `session/cancel` for the project's session (an admin abort).
@@ -355,7 +399,7 @@ pub enum Greeting {
     /// Send this line and wait for its answer.
     Send(String),
     /// The child is ready: its hello data (ACP: `initialize`, `sessionId`,
-    /// `modes`).
+    /// `session` (the rest of its session/new|load answer), `cwd`).
     Ready(Map<String, Value>),
 }
 
@@ -451,10 +495,8 @@ impl Greeter {
         let mut hello = Map::new();
         hello.insert("initialize".into(), initialize.clone());
         hello.insert("sessionId".into(), json!(session));
-        hello.insert(
-            "modes".into(),
-            answer.get("modes").cloned().unwrap_or(Value::Null),
-        );
+        hello.insert("session".into(), session::session_state(&answer));
+        hello.insert("cwd".into(), json!(self.cwd));
         Ok(Greeting::Ready(hello))
     }
 

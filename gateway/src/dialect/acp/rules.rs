@@ -10,14 +10,32 @@ use bytes::Bytes;
 use serde_json::{json, Map, Value};
 
 use super::*;
+use crate::audit::Action;
 use crate::dialect::attach::{self, EndOfInput, Seen, StdinFrame, HELLO_ID};
+use crate::dialect::audited::Audited;
+use crate::dialect::cost::ReportedCost;
 use crate::dialect::hub::{ChildGreeter, ClientRequests, ResponseNews};
-use crate::dialect::rules::{ChildAsks, DialectRules, EventFilter, Leave, OneSession};
-use crate::dialect::{Answer, ChildGreeting, Claim};
+use crate::dialect::rules::{
+    ChildAsks, DialectRules, EventFilter, HistoryPage, Leave, ListedSession, OneSession,
+};
+use crate::dialect::{Answer, ChildGreeting, Claim, Open};
 use corral_protocol::ndjson::FrameError;
+use mcp::mcp_news;
 
 /// The Agent Client Protocol's rules.
 pub struct Acp;
+
+/// The text of a prompt's `text` content blocks, one per line (images,
+/// resources and links are not text a person typed).
+fn prompt_of(blocks: Option<&Value>) -> Option<String> {
+    let blocks = blocks?.as_array()?;
+    let texts: Vec<&str> = blocks
+        .iter()
+        .filter(|block| block.get("type").and_then(Value::as_str) == Some("text"))
+        .filter_map(|block| block.get("text").and_then(Value::as_str))
+        .collect();
+    Some(texts.join("\n"))
+}
 
 impl DialectRules for Acp {
     fn name(&self) -> &'static str {
@@ -94,6 +112,38 @@ impl DialectRules for Acp {
         crate::dialect::known_command_label(command)
     }
 
+    /// `session/prompt` (the text of its text blocks), `session/cancel`
+    /// (an abort), `session/set_mode` (its `modeId`), and a client's
+    /// answer to `session/request_permission` (the option it selected,
+    /// or its outcome).
+    fn audited(
+        &self,
+        command: &str,
+        frame: &Map<String, Value>,
+        prompt_text: bool,
+    ) -> Option<Audited> {
+        let params = frame.get("params");
+        Some(match command {
+            method::SESSION_PROMPT => Audited::prompt(prompt_text, || {
+                params.and_then(|p| prompt_of(p.get("prompt")))
+            }),
+            method::SESSION_CANCEL => Audited::new(Action::Abort),
+            method::SESSION_SET_MODE => Audited::new(Action::ModeChange)
+                .detail("mode", params.and_then(|p| p.get("modeId"))),
+            method::SESSION_REQUEST_PERMISSION => {
+                // The option selected, else the outcome (`cancelled`), else
+                // `error` for a JSON-RPC error.
+                let outcome = outcome_of(frame);
+                let option = match outcome.get("optionId").or_else(|| outcome.get("outcome")) {
+                    Some(option) => option.clone(),
+                    None => json!("error"),
+                };
+                Audited::new(Action::PermissionAnswered).detail("option", Some(&option))
+            }
+            _ => return None,
+        })
+    }
+
     /// In `params._meta`.
     fn put_trace_context(&self, frame: &mut Map<String, Value>, traceparent: String) {
         let field = corral_telemetry::TRACEPARENT.to_string();
@@ -131,14 +181,11 @@ impl DialectRules for Acp {
         event_bytes(line, seq)
     }
 
-    /// The session's mode after a `current_mode_update`, so a client that
-    /// joins later is told the mode in force.
+    /// The session's mode and config options after a
+    /// `current_mode_update` or `config_option_update`, so a client that
+    /// joins later is told what is in force.
     fn hello_after(&self, hello: &mut Map<String, Value>, line: &[u8]) {
-        if let Some(mode) = mode_switched(line) {
-            if let Some(Value::Object(modes)) = hello.get_mut("modes") {
-                modes.insert("currentModeId".into(), Value::String(mode));
-            }
-        }
+        session::follow_update(hello, line);
     }
 
     fn response_news(&self, _command: &str, _line: &[u8]) -> ResponseNews {
@@ -160,6 +207,16 @@ impl DialectRules for Acp {
 
     fn run_aborted(&self, error: &str) -> Vec<(&'static str, Value)> {
         vec![("error", json!({ "message": error }))]
+    }
+
+    fn reported_cost(&self, line: &[u8]) -> Option<ReportedCost> {
+        reported_cost(line)
+    }
+
+    /// `_corral/mcp_status`, and a `session/update`'s `tool_call` (its
+    /// title is the tool's name for MCP tools) and `tool_call_update`.
+    fn mcp_news(&self, line: &[u8], calls_open: bool) -> Option<crate::mcp::McpNews> {
+        mcp_news(line, calls_open)
     }
 
     fn gateway_event(&self, kind: &str, fields: Value, seq: u64, _run: Option<&str>) -> Bytes {
@@ -195,7 +252,7 @@ impl DialectRules for Acp {
         gateway: Value,
         _gap: bool,
     ) -> Vec<Bytes> {
-        vec![hello_answer(id, hello, gateway)]
+        vec![session::initialize_answer(id, hello, gateway)]
     }
 
     fn sequenced(&self) -> bool {
@@ -287,14 +344,57 @@ impl OneSession for Acp {
             .map(str::to_string)
     }
 
-    fn answer(
+    fn names_session(&self, hello: &Map<String, Value>, project: &str, asked: &str) -> bool {
+        session::names_session(hello, project, asked)
+    }
+
+    fn opened(&self, id: &Value, hello: &Map<String, Value>, open: Open, meta: Value) -> Bytes {
+        session::opened(id, hello, open, meta)
+    }
+
+    fn unknown(&self, id: &Value, hello: &Map<String, Value>, asked: Option<&str>) -> Bytes {
+        session::unknown(id, hello, asked)
+    }
+
+    fn closed(&self, id: &Value) -> Bytes {
+        result(Some(id), json!({}))
+    }
+
+    fn history_request(
         &self,
-        id: &Value,
         hello: &Map<String, Value>,
-        load: bool,
-        session: Option<&str>,
-    ) -> Bytes {
-        session_answer(id, hello, load, session)
+        gid: &str,
+        cursor: Option<&str>,
+    ) -> String {
+        session::history_request(hello, gid, cursor)
+    }
+
+    fn history_page(&self, line: &[u8]) -> HistoryPage {
+        session::history_page(line)
+    }
+
+    fn listed(&self, id: &Value, sessions: &[ListedSession], next: Option<&str>) -> Bytes {
+        session::listed(id, sessions, next)
+    }
+
+    fn reset(&self, hello: &Map<String, Value>) -> Map<String, Value> {
+        session::reset(hello)
+    }
+
+    fn reset_done(&self, hello: &mut Map<String, Value>, line: &[u8]) -> bool {
+        session::reset_done(hello, line)
+    }
+
+    fn mcp_select(&self, gid: &str, servers: &[String]) -> String {
+        mcp::select_line(gid, servers)
+    }
+
+    fn mcp_selected(&self, line: &[u8]) -> Result<Vec<Value>, String> {
+        mcp::select_answer(line)
+    }
+
+    fn honour_mcp(&self, hello: &mut Map<String, Value>, http: bool) {
+        mcp::honour_capabilities(hello, http)
     }
 }
 

@@ -42,8 +42,11 @@ fn client_messages_are_sorted() {
         ),
         Inbound::OpenSession {
             id: json!(2),
-            load: true,
-            session: Some("s".into())
+            open: Open::Load,
+            session: Some("s".into()),
+            resume_after: None,
+            epoch: None,
+            mcp_servers: Vec::new(),
         }
     );
     assert_eq!(
@@ -187,7 +190,9 @@ fn the_greeting_loads_the_kept_session_and_falls_back_to_a_new_one() {
         panic!("ready after the session");
     };
     assert_eq!(hello["sessionId"], "fresh");
-    assert_eq!(hello["modes"]["currentModeId"], "ask");
+    assert_eq!(hello["session"]["modes"]["currentModeId"], "ask");
+    assert!(hello["session"].get("sessionId").is_none());
+    assert_eq!(hello["cwd"], "/p");
     assert_eq!(
         hello["initialize"]["agentCapabilities"]["loadSession"],
         true
@@ -201,34 +206,4 @@ fn the_greeting_loads_the_kept_session_and_falls_back_to_a_new_one() {
         panic!("a session request follows");
     };
     assert!(new.contains("session/new"));
-}
-
-#[test]
-fn a_mode_switch_is_read_from_its_update_only() {
-    let switch = br#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"current_mode_update","currentModeId":"read-only"}}}"#;
-    assert_eq!(mode_switched(switch).as_deref(), Some("read-only"));
-    let chunk = br#"{"jsonrpc":"2.0","method":"session/update","params":{"update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"current_mode_update"}}}}"#;
-    assert_eq!(mode_switched(chunk), None);
-}
-
-#[test]
-fn clients_get_the_projects_session() {
-    let hello = object(
-        json!({"sessionId": "s1", "modes": {"currentModeId": "auto"},
-        "initialize": {"protocolVersion": 1, "agentCapabilities": {"loadSession": true}}}),
-    );
-    let new = parsed(&session_answer(&json!(1), &hello, false, None));
-    assert_eq!(new["result"]["sessionId"], "s1");
-    assert_eq!(new["result"]["modes"]["currentModeId"], "auto");
-    let load = parsed(&session_answer(&json!(2), &hello, true, Some("s1")));
-    assert!(load["result"].is_object());
-    let other = parsed(&session_answer(&json!(3), &hello, true, Some("s2")));
-    assert_eq!(other["error"]["code"], -32002);
-    let init = parsed(&hello_answer(
-        Some(&json!(0)),
-        &hello,
-        json!({"project": "p"}),
-    ));
-    assert_eq!(init["result"]["agentCapabilities"]["loadSession"], true);
-    assert_eq!(init["result"]["_meta"]["corral"]["project"], "p");
 }

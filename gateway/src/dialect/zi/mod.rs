@@ -30,6 +30,7 @@ use bytes::Bytes;
 use serde_json::{json, Map, Value};
 
 use super::{to_bytes, Answer, Claim, ClientHello, EventKind, Inbound, Outbound, OwnRuns};
+use crate::dialect::cost::{self, ReportedCost};
 
 pub use corral_protocol::zi::MAX_ID_BYTES;
 pub use rules::Zi;
@@ -131,6 +132,7 @@ pub fn inbound(frame: &Map<String, Value>, observer: bool) -> Inbound {
             },
             Err(message) => reject(Some(id), message),
         },
+        m if crate::mcp::is_select_command(m) => reject(Some(id), crate::mcp::SELECT_REFUSED),
         _ => Inbound::Forward {
             id: Some(id_value),
             command: method.clone(),
@@ -219,6 +221,20 @@ pub fn run_aborted(error: &str) -> Vec<(&'static str, Value)> {
         ("agent_end", json!({"errorMessage": error})),
         ("agent_settled", json!({})),
     ]
+}
+
+/// A `usage` session event's `turn.cost_usd`: what the model call it
+/// reports cost.
+pub fn reported_cost(line: &[u8]) -> Option<ReportedCost> {
+    if !cost::mentions(line, b"\"cost_usd\"") {
+        return None;
+    }
+    let frame: Value = serde_json::from_slice(line).ok()?;
+    let event = frame.get("event")?;
+    if frame.get("type")? != "session_event" || event.get("type")? != "usage" {
+        return None;
+    }
+    cost::amount(event.get("turn")?.get("cost_usd")).map(ReportedCost::Call)
 }
 
 /// A frame in the unstamped form: `version` first, no `sequence`.

@@ -10,7 +10,10 @@ use bytes::Bytes;
 use serde_json::{json, Map, Value};
 
 use super::*;
+use crate::audit::Action;
 use crate::dialect::attach::{self, EndOfInput, Seen, StdinFrame};
+use crate::dialect::audited::{text_field, Audited};
+use crate::dialect::cost::ReportedCost;
 use crate::dialect::hub::{ChildGreeter, ClientRequests, ResponseNews};
 use crate::dialect::rules::{ChildAsks, DialectRules, EventFilter, Leave, OneSession};
 use crate::dialect::ChildGreeting;
@@ -122,6 +125,26 @@ impl DialectRules for Zi {
 
     /// Zi records are decoded strictly (unknown fields are refused), so
     /// they carry none.
+    /// `session.prompt` (its `text`, and its `delivery`),
+    /// `session.interrupt` (an abort), and `command.invoke` of `compact`.
+    fn audited(
+        &self,
+        command: &str,
+        frame: &Map<String, Value>,
+        prompt_text: bool,
+    ) -> Option<Audited> {
+        let params = params(frame);
+        Some(match command {
+            "session.prompt" => Audited::prompt(prompt_text, || text_field(params, "text"))
+                .detail("delivery", params.get("delivery")),
+            "session.interrupt" => Audited::new(Action::Abort),
+            "command.invoke" if params.get("name") == Some(&json!("compact")) => {
+                Audited::new(Action::Compact)
+            }
+            _ => return None,
+        })
+    }
+
     fn put_trace_context(&self, _frame: &mut Map<String, Value>, _traceparent: String) {}
 
     fn outbound(&self, line: &[u8]) -> Option<Outbound> {
@@ -162,6 +185,29 @@ impl DialectRules for Zi {
 
     fn run_aborted(&self, error: &str) -> Vec<(&'static str, Value)> {
         run_aborted(error)
+    }
+
+    fn reported_cost(&self, line: &[u8]) -> Option<ReportedCost> {
+        reported_cost(line)
+    }
+
+    /// In a `session_event`'s `event`: `mcp_status`,
+    /// `tool_execution_start {toolCallId, toolName}`, `tool_execution_end
+    /// {toolCallId, isError}`.
+    fn mcp_news(&self, line: &[u8], calls_open: bool) -> Option<crate::mcp::McpNews> {
+        use crate::dialect::mcp_news::{may_be_news, of_event, ToolFields};
+        const FIELDS: ToolFields = ToolFields {
+            start: "tool_execution_start",
+            end: "tool_execution_end",
+            id: "toolCallId",
+            name: "toolName",
+            failed: "isError",
+        };
+        if !may_be_news(line, FIELDS.end, calls_open) {
+            return None;
+        }
+        let frame: Value = serde_json::from_slice(line).ok()?;
+        of_event(frame.get("event")?, &FIELDS)
     }
 
     fn gateway_event(&self, kind: &str, fields: Value, seq: u64, run: Option<&str>) -> Bytes {

@@ -14,6 +14,7 @@ use serde_json::{json, Map, Value};
 
 use super::{to_bytes, trim, Answer, Claim, ClientHello, OwnRuns};
 use super::{EventKind, Inbound, Outbound};
+use crate::dialect::cost::{self, ReportedCost};
 
 pub(super) use rules::attach_hello_answer;
 pub use rules::Zut;
@@ -77,6 +78,10 @@ pub fn inbound(frame: &Map<String, Value>, observer: bool) -> Inbound {
             Err(error) => Inbound::Reject(response(id.as_ref(), Some(command), Err(error))),
         };
     }
+    if crate::mcp::is_select_command(command) {
+        let error = crate::mcp::SELECT_REFUSED.to_string();
+        return Inbound::Reject(response(id.as_ref(), Some(command), Err(error)));
+    }
     Inbound::Forward {
         id,
         command: command.clone(),
@@ -114,6 +119,18 @@ pub fn run_aborted(error: &str) -> Vec<(&'static str, Value)> {
         ("error", json!({"message": error})),
         ("done", json!({})),
     ]
+}
+
+/// A `usage` event's `cost_usd`: what the model call it reports cost.
+pub fn reported_cost(line: &[u8]) -> Option<ReportedCost> {
+    if !cost::mentions(line, b"\"cost_usd\"") {
+        return None;
+    }
+    let frame: Value = serde_json::from_slice(line).ok()?;
+    if frame.get("type")? != "usage" {
+        return None;
+    }
+    cost::amount(frame.get("cost_usd")).map(ReportedCost::Call)
 }
 
 /// Adds `"seq":N` as the last field of a JSON object line, leaving every

@@ -8,7 +8,10 @@ use bytes::Bytes;
 use serde_json::{json, Map, Value};
 
 use super::*;
+use crate::audit::Action;
 use crate::dialect::attach::{self, EndOfInput, Seen, StdinFrame, HELLO_ID};
+use crate::dialect::audited::{text_field, Audited};
+use crate::dialect::cost::ReportedCost;
 use crate::dialect::hub::{ChildGreeter, ClientRequests, ResponseNews};
 use crate::dialect::rules::{ChildAsks, DialectRules, EventFilter, Leave, OneSession};
 use crate::dialect::ChildGreeting;
@@ -135,6 +138,30 @@ impl DialectRules for Zut {
         crate::dialect::known_command_label(command)
     }
 
+    /// `prompt` (its `message`), `abort`, `clear`, `compact`,
+    /// `set_permission_mode` (its `mode`) and `permission_reply` (its
+    /// `option`).
+    fn audited(
+        &self,
+        command: &str,
+        frame: &Map<String, Value>,
+        prompt_text: bool,
+    ) -> Option<Audited> {
+        Some(match command {
+            "prompt" => Audited::prompt(prompt_text, || text_field(frame, "message")),
+            "abort" => Audited::new(Action::Abort),
+            "clear" => Audited::new(Action::Clear),
+            "compact" => Audited::new(Action::Compact),
+            "set_permission_mode" => {
+                Audited::new(Action::ModeChange).detail("mode", frame.get("mode"))
+            }
+            "permission_reply" => {
+                Audited::new(Action::PermissionAnswered).detail("option", frame.get("option"))
+            }
+            _ => return None,
+        })
+    }
+
     fn put_trace_context(&self, frame: &mut Map<String, Value>, traceparent: String) {
         let field = corral_telemetry::TRACEPARENT.to_string();
         frame.insert(field, Value::String(traceparent));
@@ -198,6 +225,27 @@ impl DialectRules for Zut {
 
     fn run_aborted(&self, error: &str) -> Vec<(&'static str, Value)> {
         run_aborted(error)
+    }
+
+    fn reported_cost(&self, line: &[u8]) -> Option<ReportedCost> {
+        reported_cost(line)
+    }
+
+    /// `mcp_status`, `tool_execution_started {id, name}`, `tool_result
+    /// {id, is_error}`.
+    fn mcp_news(&self, line: &[u8], calls_open: bool) -> Option<crate::mcp::McpNews> {
+        use crate::dialect::mcp_news::{may_be_news, of_event, ToolFields};
+        const FIELDS: ToolFields = ToolFields {
+            start: "tool_execution_started",
+            end: "tool_result",
+            id: "id",
+            name: "name",
+            failed: "is_error",
+        };
+        if !may_be_news(line, FIELDS.end, calls_open) {
+            return None;
+        }
+        of_event(&serde_json::from_slice(line).ok()?, &FIELDS)
     }
 
     fn gateway_event(&self, kind: &str, fields: Value, seq: u64, run: Option<&str>) -> Bytes {

@@ -1,6 +1,6 @@
 //! The gateway's egress proxy: the only way out of a sandboxed tool's
 //! network namespace. Tools reach it through a relay in their namespace
-//! and the Unix socket `STATE/egress/proxy.sock`; each connection opens
+//! and the Unix socket `STATE/egress/proxy-ID.sock`; each connection opens
 //! with the preamble line naming its project's per-spawn secret
 //! (`corral_protocol::egress`), then speaks HTTP/1.1 proxy traffic:
 //!

@@ -61,13 +61,43 @@ async fn bad_lines_are_reported_and_the_next_line_arrives() {
 }
 
 #[tokio::test]
-async fn chatty_stderr_does_not_block_stdout() {
+async fn chatty_stderr_goes_to_its_file_and_does_not_block_stdout() {
     let dir = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
     // 20 000 log lines plus one 1 MB line: far beyond any pipe buffer.
     let script = r#"i=0; while [ $i -lt 20000 ]; do echo "log line $i" >&2; i=$((i+1)); done
-        head -c 1000000 /dev/zero | tr '\0' e >&2; echo >&2; echo done"#;
-    let (_child, mut output) = ChildProcess::spawn(sh(dir.path(), script)).await.unwrap();
+        head -c 1000000 /dev/zero | tr '\0' e >&2; echo >&2; echo "last words" >&2; echo done"#;
+    let mut spec = sh(dir.path(), script);
+    spec.stderr_log = Some(crate::process::StderrLog::new(state.path(), "chatty"));
+    let (child, mut output) = ChildProcess::spawn(spec).await.unwrap();
     assert_eq!(next_line(&mut output).await, "done");
+    assert_eq!(next(&mut output).await, exited(Some(0), None));
+    assert_eq!(child.last_stderr_line().as_deref(), Some("last words"));
+    let tail = child.stderr_tail().lines();
+    assert_eq!(
+        tail.len(),
+        crate::process::STDERR_TAIL_LINES.min(tail.len())
+    );
+    assert_eq!(tail.last().map(String::as_str), Some("last words"));
+    // Followed at the exit and cut, since it grew past the cap.
+    let file = state.path().join("logs/chatty.log");
+    let kept = state.path().join("logs/chatty.log.1");
+    assert_eq!(std::fs::metadata(file).unwrap().len(), 0);
+    assert!(std::fs::read_to_string(kept)
+        .unwrap()
+        .ends_with("last words\n"));
+}
+
+#[tokio::test]
+async fn the_child_reads_end_of_file_once_stdin_is_closed_and_its_stdout_still_arrives() {
+    let dir = tempfile::tempdir().unwrap();
+    let (child, mut output) = ChildProcess::spawn(sh(dir.path(), "cat; echo after-eof"))
+        .await
+        .unwrap();
+    child.send(Bytes::from_static(b"echoed\n")).await.unwrap();
+    assert_eq!(next_line(&mut output).await, "echoed");
+    child.close_stdin();
+    assert_eq!(next_line(&mut output).await, "after-eof");
     assert_eq!(next(&mut output).await, exited(Some(0), None));
 }
 

@@ -152,6 +152,7 @@ async fn real_agent_accepts_its_token_and_refuses_others() {
             project: "real-agent".into(),
             max_line: 1 << 20,
             confine: Default::default(),
+            stderr_log: None,
         };
         let (child, mut output) = ChildProcess::spawn(spec).await.unwrap();
         let result = hello(&child, &mut output, given.unwrap_or(&token), PATIENCE).await;

@@ -1,7 +1,7 @@
 //! The Anthropic Messages stream: event order, text, tool-use JSON
 //! fragments, usage and cache counters, request checks.
 
-use corral_e2e::mock_llm::{MockLlm, Turn};
+use corral_e2e::mock_llm::{MockLlm, ReportedUsage, Turn};
 use serde_json::{json, Value};
 
 use super::*;
@@ -111,6 +111,33 @@ async fn cache_reads_start_with_the_second_request() {
         usage(&anthropic_events(post_anthropic(&mock, &anthropic_body(hello())).await).await);
     assert!(second["cache_read_input_tokens"].as_u64().unwrap() > 0);
     assert!(second["input_tokens"].as_u64().unwrap() > 0);
+}
+
+#[tokio::test]
+async fn usage_set_by_the_test_is_reported_without_cache() {
+    let mock = MockLlm::start().await;
+    mock.report_usage(Some(ReportedUsage {
+        input: 1_000_000,
+        output: 2_000,
+    }));
+    mock.push_all([Turn::text("one"), Turn::text("two")]);
+    for _ in 0..2 {
+        let events = anthropic_events(post_anthropic(&mock, &anthropic_body(hello())).await).await;
+        let start = &events[0]["message"]["usage"];
+        assert_eq!(start["input_tokens"], 1_000_000);
+        assert_eq!(start["cache_read_input_tokens"], 0);
+        assert_eq!(start["cache_creation_input_tokens"], 0);
+        assert_eq!(events[events.len() - 2]["usage"]["output_tokens"], 2_000);
+    }
+    mock.report_usage(None);
+    mock.push(Turn::text("three"));
+    let events = anthropic_events(post_anthropic(&mock, &anthropic_body(hello())).await).await;
+    assert!(
+        events[0]["message"]["usage"]["input_tokens"]
+            .as_u64()
+            .unwrap()
+            < 1_000
+    );
 }
 
 #[tokio::test]

@@ -1,7 +1,7 @@
 //! The OpenAI Chat Completions stream: chunk framing, text, tool-call
 //! fragments, finish reasons, the usage chunk and request checks.
 
-use corral_e2e::mock_llm::{MockLlm, Turn};
+use corral_e2e::mock_llm::{MockLlm, ReportedUsage, Turn};
 use serde_json::{json, Value};
 
 use super::*;
@@ -39,6 +39,24 @@ async fn text_turn_streams_chunks_then_usage_then_done() {
     assert!(deltas
         .iter()
         .all(|c| c["choices"][0]["finish_reason"].is_null() && c["usage"].is_null()));
+}
+
+#[tokio::test]
+async fn usage_set_by_the_test_is_reported_without_cache() {
+    let mock = MockLlm::start().await;
+    mock.report_usage(Some(ReportedUsage {
+        input: 40_000,
+        output: 300,
+    }));
+    mock.push_all([Turn::text("one"), Turn::text("two")]);
+    for _ in 0..2 {
+        let chunks = openai_chunks(post_openai(&mock, &openai_body(hello())).await).await;
+        let u = &chunks.last().unwrap()["usage"];
+        assert_eq!(u["prompt_tokens"], 40_000);
+        assert_eq!(u["completion_tokens"], 300);
+        assert_eq!(u["total_tokens"], 40_300);
+        assert_eq!(u["prompt_tokens_details"]["cached_tokens"], 0);
+    }
 }
 
 #[tokio::test]

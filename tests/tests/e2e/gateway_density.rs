@@ -1,0 +1,170 @@
+//! End-to-end: what an idle project costs the gateway's host, counted on
+//! the real processes: one descriptor in the gateway and two processes
+//! (outer and the sandboxed agent, pid 1 of its pid namespace); and where
+//! a child's stderr goes instead of a pipe: its file in the state
+//! directory, which the gateway follows into its log and the admin API
+//! shows.
+
+#![allow(clippy::unwrap_used)]
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use corral_e2e::gateway::{Gateway, GatewaySpawn, ADMIN_TOKEN, TOKEN};
+use serde_json::{json, Value};
+
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count()
+}
+
+fn children_of(pid: u32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
+}
+
+/// Polls `value` until it is `want` (bounded); returns the last value.
+async fn settles_at(want: usize, mut value: impl FnMut() -> usize) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let now = value();
+        if now == want || Instant::now() > deadline {
+            return now;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The descriptor count of `pid` once it held still for a moment
+/// (a departed client's socket closes asynchronously).
+async fn steady_fds(pid: u32) -> usize {
+    let mut last = open_fds(pid);
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let now = open_fds(pid);
+        if now == last {
+            return now;
+        }
+        last = now;
+    }
+    last
+}
+
+/// Connects to `project`, pings, and leaves.
+async fn visit(gateway: &Gateway, project: &str) {
+    let (mut ws, reply) = gateway.client_with(project, TOKEN, None).await;
+    assert_eq!(reply["success"], true, "{reply}");
+    let pong = ws.request(json!({"id":"1","type":"ping"})).await;
+    assert_eq!(pong["success"], true, "{pong}");
+}
+
+#[tokio::test]
+async fn an_idle_project_costs_the_gateway_one_descriptor_and_two_processes() {
+    let names = ["warm", "p1", "p2", "p3", "p4", "p5"];
+    let gateway = GatewaySpawn::default()
+        .echo()
+        .projects(&names)
+        .arg("--idle-timeout")
+        .arg("0")
+        .spawn()
+        .await;
+    let pid = gateway.child.id().unwrap();
+    // What the gateway sets up at its first spawn is no project's cost.
+    visit(&gateway, "warm").await;
+    let base = steady_fds(pid).await;
+    for name in &names[1..] {
+        visit(&gateway, name).await;
+    }
+    let projects = names.len() - 1;
+    let now = settles_at(base + projects, || open_fds(pid)).await;
+    assert_eq!(now, base + projects, "one descriptor per idle project");
+
+    let outers = gateway.child_pids();
+    assert_eq!(outers.len(), names.len(), "one child per project");
+    for outer in outers {
+        let below = children_of(outer);
+        assert_eq!(below.len(), 1, "outer and the agent only: {below:?}");
+        assert!(children_of(below[0]).is_empty(), "nothing below the agent");
+    }
+    // Each still answers.
+    for name in &names {
+        visit(&gateway, name).await;
+    }
+}
+
+/// A fake agent (a shell script): answers the hello, says something on
+/// stderr, then reads until its stdin ends.
+fn chatty_agent(dir: &Path) -> std::path::PathBuf {
+    let path = dir.join("chatty-agent");
+    let body = r#"#!/bin/sh
+read line
+echo "the child speaks on stderr" >&2
+echo '{"type":"response","id":"corral-hello","command":"hello","success":true,"data":{"protocol_version":1,"version":"0","provider":"fake","model":"m"}}'
+while read line; do :; done
+echo "the child's last words" >&2
+"#;
+    std::fs::write(&path, body).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+#[tokio::test]
+async fn a_childs_stderr_goes_to_its_file_the_admin_api_and_the_gateway_log() {
+    let dir = tempfile::tempdir().unwrap();
+    // A shell script cannot pass the sandbox's start-up probe.
+    let gateway = GatewaySpawn::default()
+        .child_bin(chatty_agent(dir.path()))
+        .arg("--sandbox")
+        .arg("off")
+        .capture_log()
+        .spawn()
+        .await;
+    let (_ws, reply) = gateway.client_with("alpha", TOKEN, None).await;
+    assert_eq!(reply["success"], true, "{reply}");
+    let file = gateway.state.join("logs/alpha.log");
+    let said = |text: &str| {
+        std::fs::read_to_string(&file)
+            .unwrap_or_default()
+            .contains(text)
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !said("the child speaks on stderr") {
+        assert!(Instant::now() < deadline, "nothing in {}", file.display());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "the file is the gateway's alone");
+
+    let (status, body) = gateway
+        .http_get("/v1/projects/alpha", Some(ADMIN_TOKEN))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let detail: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        detail["stderr_tail"],
+        json!(["the child speaks on stderr"]),
+        "{detail}"
+    );
+
+    let (status, body) = gateway
+        .http_post("/v1/projects/alpha/stop", Some(ADMIN_TOKEN))
+        .await;
+    assert_eq!(status, 202, "{body}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !gateway.log_text().contains("the child's last words") {
+        assert!(
+            Instant::now() < deadline,
+            "the child's stderr is not in the gateway's log: {}",
+            gateway.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let log = gateway.log_text();
+    assert!(log.contains("the child speaks on stderr"), "{log}");
+    assert!(said("the child's last words"));
+}
