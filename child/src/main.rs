@@ -119,8 +119,11 @@ fn main() -> ExitCode {
     if let Some(Err(e)) = telemetry.as_ref().map(Telemetry::start) {
         eprintln!("corral-agent: {e}; no traces are exported");
     }
+    // Blocking-pool threads (file tools, the journal) end after a second
+    // unused rather than tokio's ten: an idle agent is one kernel task.
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
+        .thread_keep_alive(Duration::from_secs(1))
         .build()
     {
         Ok(runtime) => runtime,
@@ -130,6 +133,11 @@ fn main() -> ExitCode {
         }
     };
     let code = runtime.block_on(async {
+        // As its pid namespace's init, the agent reaps on its runtime.
+        if let Err(e) = sandbox::start_reaping() {
+            eprintln!("corral-agent: cannot reap the sandbox's orphans: {e}");
+            return 1;
+        }
         match cli.mode {
             Mode::Rpc {
                 agent,

@@ -15,6 +15,7 @@ pub mod acp;
 pub mod dialects;
 pub mod letscode;
 pub mod mcp_status;
+pub mod stdio;
 mod trace_context;
 pub mod transcript_wire;
 pub mod zi;
@@ -98,7 +99,7 @@ pub trait Frontend {
 
 /// Starts the stdout writer.
 pub fn spawn_writer(out: mpsc::Receiver<Output>, encoder: Box<dyn Encoder>) -> JoinHandle<()> {
-    tokio::spawn(write_loop(out, tokio::io::stdout(), encoder))
+    tokio::spawn(write_loop(out, stdio::output(), encoder))
 }
 
 /// Writes every output in order, one flushed line each, until all senders
@@ -140,8 +141,7 @@ pub async fn serve<F: Frontend>(
     writer: JoinHandle<()>,
     options: TransportOptions,
 ) -> u8 {
-    let mut reader =
-        FrameReader::with_max_line(BufReader::new(tokio::io::stdin()), options.max_line);
+    let mut reader = FrameReader::with_max_line(BufReader::new(stdio::input()), options.max_line);
     let (mut term, mut int) = match (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),

@@ -8,7 +8,9 @@
 //!   agent as the signal would have: it tells outer which signal through
 //!   the report pipe and exits, and outer then dies by that signal.
 //! - **Reaping orphans.** Whatever a tool leaves behind is reparented to
-//!   the agent. A thread waits for SIGCHLD (a self-pipe) and reaps every
+//!   the agent. A task on the agent's runtime (not a thread of its own:
+//!   an idle agent is one kernel task) waits for SIGCHLD (a self-pipe)
+//!   and reaps every
 //!   exited child of the agent that the agent did not start itself, so
 //!   that whoever waits for those in the agent keeps their exit status. A
 //!   child the agent started is told by one of two marks: it is still in
@@ -26,27 +28,30 @@
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::Read;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
+
+use std::sync::Mutex;
 
 use nix::fcntl::OFlag;
-use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::wait::{waitpid, WaitPidFlag};
 use nix::unistd::{pipe2, Pid};
+use tokio::net::unix::pipe;
 
 use super::sys;
 use super::SandboxError;
 
-/// Stack of the reaper thread: it reads `/proc` and little else.
-const REAPER_STACK: usize = 64 * 1024;
+/// The reaper's two pipes, from [`become_init`] until [`start_reaping`]
+/// moves them onto the runtime.
+static PENDING: Mutex<Option<(OwnedFd, OwnedFd)>> = Mutex::new(None);
 
 /// Takes up the duties of init in the agent (pid 1): signal handlers
-/// that report to outer through `report`, the pid registry of the
-/// processes the agent starts, and the reaper thread. Must run before any
-/// other thread exists.
+/// that report to outer through `report`, and the pid registry of the
+/// processes the agent starts. Reaping starts with [`start_reaping`],
+/// once the runtime runs. Must run before any other thread exists.
 pub fn become_init(report: OwnedFd) -> Result<(), SandboxError> {
     let failed = |what: &'static str| move |source| SandboxError::Process { what, source };
-    // Registering blocks (a full pipe waits for the reaper); reading
-    // does not.
+    // Registering blocks (a full pipe, 16,384 pids, waits for the
+    // reaper); reading does not.
     let (registered_read, registered_write) = pipe2(OFlag::O_CLOEXEC).map_err(failed("pipe"))?;
     nix::fcntl::fcntl(
         registered_read.as_raw_fd(),
@@ -58,30 +63,30 @@ pub fn become_init(report: OwnedFd) -> Result<(), SandboxError> {
     sys::end_like_signals(report)?;
     sys::set_registry(registered_write);
     sys::wake_on_sigchld(wake_write)?;
-    std::thread::Builder::new()
-        .name("corral-reaper".into())
-        .stack_size(REAPER_STACK)
-        .spawn(move || reap_forever(&wake_read, &registered_read))
-        .map_err(|e| SandboxError::Process {
-            what: "starting the reaper thread",
-            source: nix::errno::Errno::from_raw(e.raw_os_error().unwrap_or(libc::EAGAIN)),
-        })?;
+    *PENDING.lock().unwrap_or_else(|e| e.into_inner()) = Some((wake_read, registered_read));
     Ok(())
 }
 
-/// The reaper thread: after every SIGCHLD, reaps the exited orphans.
-fn reap_forever(wake: &OwnedFd, registered: &OwnedFd) -> ! {
+/// Starts reaping on the current runtime, if [`become_init`] ran (the
+/// agent is a pid namespace's init); otherwise does nothing. Orphans that
+/// exited before are reaped at once.
+pub fn start_reaping() -> std::io::Result<()> {
+    let Some((wake, registered)) = PENDING.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+        return Ok(());
+    };
+    let wake = pipe::Receiver::from_owned_fd(wake)?;
+    let registered = pipe::Receiver::from_owned_fd(registered)?;
+    tokio::spawn(reap_forever(wake, registered));
+    Ok(())
+}
+
+/// The reaper: after every SIGCHLD, reaps the exited orphans.
+async fn reap_forever(wake: pipe::Receiver, registered: pipe::Receiver) {
     let mut started = Registry::default();
     loop {
-        let mut fds = [
-            PollFd::new(wake.as_fd(), PollFlags::POLLIN),
-            PollFd::new(registered.as_fd(), PollFlags::POLLIN),
-        ];
-        let _ = poll(&mut fds, PollTimeout::NONE);
-        drain(wake, |_| {});
         // Before looking at zombies: every child the agent started has
         // registered by the time it can be one.
-        drain(registered, |bytes| started.add_pids(bytes));
+        drain(&registered, |bytes| started.add_pids(bytes));
         let processes = processes();
         started.keep_only(&processes);
         for process in processes.iter().filter(|p| started.is_orphan(p)) {
@@ -90,14 +95,24 @@ fn reap_forever(wake: &OwnedFd, registered: &OwnedFd) -> ! {
                 Some(WaitPidFlag::WNOHANG),
             );
         }
+        // A registration alone needs no scan, but it is read promptly: a
+        // full pipe would stall a spawn.
+        let woken = tokio::select! {
+            woken = wake.readable() => woken,
+            woken = registered.readable() => woken,
+        };
+        if woken.is_err() {
+            return;
+        }
+        drain(&wake, |_| {});
     }
 }
 
-/// Reads everything available from the non-blocking `fd`.
-fn drain(fd: &OwnedFd, mut take: impl FnMut(&[u8])) {
+/// Reads everything available from `pipe` without waiting.
+fn drain(pipe: &pipe::Receiver, mut take: impl FnMut(&[u8])) {
     let mut buf = [0u8; 4096];
     loop {
-        match nix::unistd::read(fd.as_raw_fd(), &mut buf) {
+        match pipe.try_read(&mut buf) {
             Ok(0) | Err(_) => return,
             Ok(n) => take(&buf[..n]),
         }

@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 
 pub use error::SandboxError;
 pub use exec::{exec, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND};
+pub use init::start_reaping;
 pub use probe::{probe, ProbedNetwork};
 pub(crate) use sys::die_by_signal;
 pub use tool::{ToolConfinement, ToolNet};

@@ -1,6 +1,7 @@
 //! End-to-end: what an idle project costs the gateway's host, counted on
 //! the real processes: one descriptor in the gateway and two processes
-//! (outer and the sandboxed agent, pid 1 of its pid namespace); and where
+//! of one thread each (outer and the sandboxed agent, pid 1 of its pid
+//! namespace); and where
 //! a child's stderr goes instead of a pipe: its file in the state
 //! directory, which the gateway follows into its log and the admin API
 //! shows.
@@ -18,6 +19,12 @@ fn open_fds(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd"))
         .unwrap()
         .count()
+}
+
+fn threads_of(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|tasks| tasks.count())
+        .unwrap_or(0)
 }
 
 fn children_of(pid: u32) -> Vec<u32> {
@@ -64,7 +71,7 @@ async fn visit(gateway: &Gateway, project: &str) {
 }
 
 #[tokio::test]
-async fn an_idle_project_costs_the_gateway_one_descriptor_and_two_processes() {
+async fn an_idle_project_costs_the_gateway_one_descriptor_and_two_single_threaded_processes() {
     let names = ["warm", "p1", "p2", "p3", "p4", "p5"];
     let gateway = GatewaySpawn::default()
         .echo()
@@ -90,6 +97,14 @@ async fn an_idle_project_costs_the_gateway_one_descriptor_and_two_processes() {
         let below = children_of(outer);
         assert_eq!(below.len(), 1, "outer and the agent only: {below:?}");
         assert!(children_of(below[0]).is_empty(), "nothing below the agent");
+        // Each task takes a pid of the host's `pid_max`.
+        assert_eq!(threads_of(outer), 1, "outer is one thread");
+        let agent = below[0];
+        assert_eq!(
+            settles_at(1, || threads_of(agent)).await,
+            1,
+            "an idle agent is one thread"
+        );
     }
     // Each still answers.
     for name in &names {
