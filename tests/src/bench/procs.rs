@@ -223,9 +223,16 @@ pub struct StdioAgent {
 
 impl StdioAgent {
     pub async fn spawn(bins: &Bins) -> anyhow::Result<StdioAgent> {
+        StdioAgent::spawn_with(bins, &[]).await
+    }
+
+    /// Spawns with `extra` flags after `rpc` (`--sandbox`, say).
+    pub async fn spawn_with(bins: &Bins, extra: &[&str]) -> anyhow::Result<StdioAgent> {
         let temp = tempfile::tempdir().context("create a temp dir")?;
         let mut child = Command::new(&bins.agent)
-            .args(["rpc", "--provider", "echo", "--cwd"])
+            .arg("rpc")
+            .args(extra)
+            .args(["--provider", "echo", "--cwd"])
             .arg(temp.path())
             .env("ZUT_HOME", temp.path())
             .env_remove("ZUTCORE_RPC_TOKEN")

@@ -9,7 +9,7 @@ use anyhow::{bail, Context};
 use futures_util::future::join_all;
 
 use super::client::Client;
-use super::procs::{rss_kib, BenchGateway, Bins, GatewayArgs};
+use super::procs::{rss_kib, BenchGateway, Bins, GatewayArgs, StdioAgent};
 use super::stats::Latency;
 use super::wire::Seen;
 
@@ -94,6 +94,28 @@ pub async fn burst(gateway: &BenchGateway, names: &[String]) -> anyhow::Result<B
     }
     burst.ready_after = Latency::of(times);
     Ok(burst)
+}
+
+/// The floor of a burst: `n` sandboxed agents (`corral-agent rpc
+/// --sandbox --provider echo`) spawned by a plain loop, one by one, each
+/// pinged once and kept running until all have answered. Returns the time
+/// from the first spawn to the last pong.
+pub async fn plain_loop(bins: &Bins, n: usize) -> anyhow::Result<Duration> {
+    let start = Instant::now();
+    let mut agents = Vec::with_capacity(n);
+    for id in 0..n {
+        let mut agent = StdioAgent::spawn_with(bins, &["--sandbox"]).await?;
+        agent
+            .ping(id as u64)
+            .await
+            .with_context(|| format!("the plain loop's agent {id}"))?;
+        agents.push(agent);
+    }
+    let took = start.elapsed();
+    // Killed on drop; a pause lets their exits settle before what follows.
+    drop(agents);
+    tokio::time::sleep(SETTLE * 3).await;
+    Ok(took)
 }
 
 /// Open descriptors of process `pid`.

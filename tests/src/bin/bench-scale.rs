@@ -1,17 +1,20 @@
 //! `bench-scale [--projects N] [--burst N] [--idle-clients N]
 //! [--fanout N,N] [--fd-cap N] [--nofile N] [--connected N]
-//! [--only SECTION,…] [--bin-dir DIR]`: how far one `corral` gateway
-//! scales on this machine, as markdown tables: `--projects` projects each
-//! connected once and left idle, with descriptors, processes and PSS per
-//! project and a ping of each afterwards (`idle`); `--projects` projects
-//! first-connected at once (`burst`); the pings of an attached client while `--burst` projects
-//! spawn (`pings`); gateway memory per idle client and one prompt
-//! delivered to each of `--fanout` clients of one project (`clients`);
-//! and the projects running before the gateway refuses one under its
-//! descriptor limit (`fds`: the hard limit, or `--nofile N` as the
-//! gateway's soft and hard limit; at most `--fd-cap`), with how it
-//! degrades there. Children run the echo provider, sandboxed (the
-//! default). Build in release first: `cargo build --release --workspace`.
+//! [--min-pings N] [--only SECTION,…] [--bin-dir DIR]`: how far one
+//! `corral` gateway scales on this machine, as markdown tables:
+//! `--projects` projects each connected once and left idle, with
+//! descriptors, processes and PSS per project and a ping of each
+//! afterwards (`idle`); `--projects` projects first-connected at once,
+//! against a plain loop spawning as many sandboxed agents in the same run
+//! (`burst`); the pings of an attached client during bursts of `--burst`
+//! projects, pooled until `--min-pings` (`pings`); gateway memory per idle
+//! client and one prompt delivered to each of `--fanout` clients of one
+//! project (`clients`); and the projects running before the gateway
+//! refuses one under its descriptor limit (`fds`: the hard limit, or
+//! `--nofile N` as the gateway's soft and hard limit; at most
+//! `--fd-cap`), with how it degrades there. Children run the echo
+//! provider, sandboxed (the default). Build in release first:
+//! `cargo build --release --workspace`.
 
 // A benchmark's tables are its output.
 #![allow(clippy::print_stdout)]
@@ -24,7 +27,8 @@ use corral_e2e::bench::stats::{micros, Latency};
 use corral_e2e::bench::{idle, nofile, scale};
 
 const HELP: &str = "usage: bench-scale [--projects N] [--burst N] [--idle-clients N] \
-[--fanout N,N] [--fd-cap N] [--nofile N] [--connected N] [--only idle,burst,pings,clients,fds] \
+[--fanout N,N] [--fd-cap N] [--nofile N] [--connected N] [--min-pings N] \
+[--only idle,burst,pings,clients,fds] \
 [--bin-dir DIR]
 
 How far one corral gateway scales on this machine, as markdown tables.
@@ -37,8 +41,11 @@ sections (all by default, in this order):
             idle: gateway descriptors, processes and PSS per project, and
             how many answer a ping afterwards
   burst     --projects projects first-connected at once: time to all ready,
-            gateway memory and descriptors per project (with its client)
-  pings     an attached client's pings while --burst projects spawn
+            gateway memory and descriptors per project (with its client),
+            against a plain loop spawning as many sandboxed agents one by
+            one in the same run
+  pings     an attached client's pings during bursts of --burst projects,
+            until --min-pings pings were pooled
   clients   gateway memory per idle client (--idle-clients), and one prompt
             delivered to each of --fanout clients of one project
   fds       projects running before the gateway refuses one under its
@@ -47,7 +54,8 @@ sections (all by default, in this order):
 options:
   --projects N        projects of idle and burst (default 2000)
   --connected N       most clients connected at once in idle (default 200)
-  --burst N           projects spawned during the pings (default 300)
+  --burst N           projects spawned at once during the pings (default 300)
+  --min-pings N       pings pooled over bursts, at least (default 1000)
   --idle-clients N    idle clients of the clients section (default 2000)
   --fanout N,N        client counts of the delivery table (default 1000,10000)
   --fd-cap N          most projects the fds section opens (default 5000)
@@ -68,6 +76,8 @@ struct Args {
     nofile: Option<u64>,
     /// Most clients connected at once in the idle section.
     connected: usize,
+    /// Pings pooled over the bursts of the pings section, at least.
+    min_pings: usize,
     /// Sections to run (all when empty).
     only: Vec<String>,
     bin_dir: Option<PathBuf>,
@@ -76,6 +86,7 @@ struct Args {
 fn parse_args(given: Vec<String>) -> anyhow::Result<Args> {
     let mut args = Args {
         connected: 200,
+        min_pings: 1000,
         projects: 2000,
         burst: 300,
         idle_clients: 2000,
@@ -101,6 +112,7 @@ fn parse_args(given: Vec<String>) -> anyhow::Result<Args> {
             "--fd-cap" => args.fd_cap = value()?.parse().context("--fd-cap")?,
             "--nofile" => args.nofile = Some(value()?.parse().context("--nofile")?),
             "--connected" => args.connected = value()?.parse().context("--connected")?,
+            "--min-pings" => args.min_pings = value()?.parse().context("--min-pings")?,
             "--only" => {
                 args.only = value()?.split(',').map(String::from).collect();
                 if let Some(bad) = args.only.iter().find(|s| !SECTIONS.contains(&s.as_str())) {
@@ -183,8 +195,11 @@ async fn idle_projects(bins: &Bins, args: &Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// 1. First connects at once, then memory and fds per idle project.
+/// 1. First connects at once, then memory and fds per idle project; and
+///    the floor: the same number of sandboxed agents spawned by a plain
+///    loop, in the same run.
 async fn first_connects(bins: &Bins, args: &Args) -> anyhow::Result<()> {
+    let floor = scale::plain_loop(bins, args.projects).await?;
     let gw = scale::gateway(bins, cap(args)).await?;
     let base_rss = scale::settled_rss(gw.pid).await?;
     let base_fds = scale::fds(gw.pid)?;
@@ -210,14 +225,32 @@ async fn first_connects(bins: &Bins, args: &Args) -> anyhow::Result<()> {
     }
     println!("\n| ready after | p50 | p99 | max |\n|---|---|---|---|");
     println!("{}", row("hello answered", &burst.ready_after));
+    println!(
+        "\n| {n} sandboxed agents | time to the last answer |\n|---|---|",
+        n = args.projects
+    );
+    println!(
+        "| plain loop: `corral-agent rpc --sandbox` spawned one by one, each pinged | {:.1} s |",
+        floor.as_secs_f64()
+    );
+    println!(
+        "| through the gateway, all first-connected at once | {:.1} s ({:.2}× the loop) |",
+        burst.all_ready.as_secs_f64(),
+        burst.all_ready.as_secs_f64() / floor.as_secs_f64().max(1e-9)
+    );
     drop(burst);
     gw.stop().await?;
     Ok(())
 }
 
-/// 2. Pings of an attached client during a burst of spawns.
+/// Bursts of the pings section at most, however few pings they give.
+const MAX_BURSTS: usize = 40;
+
+/// 2. Pings of an attached client during bursts of spawns: bursts of
+///    `--burst` new projects, one after another, until `--min-pings` pings
+///    were sent during them (pooled).
 async fn pings_during_spawns(bins: &Bins, args: &Args) -> anyhow::Result<()> {
-    let gw = scale::gateway(bins, cap(args)).await?;
+    let gw = scale::gateway(bins, args.burst * MAX_BURSTS + 10).await?;
     let mut attached = corral_e2e::bench::client::Client::connect(&gw.url()).await?;
     let idle = {
         let mut samples = Vec::new();
@@ -226,11 +259,21 @@ async fn pings_during_spawns(bins: &Bins, args: &Args) -> anyhow::Result<()> {
         }
         Latency::of(samples)
     };
-    let names = scale::projects(&gw, 0, args.burst)?;
-    let (samples, burst) = scale::ping_during(&mut attached, scale::burst(&gw, &names)).await?;
-    let burst = burst?;
+    let mut pooled = Vec::new();
+    let (mut bursts, mut ready, mut failed) = (0, 0, 0);
+    while pooled.len() < args.min_pings && bursts < MAX_BURSTS {
+        let names = scale::projects(&gw, bursts * args.burst, args.burst)?;
+        let (samples, burst) = scale::ping_during(&mut attached, scale::burst(&gw, &names)).await?;
+        let burst = burst?;
+        pooled.extend(samples);
+        ready += burst.ready;
+        failed += burst.failed;
+        bursts += 1;
+        // The burst's clients leave; their projects stay, idle.
+        drop(burst);
+    }
     println!(
-        "\n## Pings of an attached client while {} projects spawn\n",
+        "\n## Pings of an attached client while {} projects spawn at once\n",
         args.burst
     );
     println!("| pings | p50 | p99 | max |\n|---|---|---|---|");
@@ -239,15 +282,12 @@ async fn pings_during_spawns(bins: &Bins, args: &Args) -> anyhow::Result<()> {
         "{}",
         row(
             &format!(
-                "during the burst ({} ready, {} failed, {} pings)",
-                burst.ready,
-                burst.failed,
-                samples.len()
+                "during {bursts} bursts, pooled ({ready} ready, {failed} failed, {} pings)",
+                pooled.len()
             ),
-            &Latency::of(samples)
+            &Latency::of(pooled)
         )
     );
-    drop(burst);
     drop(attached);
     gw.stop().await?;
     Ok(())

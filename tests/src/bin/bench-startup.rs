@@ -205,14 +205,14 @@ fn main() -> anyhow::Result<()> {
     row(&mut out, "idle RSS", &mut plain.rss, mib)?;
     row(
         &mut out,
-        "… with --sandbox (3 processes)",
+        "… with --sandbox (2 processes)",
         &mut sandboxed.rss,
         mib,
     )?;
     row(&mut out, "idle PSS", &mut plain.pss, mib)?;
     row(
         &mut out,
-        "… with --sandbox (3 processes)",
+        "… with --sandbox (2 processes)",
         &mut sandboxed.pss,
         mib,
     )?;
