@@ -12,8 +12,9 @@
 //! and the stderr file is opened only to be read.
 
 use std::fmt;
+use std::fs::File;
+use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream as StdUnixStream;
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -25,6 +26,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
+use super::launched::{self, Launched};
 use super::leftovers;
 use super::limits::{self, ChildLimits, LimitHit};
 use super::spawner;
@@ -293,7 +295,7 @@ impl Drop for ChildProcess {
 /// A child just forked, with the gateway's end of its stdio.
 struct Forked {
     spec: SpawnSpec,
-    child: Child,
+    child: Launched,
     pid: u32,
     stdio: StdUnixStream,
     /// The length of its stderr file before it could write to it.
@@ -349,49 +351,43 @@ fn fork(spec: SpawnSpec) -> Result<Forked, SpawnError> {
     let stdio = stdio::pair().map_err(io_failed)?;
     // Where the gateway's log picks the file up: what the child writes.
     let mut stderr_from = 0;
-    let stderr = match &spec.stderr_log {
+    let stderr: OwnedFd = match &spec.stderr_log {
         Some(log) => {
             let file = log.open_for_child().map_err(|e| SpawnError::Io {
                 program: spec.program.clone(),
                 source: std::io::Error::other(format!("its stderr file: {e}")),
             })?;
             stderr_from = file.metadata().map_or(0, |m| m.len());
-            Stdio::from(file)
+            file.into()
         }
-        None => Stdio::null(),
+        None => File::options()
+            .read(true)
+            .write(true)
+            .open("/dev/null")
+            .map_err(io_failed)?
+            .into(),
     };
-    let mut command = Command::new(&spec.program);
-    command
-        .args(&spec.args)
-        .env_clear()
-        .envs(spec.env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::from(stdio.stdin))
-        .stdout(Stdio::from(stdio.stdout))
-        .stderr(stderr);
-    if spec.confine.cwd_dir.is_none() {
-        command.current_dir(&spec.cwd);
-    }
-    sys::install(
-        &mut command,
-        PreExec {
-            cwd: spec.confine.cwd_dir.clone(),
-            join,
-            limits: limits.clone(),
-            credentials: spec.confine.credentials.clone(),
-            parent_death: Some(match spec.confine.sandboxed {
-                true => Signal::SIGKILL,
-                false => Signal::SIGTERM,
-            }),
-        },
-    );
-    // From the fork until the pid is known, no sweep may run.
+    let chdir = spec.confine.cwd_dir.is_none().then_some(spec.cwd.as_path());
+    let exec = launched::exec_of(&spec, chdir, [stdio.stdin, stdio.stdout, stderr])
+        .map_err(|e| SpawnError::classify(&spec, e))?;
+    let setup = PreExec {
+        cwd: spec.confine.cwd_dir.clone(),
+        join,
+        limits: limits.clone(),
+        credentials: spec.confine.credentials.clone(),
+        parent_death: Some(match spec.confine.sandboxed {
+            true => Signal::SIGKILL,
+            false => Signal::SIGTERM,
+        }),
+    };
+    // From the clone until the pid is known, no sweep may run.
     let mut live = leftovers::Registry::lock();
-    let spawned = command.spawn();
-    // The hook (and with it the cgroup.procs descriptors) and the child's
-    // ends of its stdio are no longer needed.
-    drop(command);
+    let spawned = sys::launch(&exec, setup);
+    // The cgroup.procs descriptors (in `setup`, dropped by `launch`) and
+    // the child's ends of its stdio are no longer needed.
+    drop(exec);
     let child = match spawned {
-        Ok(child) => child,
+        Ok(pid) => Launched::new(pid),
         Err(e) => {
             if let Some(limits) = &limits {
                 limits.remove();
@@ -416,7 +412,7 @@ fn fork(spec: SpawnSpec) -> Result<Forked, SpawnError> {
 /// meanwhile follows its stderr file (`follower`) every
 /// [`stderr_log::FOLLOW_EVERY`].
 async fn exit_of(
-    child: &mut Child,
+    child: &mut Launched,
     follower: &mut Option<Follower>,
 ) -> std::io::Result<std::process::ExitStatus> {
     // Listening before the first look: an exit in between still wakes us.
@@ -449,17 +445,17 @@ async fn exit_of(
 }
 
 /// Reaps a child nothing else is left of.
-async fn reap_only(mut child: Child, pid: u32) {
+async fn reap_only(mut child: Launched, pid: u32) {
     let mut none = None;
     let _ = exit_of(&mut child, &mut none).await;
     leftovers::forget(pid);
 }
 
-/// Owns the `Child`: reaps it, kills the rest of its group, drains stdout
+/// Owns the child's handle: reaps it, kills the rest of its group, drains stdout
 /// (bounded), logs the rest of its stderr, publishes the exit and sends
 /// `Exited` last.
 async fn reap(
-    mut child: Child,
+    mut child: Launched,
     mut stdout_task: JoinHandle<()>,
     exit_tx: watch::Sender<Option<ExitInfo>>,
     out: mpsc::Sender<ChildOutput>,

@@ -16,16 +16,20 @@
 //!   or rlimits) and the task that kills a child that hit one.
 //! - [`leftovers`] – finds and kills every process an ended child started
 //!   (its session, and orphans reparented to the gateway as subreaper).
-//! - [`spawner`] – the thread every child is forked on, and the bound on
+//! - [`spawner`] – the thread every child is started on, and the bound on
 //!   children starting at once.
+//! - `launched` – what a child executes, prepared before it starts, and
+//!   the handle it is waited on and killed by.
 //! - [`probe`] – the start-up check that the agent sandbox works here.
-//! - `sys` – the `pre_exec` hook: directory, cgroups, rlimits, user,
-//!   no-new-privileges, parent-death signal.
+//! - `sys` – starting a child (a clone sharing the gateway's memory until
+//!   `exec`) and what it does before `exec`: directory, cgroups, rlimits,
+//!   user, no-new-privileges, parent-death signal.
 
 pub mod backoff;
 pub mod child;
 pub mod env;
 pub mod handshake;
+mod launched;
 pub mod leftovers;
 pub mod limits;
 pub mod probe;

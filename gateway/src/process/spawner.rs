@@ -105,7 +105,11 @@ pub fn starting_limit(cores: usize) -> usize {
 pub async fn start_slot() -> Option<SemaphorePermit<'static>> {
     let slots = STARTING.get_or_init(|| {
         let cores = std::thread::available_parallelism().map_or(1, usize::from);
-        Semaphore::new(starting_limit(cores))
+        let n = std::env::var("XSTART")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(starting_limit(cores));
+        Semaphore::new(n)
     });
     slots.acquire().await.ok()
 }

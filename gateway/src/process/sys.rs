@@ -1,5 +1,7 @@
-//! The process layer's only `unsafe`: the `pre_exec` hook that runs in the
-//! forked child before `exec`. In order it starts a session of its own
+//! The process layer's only `unsafe`: starting a child ([`launch`]: a
+//! clone sharing the gateway's memory until `exec`, or a `fork` with a
+//! `pre_exec` hook for the start-up probe), and what the child does to
+//! itself before `exec`. In order it starts a session of its own
 //! (so everything it starts can be found and killed: `leftovers`), enters
 //! the project directory (a descriptor opened without following symlinks),
 //! joins the child's cgroups, sets its rlimits, switches to the child
@@ -8,14 +10,20 @@
 //! clears it).
 #![allow(unsafe_code)]
 
+use std::ffi::CString;
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
 
 use nix::errno::Errno;
+use nix::fcntl::{fcntl, FcntlArg};
+use nix::libc;
+use nix::sched::CloneFlags;
 use nix::sys::prctl;
 use nix::sys::resource::setrlimit;
-use nix::sys::signal::Signal;
-use nix::unistd::{fchdir, getpid, getppid, setgid, setgroups, setsid, setuid, write, Gid, Uid};
+use nix::sys::signal::{pthread_sigmask, sigprocmask, SigSet, SigmaskHow, Signal};
+use nix::sys::wait::waitpid;
+use nix::unistd::{chdir, dup2, fchdir, getpid, getppid, setsid, write, Pid};
 
 use super::limits::ChildLimits;
 
@@ -46,7 +54,82 @@ pub(super) struct PreExec {
     pub parent_death: Option<Signal>,
 }
 
-/// Installs the hook on `command`.
+/// What the child does to itself before `exec`, prepared before the fork
+/// or clone: the child only reads it.
+struct Hook {
+    /// The gateway's pid: inside the child `getpid()` is the child's.
+    parent: Pid,
+    setup: PreExec,
+    groups: Vec<libc::gid_t>,
+    parent_death: Signal,
+}
+
+impl Hook {
+    fn new(setup: PreExec) -> Hook {
+        Hook {
+            parent: getpid(),
+            groups: setup
+                .credentials
+                .as_ref()
+                .map(|c| c.groups.clone())
+                .unwrap_or_default(),
+            parent_death: setup.parent_death.unwrap_or(Signal::SIGKILL),
+            setup,
+        }
+    }
+
+    /// Runs in the child before `exec`. Async-signal-safe: plain syscalls
+    /// on what was prepared before, no allocation, no lock. The credential
+    /// changes are raw syscalls: glibc's `setuid` family would signal every
+    /// thread it believes the process has, and a child cloned with the
+    /// gateway's memory ([`launch`]) shares glibc's view of the gateway's
+    /// threads.
+    fn apply(&self) -> Result<(), Errno> {
+        setsid()?;
+        if let Some(dir) = &self.setup.cwd {
+            fchdir(dir.as_raw_fd())?;
+        }
+        for fd in &self.setup.join {
+            write(fd, b"0")?;
+        }
+        if let Some(limits) = &self.setup.limits {
+            for &(resource, value) in limits.rlimits() {
+                setrlimit(resource, value, value)?;
+            }
+        }
+        if let Some(user) = &self.setup.credentials {
+            // SAFETY: the three syscalls take integers and a pointer to the
+            // prepared group list, valid for its length.
+            unsafe {
+                check(libc::syscall(
+                    libc::SYS_setgroups,
+                    self.groups.len(),
+                    self.groups.as_ptr(),
+                ))?;
+                check(libc::syscall(libc::SYS_setgid, user.gid))?;
+                check(libc::syscall(libc::SYS_setuid, user.uid))?;
+            }
+        }
+        prctl::set_no_new_privs()?;
+        prctl::set_pdeathsig(self.parent_death)?;
+        // If the gateway died before the signal was armed, the child has
+        // already been reparented: give up now.
+        if getppid() != self.parent {
+            return Err(Errno::ESRCH);
+        }
+        Ok(())
+    }
+}
+
+/// A raw syscall's return value as a result.
+fn check(ret: libc::c_long) -> Result<(), Errno> {
+    match ret {
+        -1 => Err(Errno::last()),
+        _ => Ok(()),
+    }
+}
+
+/// Installs the hook on `command` (forked: the start-up probe).
 ///
 /// `PR_SET_PDEATHSIG` fires when the *thread* that created the child exits,
 /// not the whole process. Children are forked on the spawner thread
@@ -54,50 +137,142 @@ pub(super) struct PreExec {
 /// gateway dies". (Spawning from a `spawn_blocking` thread would be wrong:
 /// those threads exit when idle.)
 pub(super) fn install(command: &mut std::process::Command, setup: PreExec) {
-    // Read before forking: inside the hook, `getpid()` is the child's pid.
-    let parent = getpid();
-    let groups: Vec<Gid> = setup
-        .credentials
-        .as_ref()
-        .map(|c| c.groups.iter().copied().map(Gid::from_raw).collect())
-        .unwrap_or_default();
-    let parent_death = setup.parent_death.unwrap_or(Signal::SIGKILL);
-    let hook = move || -> std::io::Result<()> {
-        setsid()?;
-        if let Some(dir) = &setup.cwd {
-            fchdir(dir.as_raw_fd())?;
+    let hook = Hook::new(setup);
+    // SAFETY: the hook runs in the forked child before exec, where only
+    // async-signal-safe operations are allowed: see `Hook::apply`.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(command, move || Ok(hook.apply()?));
+    }
+}
+
+/// What a launched child executes, every string and descriptor prepared.
+pub(super) struct Exec {
+    /// The program's path (resolved: `exec` does not search `PATH`).
+    pub program: CString,
+    /// Its argv, `argv[0]` first.
+    pub argv: Vec<CString>,
+    /// Its whole environment, `NAME=VALUE`.
+    pub envp: Vec<CString>,
+    /// A directory to change to first (the hook's descriptor, if any,
+    /// comes after).
+    pub cwd: Option<CString>,
+    /// Dup'ed onto descriptors 0, 1 and 2.
+    pub stdio: [OwnedFd; 3],
+}
+
+/// Stack of a launched child until its `exec`.
+const CHILD_STACK: usize = 64 * 1024;
+
+/// Starts `exec` as a child without copying the gateway:
+/// `clone(CLONE_VM | CLONE_VFORK)` (what `posix_spawn` does), so its cost
+/// does not grow with the gateway's memory as a `fork` does (which
+/// copies the page tables of every client's buffers, and holds the
+/// gateway's memory map locked meanwhile). The calling thread waits until
+/// the child has exec'ed or failed; a failure's errno comes back through
+/// memory they share. Every signal is blocked across the clone, and the
+/// child resets the handled ones to their defaults before unblocking, so
+/// no gateway handler ever runs in it.
+pub(super) fn launch(exec: &Exec, setup: PreExec) -> std::io::Result<Pid> {
+    let hook = Hook::new(setup);
+    let pointers = |strings: &[CString]| -> Vec<*const libc::c_char> {
+        strings
+            .iter()
+            .map(|s| s.as_ptr())
+            .chain(std::iter::once(std::ptr::null()))
+            .collect()
+    };
+    let argv = pointers(&exec.argv);
+    let envp = pointers(&exec.envp);
+    let failed = AtomicI32::new(0);
+    let mut stack = vec![0u8; CHILD_STACK];
+    let mut blocked = SigSet::empty();
+    pthread_sigmask(
+        SigmaskHow::SIG_SETMASK,
+        Some(&SigSet::all()),
+        Some(&mut blocked),
+    )?;
+    let child = Box::new(|| -> isize {
+        let Err(errno) = in_child(exec, &hook, &argv, &envp);
+        failed.store(errno as i32, Ordering::Relaxed);
+        127
+    });
+    // SAFETY: the child shares the gateway's memory but runs on its own
+    // stack, while the calling thread is suspended (CLONE_VFORK) until it
+    // has exec'ed or exited; it only runs `in_child`, which is
+    // async-signal-safe and only reads what was prepared above (writing
+    // only `failed`, an atomic). Signals are blocked, so no handler runs
+    // in it before its own are reset.
+    let cloned = unsafe {
+        nix::sched::clone(
+            child,
+            &mut stack,
+            CloneFlags::CLONE_VM | CloneFlags::CLONE_VFORK,
+            Some(libc::SIGCHLD),
+        )
+    };
+    let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&blocked), None);
+    let pid = cloned?;
+    match failed.load(Ordering::Relaxed) {
+        0 => Ok(pid),
+        errno => {
+            let _ = waitpid(pid, None);
+            Err(std::io::Error::from_raw_os_error(errno))
         }
-        for fd in &setup.join {
-            write(fd, b"0")?;
+    }
+}
+
+/// The launched child until `exec`: returns only on failure.
+fn in_child(
+    exec: &Exec,
+    hook: &Hook,
+    argv: &[*const libc::c_char],
+    envp: &[*const libc::c_char],
+) -> Result<std::convert::Infallible, Errno> {
+    default_signals();
+    // A source among 0–2 (the gateway started with one of them closed)
+    // is moved above them first, so no dup2 overwrites another's source.
+    let mut sources = [0; 3];
+    for (source, fd) in sources.iter_mut().zip(&exec.stdio) {
+        *source = match fd.as_raw_fd() {
+            low @ 0..=2 => fcntl(low, FcntlArg::F_DUPFD_CLOEXEC(3))?,
+            fd => fd,
+        };
+    }
+    for (source, target) in sources.into_iter().zip(0..) {
+        dup2(source, target)?;
+    }
+    if let Some(dir) = &exec.cwd {
+        chdir(dir.as_c_str())?;
+    }
+    hook.apply()?;
+    sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None)?;
+    // SAFETY: the program path and both arrays are valid, NUL-terminated
+    // C strings in null-terminated arrays, alive until the caller returns.
+    unsafe { libc::execve(exec.program.as_ptr(), argv.as_ptr(), envp.as_ptr()) };
+    Err(Errno::last())
+}
+
+/// Resets every signal the gateway handles, and SIGPIPE (which it
+/// ignores), to its default action, as `exec` would for the handled ones.
+fn default_signals() {
+    for signal in 1..=libc::SIGRTMAX() {
+        if signal == libc::SIGKILL || signal == libc::SIGSTOP {
+            continue;
         }
-        if let Some(limits) = &setup.limits {
-            for &(resource, value) in limits.rlimits() {
-                setrlimit(resource, value, value)?;
+        // SAFETY: sigaction with a zeroed (then queried) struct is
+        // async-signal-safe; signals glibc reserves answer EINVAL, ignored.
+        unsafe {
+            let mut current: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(signal, std::ptr::null(), &mut current) != 0 {
+                continue;
+            }
+            let handled = current.sa_sigaction != libc::SIG_DFL
+                && (current.sa_sigaction != libc::SIG_IGN || signal == libc::SIGPIPE);
+            if handled {
+                let mut default: libc::sigaction = std::mem::zeroed();
+                default.sa_sigaction = libc::SIG_DFL;
+                libc::sigaction(signal, &default, std::ptr::null_mut());
             }
         }
-        if let Some(user) = &setup.credentials {
-            setgroups(&groups)?;
-            setgid(Gid::from_raw(user.gid))?;
-            setuid(Uid::from_raw(user.uid))?;
-        }
-        prctl::set_no_new_privs()?;
-        prctl::set_pdeathsig(parent_death)?;
-        // If the gateway died before the signal was armed, the child has
-        // already been reparented: give up now.
-        if getppid() != parent {
-            return Err(Errno::ESRCH.into());
-        }
-        Ok(())
-    };
-    // SAFETY: the hook runs in the forked child before exec, where only
-    // async-signal-safe operations are allowed. Everything it uses was
-    // prepared before the fork and is only read here (descriptors, ids, the
-    // group list, limit values); it makes plain syscalls (setsid, fchdir, write,
-    // setrlimit, setgroups, setgid, setuid, prctl, getppid) and converts an
-    // errno into an `io::Error` (a tagged integer, no allocation). It takes
-    // no locks, touches no shared mutable state and does not allocate, so
-    // it cannot deadlock on a lock held by another thread at fork time.
-    unsafe {
-        std::os::unix::process::CommandExt::pre_exec(command, hook);
     }
 }

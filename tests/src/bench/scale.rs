@@ -132,20 +132,35 @@ pub async fn settled_rss(pid: u32) -> anyhow::Result<u64> {
     rss_kib(pid)
 }
 
-/// Pings of `client` every 10 ms until `done` resolves.
+/// Pings of `client` every 10 ms until `done` resolves. A ping in flight
+/// when it does is still awaited (and counted): a dropped one would leave
+/// its answer for the next caller's first ping.
 pub async fn ping_during<F: std::future::Future>(
     client: &mut Client,
     done: F,
 ) -> anyhow::Result<(Vec<Duration>, F::Output)> {
     let mut samples = Vec::new();
     tokio::pin!(done);
+    let mut finished = None;
     let mut id = 1_000_000;
     loop {
-        tokio::select! {
-            out = &mut done => return Ok((samples, out)),
-            rtt = client.ping(id) => samples.push(rtt?),
+        {
+            let ping = client.ping(id);
+            tokio::pin!(ping);
+            loop {
+                tokio::select! {
+                    out = &mut done, if finished.is_none() => finished = Some(out),
+                    rtt = &mut ping => {
+                        samples.push(rtt?);
+                        break;
+                    }
+                }
+            }
         }
         id += 1;
+        if let Some(out) = finished {
+            return Ok((samples, out));
+        }
         tokio::select! {
             out = &mut done => return Ok((samples, out)),
             () = tokio::time::sleep(Duration::from_millis(10)) => {}

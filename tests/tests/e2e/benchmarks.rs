@@ -58,6 +58,8 @@ fn bench_scale_runs_its_sections() {
             "4",
             "--burst",
             "3",
+            "--min-pings",
+            "20",
             "--idle-clients",
             "10",
             "--fanout",
@@ -75,6 +77,11 @@ fn bench_scale_runs_its_sections() {
         "{out}"
     );
     assert!(out.contains("| idle clients |"), "{out}");
+    // The burst against the plain loop of the same run, and the pings
+    // pooled over bursts.
+    assert!(out.contains("| plain loop: "), "{out}");
+    assert!(out.contains("× the loop) |"), "{out}");
+    assert!(out.contains(" bursts, pooled ("), "{out}");
 }
 
 #[test]
