@@ -66,7 +66,7 @@ pub struct ChildProcess {
 }
 
 impl ChildProcess {
-    /// Starts the child (forked on the spawner thread, see `spawner`) and
+    /// Starts the child (on the spawner thread, see `spawner`) and
     /// its pump tasks. Must be called from a task on the tokio runtime.
     pub async fn spawn(
         spec: SpawnSpec,
@@ -292,7 +292,7 @@ impl Drop for ChildProcess {
     }
 }
 
-/// A child just forked, with the gateway's end of its stdio.
+/// A child just started, with the gateway's end of its stdio.
 struct Forked {
     spec: SpawnSpec,
     child: Launched,
@@ -316,7 +316,7 @@ impl Forked {
     }
 }
 
-/// Prepares the child's limits and forks it, registered as live before
+/// Prepares the child's limits and starts it, registered as live before
 /// any sweep can run. Blocking: runs on the spawner thread.
 fn fork(spec: SpawnSpec) -> Result<Forked, SpawnError> {
     if spec.confine.cwd_dir.is_none() && !spec.cwd.is_dir() {
