@@ -67,7 +67,7 @@ pub fn become_init(report: OwnedFd) -> Result<(), SandboxError> {
     Ok(())
 }
 
-/// Starts reaping on the current runtime, if [`become_init`] ran (the
+/// Starts reaping on the current runtime, if `become_init` ran (the
 /// agent is a pid namespace's init); otherwise does nothing. Orphans that
 /// exited before are reaped at once.
 pub fn start_reaping() -> std::io::Result<()> {

@@ -466,9 +466,9 @@ async fn reap(
     let exit = match exit_of(&mut child, &mut follower).await {
         Ok(status) => ExitInfo::from(status),
         Err(e) => {
+            // Not signalled now: a pid that cannot be waited for may
+            // already be another process's.
             tracing::error!(project = %tag.project, pid = tag.pid, error = %e, "waiting for the child failed");
-            let _ = child.kill();
-            let _ = child.wait();
             ExitInfo {
                 code: None,
                 signal: None,

@@ -1,7 +1,7 @@
 //! A child started by [`sys::launch`](super::sys::launch): what it
 //! executes, prepared from a [`SpawnSpec`] before the clone ([`exec_of`]),
-//! and the handle the gateway waits on and kills ([`Launched`]), in place
-//! of `std::process::Child`.
+//! and the handle the gateway waits on ([`Launched`]), in place of
+//! `std::process::Child` (it is killed through its process group).
 
 use std::ffi::{CString, OsStr, OsString};
 use std::os::fd::OwnedFd;
@@ -10,9 +10,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 
-use nix::errno::Errno;
-use nix::sys::signal::{kill, Signal};
-use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::libc;
 use nix::unistd::{access, AccessFlags, Pid};
 
 use super::spec::SpawnSpec;
@@ -111,38 +109,25 @@ impl Launched {
 
     /// Its exit status if it has exited (reaping it), without waiting.
     pub fn try_wait(&mut self) -> std::io::Result<Option<ExitStatus>> {
-        self.wait_with(Some(WaitPidFlag::WNOHANG))
+        self.wait_with(libc::WNOHANG)
     }
 
     /// Waits for it to exit (blocking).
+    #[cfg(test)]
     pub fn wait(&mut self) -> std::io::Result<ExitStatus> {
         loop {
-            if let Some(status) = self.wait_with(None)? {
+            if let Some(status) = self.wait_with(0)? {
                 return Ok(status);
             }
         }
     }
 
-    /// SIGKILL, unless it was reaped already (its pid may be another's).
-    pub fn kill(&mut self) -> std::io::Result<()> {
-        if self.status.is_none() {
-            kill(self.pid, Signal::SIGKILL)?;
-        }
-        Ok(())
-    }
-
-    fn wait_with(&mut self, flags: Option<WaitPidFlag>) -> std::io::Result<Option<ExitStatus>> {
+    fn wait_with(&mut self, flags: libc::c_int) -> std::io::Result<Option<ExitStatus>> {
         if let Some(status) = self.status {
             return Ok(Some(status));
         }
-        let raw = match waitpid(self.pid, flags) {
-            Ok(WaitStatus::Exited(_, code)) => (code & 0xff) << 8,
-            Ok(WaitStatus::Signaled(_, signal, core)) => {
-                signal as i32 | if core { 0x80 } else { 0 }
-            }
-            Ok(_) => return Ok(None),
-            Err(Errno::EINTR) => return Ok(None),
-            Err(e) => return Err(e.into()),
+        let Some(raw) = super::sys::wait_status(self.pid, flags)? else {
+            return Ok(None);
         };
         let status = ExitStatus::from_raw(raw);
         self.status = Some(status);
@@ -215,10 +200,12 @@ mod tests {
             Some(status),
             "remembered once reaped"
         );
-        child.kill().unwrap();
 
         let (mut child, _) = run(&spec("kill -9 $$"), None).unwrap();
         assert_eq!(child.wait().unwrap().signal(), Some(9));
+        // A real-time signal, which nix's status decoding does not know.
+        let (mut child, _) = run(&spec("kill -s RTMIN+2 $$"), None).unwrap();
+        assert_eq!(child.wait().unwrap().signal(), Some(libc::SIGRTMIN() + 2));
     }
 
     #[test]

@@ -98,16 +98,30 @@ impl Hook {
             }
         }
         if let Some(user) = &self.setup.credentials {
-            // SAFETY: the three syscalls take integers and a pointer to the
+            // A change of effective ids makes the kernel reset the
+            // memory's dumpable flag to `fs.suid_dumpable`; a launched
+            // child's memory is the gateway's until `exec`, so the flag is
+            // put back at once after each change (`launch` refuses to
+            // switch accounts where that sysctl is 1, which would let the
+            // account trace the child meanwhile).
+            // SAFETY: the syscalls take integers and a pointer to the
             // prepared group list, valid for its length.
             unsafe {
                 check(libc::syscall(
                     libc::SYS_setgroups,
-                    self.groups.len(),
+                    self.groups.len() as libc::c_long,
                     self.groups.as_ptr(),
                 ))?;
-                check(libc::syscall(libc::SYS_setgid, user.gid))?;
-                check(libc::syscall(libc::SYS_setuid, user.uid))?;
+                check(libc::syscall(
+                    libc::SYS_setgid,
+                    libc::c_long::from(user.gid),
+                ))?;
+                prctl::set_dumpable(false)?;
+                check(libc::syscall(
+                    libc::SYS_setuid,
+                    libc::c_long::from(user.uid),
+                ))?;
+                prctl::set_dumpable(false)?;
             }
         }
         prctl::set_no_new_privs()?;
@@ -173,6 +187,12 @@ const CHILD_STACK: usize = 64 * 1024;
 /// child resets the handled ones to their defaults before unblocking, so
 /// no gateway handler ever runs in it.
 pub(super) fn launch(exec: &Exec, setup: PreExec) -> std::io::Result<Pid> {
+    if setup.credentials.is_some() && suid_dumpable_is_one() {
+        return Err(std::io::Error::other(
+            "fs.suid_dumpable is 1, under which a child switching accounts could be traced \
+             by that account while it still shares the gateway's memory; set it to 0 or 2",
+        ));
+    }
     let hook = Hook::new(setup);
     let pointers = |strings: &[CString]| -> Vec<*const libc::c_char> {
         strings
@@ -215,10 +235,33 @@ pub(super) fn launch(exec: &Exec, setup: PreExec) -> std::io::Result<Pid> {
     match failed.load(Ordering::Relaxed) {
         0 => Ok(pid),
         errno => {
-            let _ = waitpid(pid, None);
+            while let Err(Errno::EINTR) = waitpid(pid, None) {}
             Err(std::io::Error::from_raw_os_error(errno))
         }
     }
+}
+
+/// `waitpid(pid, flags)`: the raw wait status once `pid` is reaped,
+/// `None` while it runs (with `WNOHANG`). The raw call, not nix's: nix
+/// decodes the status into its `Signal` enum after reaping, and a child
+/// killed by a real-time signal would be reaped with its status lost.
+pub(super) fn wait_status(pid: Pid, flags: libc::c_int) -> Result<Option<libc::c_int>, Errno> {
+    let mut raw: libc::c_int = 0;
+    loop {
+        // SAFETY: waitpid writes one int through the pointer.
+        match unsafe { libc::waitpid(pid.as_raw(), &mut raw, flags) } {
+            0 => return Ok(None),
+            -1 if Errno::last() == Errno::EINTR => continue,
+            -1 => return Err(Errno::last()),
+            _ => return Ok(Some(raw)),
+        }
+    }
+}
+
+/// Whether `fs.suid_dumpable` is 1 ("debug": a process that changed its
+/// ids stays traceable by its new account).
+fn suid_dumpable_is_one() -> bool {
+    std::fs::read_to_string("/proc/sys/fs/suid_dumpable").is_ok_and(|v| v.trim() == "1")
 }
 
 /// The launched child until `exec`: returns only on failure.

@@ -183,3 +183,44 @@ async fn a_childs_stderr_goes_to_its_file_the_admin_api_and_the_gateway_log() {
     assert!(log.contains("the child speaks on stderr"), "{log}");
     assert!(said("the child's last words"));
 }
+
+fn status_field(pid: u32, field: &str) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix(field).map(|v| v.trim().to_string()))
+        .unwrap_or_default()
+}
+
+/// Children are started by a clone that shares the gateway's memory until
+/// `exec`; the account switch happens in that window. The child still ends
+/// up as `--child-user` (ids and groups) and answers.
+#[tokio::test]
+async fn a_child_started_under_child_user_runs_as_that_account() {
+    if !nix::unistd::Uid::effective().is_root() {
+        eprintln!("skipped: --child-user needs a gateway running as root");
+        return;
+    }
+    let gateway = GatewaySpawn::default()
+        .echo()
+        .projects(&["alpha"])
+        .arg("--child-user")
+        .arg("nobody")
+        .spawn()
+        .await;
+    visit(&gateway, "alpha").await;
+    let outers = gateway.child_pids();
+    assert_eq!(outers.len(), 1);
+    let nobody = nix::unistd::User::from_name("nobody").unwrap().unwrap();
+    let want = nobody.uid.as_raw().to_string();
+    let uids = status_field(outers[0], "Uid:");
+    assert!(
+        uids.split_whitespace().all(|u| u == want),
+        "real, effective, saved and fs uid are nobody's: {uids}"
+    );
+    let groups = status_field(outers[0], "Groups:");
+    assert!(
+        !groups.split_whitespace().any(|g| g == "0"),
+        "no root group left: {groups:?}"
+    );
+}
