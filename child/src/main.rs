@@ -169,6 +169,7 @@ fn main() -> ExitCode {
     });
     // Exit directly: the runtime would otherwise wait for the blocking
     // stdin reader, which only returns when the peer writes or closes.
+    rpc::stdio::restore();
     let _ = std::io::stdout().flush();
     if let Some(telemetry) = telemetry {
         telemetry.shutdown();

@@ -12,11 +12,14 @@
 //! refuses) keep tokio's blocking-pool handles.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream as StdUnixStream;
 use std::pin::Pin;
+use std::sync::Mutex;
 use std::task::{Context, Poll};
 
+use nix::fcntl::{fcntl, FcntlArg, OFlag};
+use nix::libc;
 use nix::sys::stat::{fstat, SFlag};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::unix::pipe;
@@ -45,22 +48,91 @@ enum Kind {
 
 /// Stdin, polled by the runtime where it can be. Call on the runtime.
 pub fn input() -> Input {
-    let polled = match kind(io::stdin().as_fd()) {
+    let stdin = io::stdin();
+    let original = status_flags(stdin.as_fd());
+    let polled = match kind(stdin.as_fd()) {
         Kind::Socket(fd) => socket(fd).map(Input::Socket),
         Kind::Pipe(fd) => pipe::Receiver::from_owned_fd(fd).map(Input::Pipe),
         Kind::Other => return Input::Blocking(tokio::io::stdin()),
     };
-    polled.unwrap_or_else(|_| Input::Blocking(tokio::io::stdin()))
+    match polled {
+        Ok(input) => {
+            remember(libc::STDIN_FILENO, original);
+            input
+        }
+        Err(_) => {
+            put_back(stdin.as_fd(), original);
+            Input::Blocking(tokio::io::stdin())
+        }
+    }
 }
 
 /// Stdout, polled by the runtime where it can be. Call on the runtime.
+/// Not when stderr is the same file (`2>&1`): stderr would turn
+/// non-blocking too, and a write to it that would block fails.
 pub fn output() -> Output {
-    let polled = match kind(io::stdout().as_fd()) {
+    let stdout = io::stdout();
+    if same_file(stdout.as_fd(), io::stderr().as_fd()) {
+        return Output::Blocking(tokio::io::stdout());
+    }
+    let original = status_flags(stdout.as_fd());
+    let polled = match kind(stdout.as_fd()) {
         Kind::Socket(fd) => socket(fd).map(Output::Socket),
         Kind::Pipe(fd) => pipe::Sender::from_owned_fd(fd).map(Output::Pipe),
         Kind::Other => return Output::Blocking(tokio::io::stdout()),
     };
-    polled.unwrap_or_else(|_| Output::Blocking(tokio::io::stdout()))
+    match polled {
+        Ok(output) => {
+            remember(libc::STDOUT_FILENO, original);
+            output
+        }
+        Err(_) => {
+            put_back(stdout.as_fd(), original);
+            Output::Blocking(tokio::io::stdout())
+        }
+    }
+}
+
+/// The file status flags stdin and stdout had before they were made
+/// non-blocking: [`restore`] puts them back.
+static ORIGINAL: Mutex<Vec<(RawFd, Option<OFlag>)>> = Mutex::new(Vec::new());
+
+fn remember(fd: RawFd, flags: Option<OFlag>) {
+    ORIGINAL
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push((fd, flags));
+}
+
+/// Puts stdin's and stdout's file status flags back as they were (their
+/// file descriptions may be shared with whoever started the agent, a
+/// shell's pipeline say). Call before exiting.
+pub fn restore() {
+    for (fd, flags) in ORIGINAL.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+        if let Some(flags) = flags {
+            let _ = fcntl(fd, FcntlArg::F_SETFL(flags));
+        }
+    }
+}
+
+fn status_flags(fd: BorrowedFd<'_>) -> Option<OFlag> {
+    fcntl(fd.as_raw_fd(), FcntlArg::F_GETFL)
+        .ok()
+        .map(OFlag::from_bits_truncate)
+}
+
+fn put_back(fd: BorrowedFd<'_>, flags: Option<OFlag>) {
+    if let Some(flags) = flags {
+        let _ = fcntl(fd.as_raw_fd(), FcntlArg::F_SETFL(flags));
+    }
+}
+
+/// Whether two descriptors name the same file (device and inode).
+fn same_file(a: BorrowedFd<'_>, b: BorrowedFd<'_>) -> bool {
+    match (fstat(a.as_raw_fd()), fstat(b.as_raw_fd())) {
+        (Ok(a), Ok(b)) => a.st_dev == b.st_dev && a.st_ino == b.st_ino,
+        _ => false,
+    }
 }
 
 /// A duplicate of `fd` when it is a socket or a pipe (a terminal, a
@@ -172,6 +244,19 @@ mod tests {
         let mut text = String::new();
         input.read_to_string(&mut text).await.unwrap();
         assert_eq!(text, "one\ntwo\n");
+    }
+
+    #[test]
+    fn two_descriptors_of_one_pipe_are_the_same_file() {
+        let (read, write) = nix::unistd::pipe().unwrap();
+        let again = write.try_clone().unwrap();
+        assert!(same_file(write.as_fd(), again.as_fd()));
+        assert!(
+            same_file(read.as_fd(), write.as_fd()),
+            "one pipe, one inode"
+        );
+        let other = tempfile::tempfile().unwrap();
+        assert!(!same_file(write.as_fd(), other.as_fd()));
     }
 
     #[test]

@@ -86,7 +86,9 @@ async fn reap_forever(wake: pipe::Receiver, registered: pipe::Receiver) {
     loop {
         // Before looking at zombies: every child the agent started has
         // registered by the time it can be one.
-        drain(&registered, |bytes| started.add_pids(bytes));
+        if drain(&registered, |bytes| started.add_pids(bytes)) {
+            return;
+        }
         let processes = processes();
         started.keep_only(&processes);
         for process in processes.iter().filter(|p| started.is_orphan(p)) {
@@ -101,20 +103,35 @@ async fn reap_forever(wake: pipe::Receiver, registered: pipe::Receiver) {
             woken = wake.readable() => woken,
             woken = registered.readable() => woken,
         };
-        if woken.is_err() {
+        if woken.is_err() || drain(&wake, |_| {}) {
             return;
         }
-        drain(&wake, |_| {});
     }
 }
 
-/// Reads everything available from `pipe` without waiting.
-fn drain(pipe: &pipe::Receiver, mut take: impl FnMut(&[u8])) {
+/// Reads everything in `pipe` now, without waiting. The descriptor itself
+/// is read first: tokio's `try_read` reads only once the reactor has seen
+/// the pipe become readable, and a registration written a moment ago (by
+/// a tool that may exit before the next turn) must be taken before the
+/// zombies are looked at. Then `try_read` until it would block, which
+/// also clears the readiness tokio keeps for the pipe.
+/// Returns whether the pipe's writers are gone (they never are: the
+/// agent keeps both write ends for its life).
+fn drain(pipe: &pipe::Receiver, mut take: impl FnMut(&[u8])) -> bool {
     let mut buf = [0u8; 4096];
     loop {
-        match pipe.try_read(&mut buf) {
-            Ok(0) | Err(_) => return,
+        match nix::unistd::read(pipe.as_raw_fd(), &mut buf) {
+            Ok(0) => return true,
             Ok(n) => take(&buf[..n]),
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(_) => break,
+        }
+    }
+    loop {
+        match pipe.try_read(&mut buf) {
+            Ok(0) => return true,
+            Ok(n) => take(&buf[..n]),
+            Err(_) => return false,
         }
     }
 }
