@@ -49,22 +49,10 @@ enum Kind {
 /// Stdin, polled by the runtime where it can be. Call on the runtime.
 pub fn input() -> Input {
     let stdin = io::stdin();
-    let original = status_flags(stdin.as_fd());
-    let polled = match kind(stdin.as_fd()) {
-        Kind::Socket(fd) => socket(fd).map(Input::Socket),
-        Kind::Pipe(fd) => pipe::Receiver::from_owned_fd(fd).map(Input::Pipe),
-        Kind::Other => return Input::Blocking(tokio::io::stdin()),
-    };
-    match polled {
-        Ok(input) => {
-            remember(libc::STDIN_FILENO, original);
-            input
-        }
-        Err(_) => {
-            put_back(stdin.as_fd(), original);
-            Input::Blocking(tokio::io::stdin())
-        }
-    }
+    polled(stdin.as_fd(), libc::STDIN_FILENO, Input::Socket, |fd| {
+        pipe::Receiver::from_owned_fd(fd).map(Input::Pipe)
+    })
+    .unwrap_or_else(|| Input::Blocking(tokio::io::stdin()))
 }
 
 /// Stdout, polled by the runtime where it can be. Call on the runtime.
@@ -72,23 +60,38 @@ pub fn input() -> Input {
 /// non-blocking too, and a write to it that would block fails.
 pub fn output() -> Output {
     let stdout = io::stdout();
-    if same_file(stdout.as_fd(), io::stderr().as_fd()) {
-        return Output::Blocking(tokio::io::stdout());
-    }
-    let original = status_flags(stdout.as_fd());
-    let polled = match kind(stdout.as_fd()) {
-        Kind::Socket(fd) => socket(fd).map(Output::Socket),
-        Kind::Pipe(fd) => pipe::Sender::from_owned_fd(fd).map(Output::Pipe),
-        Kind::Other => return Output::Blocking(tokio::io::stdout()),
+    let polled = match same_file(stdout.as_fd(), io::stderr().as_fd()) {
+        true => None,
+        false => polled(stdout.as_fd(), libc::STDOUT_FILENO, Output::Socket, |fd| {
+            pipe::Sender::from_owned_fd(fd).map(Output::Pipe)
+        }),
+    };
+    polled.unwrap_or_else(|| Output::Blocking(tokio::io::stdout()))
+}
+
+/// Descriptor `number` (`fd`) on the reactor as a socket or a pipe, or
+/// `None` for the blocking pool: a terminal, a regular file, or a failure
+/// to register (then its flags are put back as they were).
+fn polled<T>(
+    fd: BorrowedFd<'_>,
+    number: RawFd,
+    socket_of: impl FnOnce(UnixStream) -> T,
+    pipe_of: impl FnOnce(OwnedFd) -> io::Result<T>,
+) -> Option<T> {
+    let original = status_flags(fd);
+    let polled = match kind(fd) {
+        Kind::Socket(dup) => socket(dup).map(socket_of),
+        Kind::Pipe(dup) => pipe_of(dup),
+        Kind::Other => return None,
     };
     match polled {
-        Ok(output) => {
-            remember(libc::STDOUT_FILENO, original);
-            output
+        Ok(polled) => {
+            remember(number, original);
+            Some(polled)
         }
         Err(_) => {
-            put_back(stdout.as_fd(), original);
-            Output::Blocking(tokio::io::stdout())
+            put_back(fd, original);
+            None
         }
     }
 }
