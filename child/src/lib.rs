@@ -13,5 +13,6 @@ pub mod rpc;
 pub mod sandbox;
 pub mod setup;
 pub mod stdin_prompt;
+pub mod template;
 pub mod tools;
 pub mod transcript;

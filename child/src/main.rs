@@ -13,7 +13,6 @@
 use std::ffi::OsString;
 use std::io::Write as _;
 use std::path::Path;
-use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
@@ -26,6 +25,7 @@ use corral_agent::rpc::{self, TransportOptions};
 use corral_agent::sandbox::{self, ProbedNetwork, SandboxConfig, ToolConfinement, ToolNet};
 use corral_agent::setup::{self, Prepared, SetupError};
 use corral_agent::stdin_prompt;
+use corral_agent::template;
 use corral_protocol::egress::SECRET_ENV;
 use corral_telemetry::Telemetry;
 use tokio::sync::mpsc;
@@ -33,7 +33,23 @@ use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 use tracing_subscriber::Layer as _;
 
-fn main() -> ExitCode {
+fn main() {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    // `corral-agent template [ROOM]`: ROOM only makes the argument block
+    // long enough for a child's own argv (see `template`).
+    if args.get(1).is_some_and(|arg| arg == template::ARG) && args.len() <= 3 {
+        // The template holds no secret, but what it forks will.
+        if let Err(e) = sandbox::make_undumpable() {
+            eprintln!("corral-agent: cannot make the process undumpable: {e}");
+        }
+        std::process::exit(i32::from(template::serve(agent_main)));
+    }
+    agent_main(args)
+}
+
+/// The agent with `args` as its argv: also what a child forked from the
+/// template runs.
+fn agent_main(args: Vec<OsString>) -> ! {
     // First of all: no process of this uid, tools included, may ptrace this
     // one or read its memory or /proc/<pid>/environ (which keeps the token
     // and API keys even after remove_var).
@@ -47,7 +63,7 @@ fn main() -> ExitCode {
     // The same for the egress secret: only a relay is ever given it again.
     let egress_secret = std::env::var_os(SECRET_ENV);
     std::env::remove_var(SECRET_ENV);
-    let mut cli = Cli::parse_from(cli::mode_flag_as_subcommand(std::env::args_os().collect()));
+    let mut cli = Cli::parse_from(cli::mode_flag_as_subcommand(args));
     // The HTTP MCP bridge's server and headers: for the bridge alone (a
     // relay passes them on to the bridge it runs).
     if !matches!(cli.mode, Mode::EgressRelay { .. }) {
@@ -110,7 +126,7 @@ fn main() -> ExitCode {
         }
         Mode::Rpc { agent, .. } | Mode::Run { agent, .. } => match prepare(agent, egress_secret) {
             Ok(prepared) => prepared,
-            Err(code) => return ExitCode::from(code),
+            Err(code) => std::process::exit(i32::from(code)),
         },
         Mode::EgressRelay { .. } => unreachable!("the relay exits above"),
         Mode::McpHttpBridge => unreachable!("the bridge exits above"),
@@ -129,7 +145,7 @@ fn main() -> ExitCode {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("corral-agent: cannot start the async runtime: {e}");
-            return ExitCode::from(1);
+            std::process::exit(1);
         }
     };
     let code = runtime.block_on(async {

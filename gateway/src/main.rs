@@ -727,6 +727,7 @@ fn hub_settings(
             with_user_env(env, config.confinement.child_user.as_ref())
         },
         sandbox_args: config.confinement.agent_args(),
+        child_template: supervisor.child_template,
         egress: None,
         projects_root: config.projects_root.clone(),
         credentials: credentials(config),

@@ -13,6 +13,7 @@ pub mod journal;
 pub mod letscode;
 pub mod ndjson;
 pub mod permission;
+pub mod template;
 pub mod transcript;
 pub mod zi;
 pub mod zut;

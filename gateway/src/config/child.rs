@@ -10,6 +10,34 @@ use super::ConfigError;
 /// The child binary's file name when `--child-bin` is not given.
 pub const DEFAULT_CHILD_BIN: &str = "corral-agent";
 
+/// `--child-template`: fork `corral-agent` children from its template.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TemplateMode {
+    /// On when the child binary is named `corral-agent`.
+    Auto,
+    On,
+    Off,
+}
+
+impl<'de> serde::Deserialize<'de> for TemplateMode {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        super::values::deserialize_switch(deserializer)
+    }
+}
+
+impl TemplateMode {
+    /// Whether children of `child_bin` are forked from its template.
+    pub fn applies_to(self, child_bin: &Path) -> bool {
+        match self {
+            TemplateMode::On => true,
+            TemplateMode::Off => false,
+            TemplateMode::Auto => child_bin
+                .file_name()
+                .is_some_and(|name| name == DEFAULT_CHILD_BIN),
+        }
+    }
+}
+
 /// The variable the supervisor sets on each child to the child's hello
 /// secret; users may not set or pass it.
 const RESERVED_ENV: &str = corral_protocol::zut::TOKEN_ENV;
@@ -245,5 +273,20 @@ mod tests {
             .to_string();
         assert!(err.contains("cannot find corral-agent"), "{err}");
         assert!(err.contains("--child-bin"), "{err}");
+    }
+}
+
+#[cfg(test)]
+mod template_tests {
+    use super::*;
+
+    #[test]
+    fn auto_forks_only_a_binary_named_corral_agent() {
+        let agent = Path::new("/opt/corral/corral-agent");
+        let other = Path::new("/opt/fake-agent");
+        assert!(TemplateMode::Auto.applies_to(agent));
+        assert!(!TemplateMode::Auto.applies_to(other));
+        assert!(TemplateMode::On.applies_to(other));
+        assert!(!TemplateMode::Off.applies_to(agent));
     }
 }

@@ -78,6 +78,7 @@ pub fn load_with_env(
         exe_dir.as_deref(),
         env("PATH").as_deref(),
     )?;
+    let child_template = layers.child_template()?.applies_to(&child_bin);
     let limits = limits(&layers)?;
     let ready_timeout = layers.ready_timeout()?;
     let ping_interval = layers.ping_interval()?;
@@ -211,6 +212,7 @@ pub fn load_with_env(
             dialect,
             child_bin,
             child_args,
+            child_template,
             child_command,
             child_env,
             sessions_dir,

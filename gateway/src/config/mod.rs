@@ -190,6 +190,9 @@ pub struct SupervisorSettings {
     pub child_bin: PathBuf,
     /// Extra arguments appended to every child's command line.
     pub child_args: Vec<String>,
+    /// Fork `corral-agent` children from its template instead of
+    /// executing each.
+    pub child_template: bool,
     /// A third-party ACP agent run instead of `corral-agent` (its program
     /// an absolute path, then its arguments); `child_bin` then only runs
     /// `sandbox-exec` around it.

@@ -10,6 +10,7 @@ use std::time::Duration;
 use super::broker::BrokerMode;
 use super::bytes::{format_bytes, parse_bytes, FileBytes};
 use super::checks::{at_least, auth_failure_rate, positive};
+use super::child::TemplateMode;
 use super::declare::{any, declare_settings, enum_name, number, path_text};
 use super::defaults;
 use super::duration::{format_duration, parse_duration, FileDuration};
@@ -192,6 +193,11 @@ declare_settings! {
         key child_bin: Option<PathBuf>,
         default optional(PathBuf, "corral-agent next to corral, else on PATH"),
         help "The child binary";
+
+    child_template: Option<TemplateMode> = "--child-template" "auto|on|off" [value_enum],
+        key child_template: Option<TemplateMode>,
+        default value(TemplateMode = TemplateMode::Auto, enum_name, any),
+        help "Fork each child from one `CHILD_BIN template` process the gateway starts (no exec, no loader; the relocated binary stays shared between children) instead of executing it: on; off executes every child; auto is on when the child binary is named corral-agent. Third-party agents are always executed";
 
     child_command: Option<String> = "--child-command" "'CMD ARGS…'",
         key child_command: Option<String>,

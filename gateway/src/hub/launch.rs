@@ -301,6 +301,8 @@ fn spawn_spec(
             sandboxed: !settings.sandbox_args.is_empty(),
         },
         stderr_log: Some(StderrLog::new(&settings.state_dir, project)),
+        // Only corral-agent has a template; a third-party agent is executed.
+        template: settings.child_template && settings.child_command.is_none(),
     })
 }
 

@@ -105,6 +105,8 @@ pub struct HubSettings {
     pub state_dir: PathBuf,
     /// The agent's sandbox flags (`--sandbox --sandbox-hide …`), or none.
     pub sandbox_args: Vec<OsString>,
+    /// Fork `corral-agent` children from its template (`--child-template`).
+    pub child_template: bool,
     /// With `--tool-network proxy`: the egress proxy's registry, which
     /// gives each spawn its secret (`CORRAL_EGRESS_SECRET`).
     pub egress: Option<Arc<crate::egress::Registry>>,

@@ -44,6 +44,7 @@ pub(super) fn settings() -> HubSettings {
         homes_dir: PathBuf::from("/nonexistent"),
         state_dir: PathBuf::from("/nonexistent"),
         sandbox_args: Vec::new(),
+        child_template: false,
         projects_root: PathBuf::from("/nonexistent"),
         credentials: None,
         limits: None,

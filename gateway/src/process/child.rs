@@ -36,6 +36,7 @@ pub use super::spec::{
 use super::stderr_log::{self, ChildTag, Follower, StderrLog, StderrTail};
 use super::stdio;
 use super::sys::{self, PreExec};
+use super::template::{self, NotForked};
 
 /// Capacity of the stdout queue towards the hub, in lines.
 pub const OUTPUT_QUEUE: usize = 1024;
@@ -382,7 +383,17 @@ fn fork(spec: SpawnSpec) -> Result<Forked, SpawnError> {
     };
     // From the clone until the pid is known, no sweep may run.
     let mut live = leftovers::Registry::lock();
-    let spawned = sys::launch(&exec, setup);
+    let spawned = match spec.template {
+        true => match template::launch(&exec, &setup, &mut live) {
+            Ok(pid) => Ok(pid),
+            Err(NotForked::Failed(e)) => Err(e),
+            Err(NotForked::Unavailable(e)) => {
+                tracing::warn!(project = %spec.project, error = %e, "the agent template is unavailable: executing the agent instead");
+                sys::launch(&exec, setup)
+            }
+        },
+        false => sys::launch(&exec, setup),
+    };
     // The cgroup.procs descriptors (in `setup`, dropped by `launch`) and
     // the child's ends of its stdio are no longer needed.
     drop(exec);

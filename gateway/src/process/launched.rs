@@ -135,6 +135,29 @@ impl Launched {
     }
 }
 
+/// Reaps `pid`, a child of the gateway that was killed, in the background
+/// (at every SIGCHLD, or every 100 ms), then forgets it as live. Must be
+/// called inside the tokio runtime.
+pub(super) fn reap_later(pid: Pid) {
+    use tokio::signal::unix::{signal, SignalKind};
+    tokio::spawn(async move {
+        let mut child = Launched::new(pid);
+        let mut chld = signal(SignalKind::child()).ok();
+        while let Ok(None) = child.try_wait() {
+            let wake = async {
+                match &mut chld {
+                    Some(chld) => {
+                        chld.recv().await;
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            let _ = tokio::time::timeout(std::time::Duration::from_millis(100), wake).await;
+        }
+        super::leftovers::forget(child.id());
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -171,6 +194,7 @@ mod tests {
             max_line: 1,
             confine: Default::default(),
             stderr_log: None,
+            template: false,
         }
     }
 
@@ -229,6 +253,7 @@ mod tests {
             max_line: 1,
             confine: Default::default(),
             stderr_log: None,
+            template: false,
         };
         let null = || std::fs::File::open("/dev/null").unwrap().into();
         let exec = exec_of(&spec, None, [null(), null(), null()]).unwrap();

@@ -9,7 +9,8 @@
 //!
 //! The live children are registered here ([`Registry`]) so a sweep never
 //! takes one of them, or a grandchild of a live child, for an orphan; a
-//! spawn holds the registry's lock from fork to registration.
+//! spawn holds the start lock from fork to registration, and a sweep holds
+//! it while it runs.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -40,24 +41,43 @@ pub fn become_subreaper() -> Result<(), Errno> {
     Ok(())
 }
 
-/// The set of live children, locked.
-pub struct Registry(MutexGuard<'static, BTreeSet<u32>>);
+/// Held by a start from before its fork until its pid is registered, and
+/// by a sweep while it runs: no sweep ever sees a child it does not know
+/// yet. Never taken on the gateway's async thread (a start may hold it
+/// while the agent template answers).
+static STARTING: Mutex<()> = Mutex::new(());
+
+/// The start lock, held: no sweep runs while a start holds it.
+pub struct Registry {
+    _held: MutexGuard<'static, ()>,
+}
 
 impl Registry {
-    /// Locks the set: hold it from before a fork until the child's pid is
-    /// [`add`](Registry::add)ed.
+    /// Takes the start lock: hold it from before a fork until the child's
+    /// pid is [`add`](Registry::add)ed.
     pub fn lock() -> Registry {
-        Registry(LIVE.lock().unwrap_or_else(PoisonError::into_inner))
+        Registry {
+            _held: STARTING.lock().unwrap_or_else(PoisonError::into_inner),
+        }
     }
 
     pub fn add(&mut self, pid: u32) {
-        self.0.insert(pid);
+        live().insert(pid);
+    }
+
+    pub fn remove(&mut self, pid: u32) {
+        live().remove(&pid);
     }
 }
 
-/// Forgets a child that was reaped.
+/// The set of live children, locked briefly.
+fn live() -> MutexGuard<'static, BTreeSet<u32>> {
+    LIVE.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Forgets a child that was reaped (without waiting for a start).
 pub fn forget(pid: u32) {
-    Registry::lock().0.remove(&pid);
+    live().remove(&pid);
 }
 
 /// One process as `/proc/PID/stat` describes it.
@@ -140,7 +160,8 @@ pub fn verdict(
 /// processes it killed (0: nothing of the ended session or orphaned is
 /// left alive).
 pub fn sweep(ended: Option<u32>) -> usize {
-    let live = Registry::lock();
+    let _starting = Registry::lock();
+    let live = live().clone();
     let me = std::process::id();
     let subreaper = SUBREAPER.load(Ordering::SeqCst);
     let mut killed = 0;
@@ -148,7 +169,7 @@ pub fn sweep(ended: Option<u32>) -> usize {
         let Ok(raw) = i32::try_from(process.pid) else {
             continue;
         };
-        match verdict(&process, me, ended, &live.0, subreaper) {
+        match verdict(&process, me, ended, &live, subreaper) {
             Verdict::Keep => {}
             Verdict::Kill => {
                 if kill(Pid::from_raw(raw), Signal::SIGKILL).is_ok() {

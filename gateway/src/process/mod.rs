@@ -21,6 +21,8 @@
 //! - `launched` – what a child executes, prepared before it starts, and
 //!   the handle it is waited on and killed by.
 //! - [`probe`] – the start-up check that the agent sandbox works here.
+//! - `template` – the agent's template, which forks each `corral-agent`
+//!   child instead of the gateway executing it.
 //! - `sys` – starting a child (a clone sharing the gateway's memory until
 //!   `exec`) and what it does before `exec`: directory, cgroups, rlimits,
 //!   user, no-new-privileges, parent-death signal.
@@ -38,6 +40,7 @@ mod spec;
 pub mod stderr_log;
 mod stdio;
 mod sys;
+mod template;
 
 pub use backoff::{CrashHistory, Decision, InvalidPolicy, RestartPolicy};
 pub use child::{

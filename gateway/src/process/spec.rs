@@ -34,6 +34,9 @@ pub struct SpawnSpec {
     pub confine: Confine,
     /// The file the child writes its stderr to (`/dev/null` when `None`).
     pub stderr_log: Option<super::StderrLog>,
+    /// Fork the child from `program template` (a `corral-agent`) rather
+    /// than executing `program` (see `template`).
+    pub template: bool,
 }
 
 impl fmt::Debug for SpawnSpec {
@@ -48,6 +51,7 @@ impl fmt::Debug for SpawnSpec {
             .field("max_line", &self.max_line)
             .field("confine", &self.confine)
             .field("stderr_log", &self.stderr_log)
+            .field("template", &self.template)
             .finish()
     }
 }
@@ -188,6 +192,7 @@ mod tests {
             max_line: 1,
             confine: Confine::default(),
             stderr_log: None,
+            template: false,
         };
         let shown = format!("{spec:?}");
         assert!(shown.contains("ZUTCORE_RPC_TOKEN"), "{shown}");

@@ -187,12 +187,7 @@ const CHILD_STACK: usize = 64 * 1024;
 /// child resets the handled ones to their defaults before unblocking, so
 /// no gateway handler ever runs in it.
 pub(super) fn launch(exec: &Exec, setup: PreExec) -> std::io::Result<Pid> {
-    if setup.credentials.is_some() && suid_dumpable_is_one() {
-        return Err(std::io::Error::other(
-            "fs.suid_dumpable is 1, under which a child switching accounts could be traced \
-             by that account while it still shares the gateway's memory; set it to 0 or 2",
-        ));
-    }
+    check_account_switch(&setup)?;
     let hook = Hook::new(setup);
     let pointers = |strings: &[CString]| -> Vec<*const libc::c_char> {
         strings
@@ -256,6 +251,20 @@ pub(super) fn wait_status(pid: Pid, flags: libc::c_int) -> Result<Option<libc::c
             _ => return Ok(Some(raw)),
         }
     }
+}
+
+/// Refuses a start that switches accounts where `fs.suid_dumpable` is 1:
+/// the account could trace the child meanwhile, while it still shares the
+/// gateway's memory (a launched child) or has not yet made itself
+/// undumpable again (a child forked from the template).
+pub(super) fn check_account_switch(setup: &PreExec) -> std::io::Result<()> {
+    if setup.credentials.is_some() && suid_dumpable_is_one() {
+        return Err(std::io::Error::other(
+            "fs.suid_dumpable is 1, under which a child switching accounts could be traced \
+             by that account before it starts; set it to 0 or 2",
+        ));
+    }
+    Ok(())
 }
 
 /// Whether `fs.suid_dumpable` is 1 ("debug": a process that changed its

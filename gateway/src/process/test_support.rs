@@ -23,6 +23,7 @@ pub(crate) fn sh(dir: &Path, script: &str) -> SpawnSpec {
         max_line: 1024,
         confine: Default::default(),
         stderr_log: None,
+        template: false,
     }
 }
 

@@ -7,6 +7,7 @@
 pub mod broker;
 pub mod cli;
 pub mod client;
+pub mod cold;
 pub mod fanout;
 pub mod idle;
 pub mod memory;

@@ -20,6 +20,15 @@ const SETTLE: Duration = Duration::from_secs(1);
 
 /// A gateway with echo children and room for `max_children`.
 pub async fn gateway(bins: &Bins, max_children: usize) -> anyhow::Result<BenchGateway> {
+    gateway_with(bins, max_children, &[]).await
+}
+
+/// [`gateway`] with `extra` serve arguments.
+pub async fn gateway_with(
+    bins: &Bins,
+    max_children: usize,
+    extra: &[&str],
+) -> anyhow::Result<BenchGateway> {
     let mut args = GatewayArgs::echo();
     args.serve = vec![
         "--max-children".into(),
@@ -30,6 +39,7 @@ pub async fn gateway(bins: &Bins, max_children: usize) -> anyhow::Result<BenchGa
         "--max-connections-per-token".into(),
         "0".into(),
     ];
+    args.serve.extend(extra.iter().map(|a| a.to_string()));
     BenchGateway::start(bins, args).await
 }
 

@@ -1,6 +1,6 @@
 //! `bench-scale [--projects N] [--burst N] [--idle-clients N]
 //! [--fanout N,N] [--fd-cap N] [--nofile N] [--connected N]
-//! [--min-pings N] [--only SECTION,…] [--bin-dir DIR]`: how far one
+//! [--min-pings N] [--cold N] [--only SECTION,…] [--bin-dir DIR]`: how far one
 //! `corral` gateway scales on this machine, as markdown tables:
 //! `--projects` projects each connected once and left idle, with
 //! descriptors, processes and PSS per project and a ping of each
@@ -12,7 +12,10 @@
 //! project (`clients`); and the projects running before the gateway
 //! refuses one under its descriptor limit (`fds`: the hard limit, or
 //! `--nofile N` as the gateway's soft and hard limit; at most
-//! `--fd-cap`), with how it degrades there. Children run the echo
+//! `--fd-cap`), with how it degrades there; and a project's cold start
+//! through the gateway, cold connect minus warm, with and without the
+//! agent template, beside the standalone sandboxed start (`cold`).
+//! Children run the echo
 //! provider, sandboxed (the default). Build in release first:
 //! `cargo build --release --workspace`.
 
@@ -24,11 +27,11 @@ use std::path::PathBuf;
 use anyhow::{bail, Context};
 use corral_e2e::bench::procs::Bins;
 use corral_e2e::bench::stats::{micros, Latency};
-use corral_e2e::bench::{idle, nofile, scale};
+use corral_e2e::bench::{cold, idle, nofile, scale};
 
 const HELP: &str = "usage: bench-scale [--projects N] [--burst N] [--idle-clients N] \
 [--fanout N,N] [--fd-cap N] [--nofile N] [--connected N] [--min-pings N] \
-[--only idle,burst,pings,clients,fds] \
+[--cold N] [--only idle,burst,pings,clients,fds,cold] \
 [--bin-dir DIR]
 
 How far one corral gateway scales on this machine, as markdown tables.
@@ -50,12 +53,18 @@ sections (all by default, in this order):
             delivered to each of --fanout clients of one project
   fds       projects running before the gateway refuses one under its
             descriptor limit (at most --fd-cap), and how it degrades there
+  cold      --cold projects' cold start through the gateway: first connect
+            and ping of a project with no agent, minus the same for a second
+            client once it runs; with the agent template and with
+            --child-template off, beside a standalone corral-agent rpc
+            --sandbox spawned and pinged (bench-startup's figure)
 
 options:
   --projects N        projects of idle and burst (default 2000)
   --connected N       most clients connected at once in idle (default 200)
   --burst N           projects spawned at once during the pings (default 300)
   --min-pings N       pings pooled over bursts, at least (default 1000)
+  --cold N            cold starts per row of the cold section (default 100)
   --idle-clients N    idle clients of the clients section (default 2000)
   --fanout N,N        client counts of the delivery table (default 1000,10000)
   --fd-cap N          most projects the fds section opens (default 5000)
@@ -78,6 +87,8 @@ struct Args {
     connected: usize,
     /// Pings pooled over the bursts of the pings section, at least.
     min_pings: usize,
+    /// Cold starts per row of the cold section.
+    cold: usize,
     /// Sections to run (all when empty).
     only: Vec<String>,
     bin_dir: Option<PathBuf>,
@@ -87,6 +98,7 @@ fn parse_args(given: Vec<String>) -> anyhow::Result<Args> {
     let mut args = Args {
         connected: 200,
         min_pings: 1000,
+        cold: 100,
         projects: 2000,
         burst: 300,
         idle_clients: 2000,
@@ -113,6 +125,7 @@ fn parse_args(given: Vec<String>) -> anyhow::Result<Args> {
             "--nofile" => args.nofile = Some(value()?.parse().context("--nofile")?),
             "--connected" => args.connected = value()?.parse().context("--connected")?,
             "--min-pings" => args.min_pings = value()?.parse().context("--min-pings")?,
+            "--cold" => args.cold = value()?.parse().context("--cold")?,
             "--only" => {
                 args.only = value()?.split(',').map(String::from).collect();
                 if let Some(bad) = args.only.iter().find(|s| !SECTIONS.contains(&s.as_str())) {
@@ -123,8 +136,8 @@ fn parse_args(given: Vec<String>) -> anyhow::Result<Args> {
             other => bail!("unknown argument {other:?}"),
         }
     }
-    if args.projects == 0 || args.connected == 0 {
-        bail!("--projects and --connected must be at least 1");
+    if args.projects == 0 || args.connected == 0 || args.cold == 0 {
+        bail!("--projects, --connected and --cold must be at least 1");
     }
     Ok(args)
 }
@@ -149,7 +162,7 @@ fn row(name: &str, latency: &Option<Latency>) -> String {
 }
 
 /// The sections `--only` can name, in the order they run.
-const SECTIONS: [&str; 5] = ["idle", "burst", "pings", "clients", "fds"];
+const SECTIONS: [&str; 6] = ["idle", "burst", "pings", "clients", "fds", "cold"];
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -179,6 +192,44 @@ async fn main() -> anyhow::Result<()> {
     if run("fds") {
         descriptor_limit(&bins, &args, hard).await?;
     }
+    if run("cold") {
+        cold_starts(&bins, &args).await?;
+    }
+    Ok(())
+}
+
+/// 6. A project's cold start through the gateway, with and without the
+///    template, and the standalone start beside it.
+async fn cold_starts(bins: &Bins, args: &Args) -> anyhow::Result<()> {
+    let templated = cold::through_gateway(bins, args.cold, &[]).await?;
+    let executed = cold::through_gateway(bins, args.cold, &["--child-template", "off"]).await?;
+    let standalone = cold::standalone(bins, args.cold).await?;
+    println!(
+        "\n## A project's cold start through the gateway ({} projects per row)\n",
+        args.cold
+    );
+    println!("| sandboxed, echo provider | p50 | p99 | max |\n|---|---|---|---|");
+    for (name, run) in [
+        ("forked from the template", &templated),
+        ("executed (`--child-template off`)", &executed),
+    ] {
+        println!(
+            "{}",
+            row(&format!("{name}: cold start (cold − warm)"), &run.start)
+        );
+        println!(
+            "{}",
+            row(&format!("{name}: first connect + ping, cold"), &run.cold)
+        );
+        println!("{}", row(&format!("{name}: the same, warm"), &run.warm));
+    }
+    println!(
+        "{}",
+        row(
+            "standalone `corral-agent rpc --sandbox`: spawn → pong",
+            &standalone
+        )
+    );
     Ok(())
 }
 

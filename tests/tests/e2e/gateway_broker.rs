@@ -102,9 +102,14 @@ async fn a_brokered_agent_calls_its_model_without_ever_holding_the_key() {
     let mock = MockLlm::start().await;
     mock.set_api_key(Some(KEY.into()));
     let dir = corral_e2e::dir_outside_tmp();
+    // Executed, not forked from the template: the agent's environment
+    // block is then its own, and shows its placeholder key (a forked
+    // child's shows nothing; see the next test).
     let gateway = holding_the_key(&mock, dir.path())
         .arg("--model-broker")
         .arg("on")
+        .arg("--child-template")
+        .arg("off")
         .spawn()
         .await;
     // The gateway's own broker socket (named apart from other gateways').
@@ -237,6 +242,64 @@ async fn a_brokered_agent_calls_its_model_without_ever_holding_the_key() {
         .expect("the project stopped");
     let answered = call().await.unwrap().status().as_u16();
     assert_eq!(answered, 401, "the placeholder of a stopped project");
+}
+
+/// Forked from the template, the child and the template itself hold
+/// neither the key nor (in the block `/proc/PID/environ` shows) any
+/// environment, and the brokered call still works.
+#[tokio::test]
+async fn a_child_forked_from_the_template_holds_no_key_and_shows_no_environment() {
+    let mock = MockLlm::start().await;
+    mock.set_api_key(Some(KEY.into()));
+    let dir = corral_e2e::dir_outside_tmp();
+    let gateway = holding_the_key(&mock, dir.path())
+        .arg("--model-broker")
+        .arg("on")
+        .spawn()
+        .await;
+    let mut ws = gateway.client("alpha").await;
+    mock.push(Turn::text("all done"));
+    ws.send(json!({"id":"run","type":"prompt","message":"go"}))
+        .await;
+    let frames = ws.recv_until(is_done).await;
+    let text: String = frames
+        .iter()
+        .filter(|f| f["type"] == "text_delta")
+        .filter_map(|f| f["delta"].as_str())
+        .collect();
+    assert!(text.contains("all done"), "{}", brief(&frames));
+    assert_eq!(mock.requests().len(), 1);
+
+    let gateway_pid = gateway.child.id().unwrap();
+    let template = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .find(|pid| {
+            parent_of(*pid) == Some(gateway_pid)
+                && std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                    .is_ok_and(|c| c.trim() == "corral-template")
+        })
+        .expect("the agent template, a child of the gateway");
+    let outer = gateway.child_pids();
+    assert_eq!(outer.len(), 1, "one child");
+    let [outer, agent] = child_tree(outer[0]);
+    for pid in [template, outer, agent] {
+        let block = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+        assert!(
+            block.is_empty(),
+            "{pid}: {}",
+            String::from_utf8_lossy(&block)
+        );
+        assert!(
+            !memory_holds(pid, KEY.as_bytes()),
+            "the key in {pid}'s memory"
+        );
+    }
+    // The forked child's argv is its own, not the template's.
+    let cmdline = std::fs::read(format!("/proc/{outer}/cmdline")).unwrap();
+    let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+    assert!(cmdline.contains(" rpc "), "{cmdline}");
+    assert!(cmdline.contains("--model-socket"), "{cmdline}");
 }
 
 #[tokio::test]

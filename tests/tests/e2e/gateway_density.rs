@@ -224,3 +224,102 @@ async fn a_child_started_under_child_user_runs_as_that_account() {
         "no root group left: {groups:?}"
     );
 }
+
+/// The gateway's agent templates: children of the gateway named
+/// `corral-template`.
+fn templates_of(gateway: u32) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            corral_e2e::gateway::parent_of(*pid) == Some(gateway)
+                && std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                    .is_ok_and(|c| c.trim() == "corral-template")
+        })
+        .collect()
+}
+
+/// Children are forked from one template, which is the gateway's child
+/// and theirs' sibling (each child's parent is the gateway); a template
+/// that dies is replaced at the next start, and nothing is lost.
+#[tokio::test]
+async fn children_are_forked_from_one_template_that_is_replaced_when_it_dies() {
+    let gateway = GatewaySpawn::default()
+        .echo()
+        .projects(&["alpha", "beta", "gamma"])
+        .spawn()
+        .await;
+    let pid = gateway.child.id().unwrap();
+    visit(&gateway, "alpha").await;
+    visit(&gateway, "beta").await;
+    let templates = templates_of(pid);
+    assert_eq!(templates.len(), 1, "one template: {templates:?}");
+    let outers = gateway.child_pids();
+    assert_eq!(outers.len(), 2, "{outers:?}");
+    for outer in &outers {
+        let cmdline = std::fs::read(format!("/proc/{outer}/cmdline")).unwrap();
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        assert!(
+            cmdline.contains(" rpc "),
+            "a child shows its own argv: {cmdline}"
+        );
+        assert!(!cmdline.contains("template"), "{cmdline}");
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(templates[0] as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    // Its children are the gateway's, not the template's: they live on.
+    visit(&gateway, "alpha").await;
+    visit(&gateway, "gamma").await;
+    let again = templates_of(pid);
+    assert_eq!(again.len(), 1, "a new template: {again:?}");
+    assert_ne!(again[0], templates[0]);
+    assert_eq!(gateway.child_pids().len(), 3);
+}
+
+/// With `--child-template off` every child is executed: no template.
+#[tokio::test]
+async fn child_template_off_executes_every_child() {
+    let gateway = GatewaySpawn::default()
+        .echo()
+        .projects(&["alpha"])
+        .arg("--child-template")
+        .arg("off")
+        .spawn()
+        .await;
+    visit(&gateway, "alpha").await;
+    assert_eq!(templates_of(gateway.child.id().unwrap()), Vec::<u32>::new());
+    assert_eq!(gateway.child_pids().len(), 1);
+}
+
+/// `--child-template on` with a child binary that does not serve
+/// `template` (it never says it is ready): the gateway gives up on the
+/// template within seconds, says so, and executes the child.
+#[tokio::test]
+async fn a_child_bin_that_is_no_template_is_executed_instead() {
+    let dir = tempfile::tempdir().unwrap();
+    let gateway = GatewaySpawn::default()
+        .child_bin(chatty_agent(dir.path()))
+        .arg("--sandbox")
+        .arg("off")
+        .arg("--child-template")
+        .arg("on")
+        .capture_log()
+        .spawn()
+        .await;
+    let (_ws, reply) = gateway.client_with("alpha", TOKEN, None).await;
+    assert_eq!(reply["success"], true, "{reply}");
+    let log = gateway.log_text();
+    assert!(
+        log.contains("the agent template could not start") && log.contains("serves `template`"),
+        "{log}"
+    );
+    assert_eq!(
+        gateway.child_pids().len(),
+        0,
+        "a script is not named corral-agent"
+    );
+    assert_eq!(templates_of(gateway.child.id().unwrap()), Vec::<u32>::new());
+}

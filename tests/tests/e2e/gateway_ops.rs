@@ -200,7 +200,15 @@ async fn plain_http_answers_carry_the_layers_headers() {
 
 #[tokio::test]
 async fn the_child_token_never_leaves_the_gateway() {
-    let gateway = GatewaySpawn::default().echo().capture_log().spawn().await;
+    // Executed, so the token can be read from the child's environment
+    // block (a child forked from the template shows an empty one).
+    let gateway = GatewaySpawn::default()
+        .echo()
+        .capture_log()
+        .arg("--child-template")
+        .arg("off")
+        .spawn()
+        .await;
     let mut ws = gateway.client("alpha").await;
     let mut frames = vec![ws.request(json!({"id":"1","type":"get_state"})).await];
     ws.send(json!({"id":"2","type":"prompt","message":"hello"}))

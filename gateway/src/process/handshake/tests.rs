@@ -153,6 +153,7 @@ async fn real_agent_accepts_its_token_and_refuses_others() {
             max_line: 1 << 20,
             confine: Default::default(),
             stderr_log: None,
+            template: false,
         };
         let (child, mut output) = ChildProcess::spawn(spec).await.unwrap();
         let result = hello(&child, &mut output, given.unwrap_or(&token), PATIENCE).await;
