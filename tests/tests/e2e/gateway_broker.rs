@@ -87,6 +87,15 @@ fn environ(pid: u32) -> Vec<String> {
         .collect()
 }
 
+/// The text the agent streamed in `frames`.
+fn reply_text(frames: &[Value]) -> String {
+    frames
+        .iter()
+        .filter(|f| f["type"] == "text_delta")
+        .filter_map(|f| f["delta"].as_str())
+        .collect()
+}
+
 /// The interfaces `pid`'s network namespace has.
 fn interfaces(pid: u32) -> Vec<String> {
     std::fs::read_to_string(format!("/proc/{pid}/net/dev"))
@@ -153,11 +162,7 @@ async fn a_brokered_agent_calls_its_model_without_ever_holding_the_key() {
         .unwrap_or_default();
     assert!(output.contains("broker=unreachable"), "{output}");
     assert!(output.contains("host=unreachable"), "{output}");
-    let text: String = frames
-        .iter()
-        .filter(|f| f["type"] == "text_delta")
-        .filter_map(|f| f["delta"].as_str())
-        .collect();
+    let text = reply_text(&frames);
     assert!(text.contains("all done"), "{}", brief(&frames));
 
     // The mock saw the real key on every call.
@@ -262,11 +267,7 @@ async fn a_child_forked_from_the_template_holds_no_key_and_shows_no_environment(
     ws.send(json!({"id":"run","type":"prompt","message":"go"}))
         .await;
     let frames = ws.recv_until(is_done).await;
-    let text: String = frames
-        .iter()
-        .filter(|f| f["type"] == "text_delta")
-        .filter_map(|f| f["delta"].as_str())
-        .collect();
+    let text = reply_text(&frames);
     assert!(text.contains("all done"), "{}", brief(&frames));
     assert_eq!(mock.requests().len(), 1);
 
