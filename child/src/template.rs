@@ -433,28 +433,38 @@ impl Title {
         })
     }
 
-    /// Writes `argv`, NUL-separated, and zeroes the rest of the block; the
-    /// last byte stays NUL, so the kernel shows the block as it is.
+    /// Writes `argv` joined by spaces as one string, as `setproctitle`
+    /// does, then zeroes, and makes the block's last byte a space: the
+    /// kernel then shows `/proc/PID/cmdline` up to the string's end, not
+    /// the whole padded block.
     fn set(&self, argv: &[Vec<u8>]) {
         // SAFETY: the argument block is this process's own memory,
         // mapped writable on the initial stack, `len` bytes from `start`
         // as the kernel reports. Nothing holds a Rust reference into it:
         // std keeps raw pointers there for `std::env::args`, which, after
-        // this, read the new text (in bounds, NUL-terminated); the agent
-        // takes its argv from the request, never from there.
+        // this, read the new text (in bounds: a NUL always comes before
+        // the last byte); the agent takes its argv from the request,
+        // never from there.
         let block = unsafe { std::slice::from_raw_parts_mut(self.start as *mut u8, self.len) };
-        let room = block.len() - 1;
+        let Some(room) = block.len().checked_sub(2) else {
+            return;
+        };
         let mut at = 0;
-        for arg in argv {
-            let take = arg.len().min(room.saturating_sub(at));
+        for (i, arg) in argv.iter().enumerate() {
+            if i > 0 {
+                if at >= room {
+                    break;
+                }
+                block[at] = b' ';
+                at += 1;
+            }
+            let take = arg.len().min(room - at);
             block[at..at + take].copy_from_slice(&arg[..take]);
             at += take;
-            if at >= room {
-                break;
-            }
-            block[at] = 0;
-            at += 1;
         }
-        block[at.min(room)..].fill(0);
+        block[at..].fill(0);
+        if let Some(last) = block.last_mut() {
+            *last = b' ';
+        }
     }
 }
