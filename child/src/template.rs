@@ -446,25 +446,67 @@ impl Title {
         // the last byte); the agent takes its argv from the request,
         // never from there.
         let block = unsafe { std::slice::from_raw_parts_mut(self.start as *mut u8, self.len) };
-        let Some(room) = block.len().checked_sub(2) else {
-            return;
-        };
-        let mut at = 0;
-        for (i, arg) in argv.iter().enumerate() {
-            if i > 0 {
-                if at >= room {
-                    break;
-                }
-                block[at] = b' ';
-                at += 1;
+        write_title(block, argv);
+    }
+}
+
+/// [`Title::set`] on `block`: `argv` joined by spaces (cut to fit), a NUL,
+/// zeroes, and a last byte that is not NUL (too short a block is left
+/// alone).
+fn write_title(block: &mut [u8], argv: &[Vec<u8>]) {
+    let Some(room) = block.len().checked_sub(2) else {
+        return;
+    };
+    let mut at = 0;
+    for (i, arg) in argv.iter().enumerate() {
+        if i > 0 {
+            if at >= room {
+                break;
             }
-            let take = arg.len().min(room - at);
-            block[at..at + take].copy_from_slice(&arg[..take]);
-            at += take;
+            block[at] = b' ';
+            at += 1;
         }
-        block[at..].fill(0);
-        if let Some(last) = block.last_mut() {
-            *last = b' ';
+        let take = arg.len().min(room - at);
+        block[at..at + take].copy_from_slice(&arg[..take]);
+        at += take;
+    }
+    block[at..].fill(0);
+    if let Some(last) = block.last_mut() {
+        *last = b' ';
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn titled(len: usize, argv: &[&str]) -> Vec<u8> {
+        let mut block = vec![b'x'; len];
+        let argv: Vec<Vec<u8>> = argv.iter().map(|a| a.as_bytes().to_vec()).collect();
+        write_title(&mut block, &argv);
+        block
+    }
+
+    #[test]
+    fn the_title_is_the_argv_joined_then_zeroes_and_a_last_space() {
+        let block = titled(16, &["agent", "rpc"]);
+        assert_eq!(&block, b"agent rpc\0\0\0\0\0\0 ");
+    }
+
+    #[test]
+    fn a_long_argv_is_cut_and_a_nul_still_comes_before_the_last_byte() {
+        for len in 2..24 {
+            let block = titled(len, &["corral-agent", "rpc", "--cwd", "/srv/p"]);
+            assert_eq!(block[len - 1], b' ', "{len}");
+            assert_eq!(block[len - 2], 0, "{len}: {block:?}");
+            assert!(!block.contains(&b'x'), "{len}: every byte written");
         }
+        assert_eq!(&titled(8, &["abcdefgh"]), b"abcdef\0 ");
+    }
+
+    #[test]
+    fn a_block_too_short_is_left_alone() {
+        assert_eq!(titled(1, &["a"]), b"x");
+        assert_eq!(titled(0, &["a"]), b"");
     }
 }

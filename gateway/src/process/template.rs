@@ -376,3 +376,41 @@ fn retire(template: Option<Template>) {
     // in the kernel cannot hold a start up.
     launched::reap_later(template.pid);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_child_of_this_process_is_its_own() {
+        assert!(!is_own_child(Pid::from_raw(1)));
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = Pid::from_raw(i32::try_from(child.id()).unwrap());
+        assert!(is_own_child(pid));
+        child.kill().unwrap();
+        // Killed, exited or not, until reaped: still ours (and the check
+        // itself, with WNOWAIT, reaped nothing).
+        assert!(is_own_child(pid));
+        assert!(is_own_child(pid));
+        child.wait().unwrap();
+        assert!(!is_own_child(pid));
+    }
+
+    #[test]
+    fn a_replaced_binary_has_another_identity() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("corral-agent");
+        std::fs::write(&path, "one").unwrap();
+        let first = Identity::of(&path).unwrap();
+        assert_eq!(Identity::of(&path), Some(first));
+        // An upgrade: the new file renamed over the old.
+        let staged = dir.path().join("corral-agent.new");
+        std::fs::write(&staged, "two").unwrap();
+        std::fs::rename(&staged, &path).unwrap();
+        assert_ne!(Identity::of(&path), Some(first));
+        assert_eq!(Identity::of(&dir.path().join("gone")), None);
+    }
+}
