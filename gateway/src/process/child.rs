@@ -103,7 +103,7 @@ impl ChildProcess {
             Ok(stream) => stream.into_split(),
             Err(e) => {
                 kill_group(pid, Signal::SIGKILL, &spec.project);
-                tokio::spawn(reap_only(child, pid));
+                launched::reap_later(child);
                 if let Some(limits) = limits {
                     tokio::spawn(limits::watch::remove_when_empty(limits));
                 }
@@ -313,7 +313,7 @@ impl Forked {
             limits.kill_all();
         }
         // Nobody else will reap it (it then leaves the live set).
-        tokio::spawn(reap_only(self.child, self.pid));
+        launched::reap_later(self.child);
     }
 }
 
@@ -453,13 +453,6 @@ async fn exit_of(
             }
         }
     }
-}
-
-/// Reaps a child nothing else is left of.
-async fn reap_only(mut child: Launched, pid: u32) {
-    let mut none = None;
-    let _ = exit_of(&mut child, &mut none).await;
-    leftovers::forget(pid);
 }
 
 /// Owns the child's handle: reaps it, kills the rest of its group, drains stdout

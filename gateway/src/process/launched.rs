@@ -135,13 +135,13 @@ impl Launched {
     }
 }
 
-/// Reaps `pid`, a child of the gateway that was killed, in the background
-/// (at every SIGCHLD, or every 100 ms), then forgets it as live. Must be
-/// called inside the tokio runtime.
-pub(super) fn reap_later(pid: Pid) {
+/// Reaps `child`, a child of the gateway nothing else waits for (killed,
+/// or whose start was given up), in the background (at every SIGCHLD, or
+/// every 100 ms), then forgets it as live. Must be called inside the
+/// tokio runtime.
+pub(super) fn reap_later(mut child: Launched) {
     use tokio::signal::unix::{signal, SignalKind};
     tokio::spawn(async move {
-        let mut child = Launched::new(pid);
         let mut chld = signal(SignalKind::child()).ok();
         while let Ok(None) = child.try_wait() {
             let wake = async {

@@ -56,7 +56,7 @@ const TITLE_ROOM: usize = 4096;
 /// How long the template may take to answer a request.
 pub const ANSWER_WITHIN: Duration = Duration::from_secs(10);
 /// How long a new template may take to say it is ready.
-pub const READY_WITHIN: Duration = Duration::from_secs(2);
+pub const READY_WITHIN: Duration = Duration::from_secs(10);
 /// How long the template is not tried again after it could not start.
 pub const RETRY_AFTER: Duration = Duration::from_secs(60);
 
@@ -70,6 +70,33 @@ struct Slot {
     running: Option<Template>,
     /// When a template last failed to start, and for which program.
     failed: Option<(PathBuf, Instant)>,
+}
+
+impl Slot {
+    /// Starts a template of `program` unless one failed to start within
+    /// [`RETRY_AFTER`] (then, and on a failure now, children are executed).
+    fn start(
+        &mut self,
+        program: &Path,
+        identity: Option<Identity>,
+        live: &mut Registry,
+    ) -> Result<Template, NotForked> {
+        if let Some((failed, at)) = &self.failed {
+            if failed == program && at.elapsed() < RETRY_AFTER {
+                return Err(NotForked::Unavailable(std::io::Error::other(
+                    "the template could not start recently",
+                )));
+            }
+        }
+        let started = identity
+            .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))
+            .and_then(|identity| start(program, identity, live));
+        started.map_err(|e| {
+            tracing::warn!(program = %program.display(), error = %e, "the agent template could not start: children are executed; tried again in {} s", RETRY_AFTER.as_secs());
+            self.failed = Some((program.to_path_buf(), Instant::now()));
+            NotForked::Unavailable(e)
+        })
+    }
 }
 
 struct Template {
@@ -126,26 +153,7 @@ pub(super) fn launch(exec: &Exec, setup: &PreExec, live: &mut Registry) -> Resul
         attempts += 1;
         let template = match slot.running.take() {
             Some(template) => template,
-            None => {
-                if let Some((failed, at)) = &slot.failed {
-                    if failed == program && at.elapsed() < RETRY_AFTER {
-                        return Err(NotForked::Unavailable(std::io::Error::other(
-                            "the template could not start recently",
-                        )));
-                    }
-                }
-                let started = identity
-                    .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))
-                    .and_then(|identity| start(program, identity, live));
-                match started {
-                    Ok(template) => template,
-                    Err(e) => {
-                        tracing::warn!(program = %program.display(), error = %e, "the agent template could not start: children are executed; tried again in {} s", RETRY_AFTER.as_secs());
-                        slot.failed = Some((program.to_path_buf(), Instant::now()));
-                        return Err(NotForked::Unavailable(e));
-                    }
-                }
-            }
+            None => slot.start(program, identity, live)?,
         };
         match send(&template, &encoded, &fds) {
             Ok(()) => break template,
@@ -180,7 +188,7 @@ pub(super) fn launch(exec: &Exec, setup: &PreExec, live: &mut Registry) -> Resul
             if let Some(pid) = child {
                 // Failed or too slow to set itself up.
                 let _ = kill(pid, Signal::SIGKILL);
-                launched::reap_later(pid);
+                launched::reap_later(launched::Launched::new(pid));
             }
             let error = match errno {
                 0 => std::io::Error::other(format!(
@@ -280,15 +288,20 @@ fn send(template: &Template, request: &[u8], fds: &[RawFd]) -> Result<(), Errno>
 /// Reads the answer to a request: (pid, errno).
 fn answer(template: &Template) -> Result<(i32, i32), Errno> {
     let mut answer = [0u8; REPLY_LEN + 1];
-    let len = loop {
-        match recv(template.control.as_raw_fd(), &mut answer, MsgFlags::empty()) {
-            Err(Errno::EINTR) => continue,
-            // SO_RCVTIMEO ran out.
-            Err(Errno::EAGAIN) => return Err(Errno::ETIMEDOUT),
-            other => break other?,
-        }
-    };
+    let len = receive(&template.control, &mut answer)?;
     decode_reply(&answer[..len]).ok_or(Errno::EPIPE)
+}
+
+/// One datagram from the template; `ETIMEDOUT` once the socket's
+/// receive timeout ran out.
+fn receive(control: &OwnedFd, into: &mut [u8]) -> Result<usize, Errno> {
+    loop {
+        match recv(control.as_raw_fd(), into, MsgFlags::empty()) {
+            Err(Errno::EINTR) => continue,
+            Err(Errno::EAGAIN) => return Err(Errno::ETIMEDOUT),
+            other => return other,
+        }
+    }
 }
 
 /// Starts `program template` with one end of a new control socket as its
@@ -336,18 +349,12 @@ fn start(program: &Path, identity: Identity, live: &mut Registry) -> std::io::Re
         control,
     };
     let mut ready = [0u8; READY.len() + 1];
-    let said = loop {
-        match recv(template.control.as_raw_fd(), &mut ready, MsgFlags::empty()) {
-            Err(Errno::EINTR) => continue,
-            other => break other,
-        }
-    };
-    match said {
+    match receive(&template.control, &mut ready) {
         Ok(len) if ready[..len] == READY[..] => {}
-        other => {
+        said => {
             retire(Some(template));
-            return Err(std::io::Error::other(match other {
-                Err(Errno::EAGAIN) => format!(
+            return Err(std::io::Error::other(match said {
+                Err(Errno::ETIMEDOUT) => format!(
                     "{} did not say it serves `template` within {} s",
                     program.display(),
                     READY_WITHIN.as_secs()
@@ -374,7 +381,7 @@ fn retire(template: Option<Template>) {
     let _ = kill(template.pid, Signal::SIGKILL);
     // Reaped in the background, then forgotten as live: a template stuck
     // in the kernel cannot hold a start up.
-    launched::reap_later(template.pid);
+    launched::reap_later(launched::Launched::new(template.pid));
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use std::io::{BufRead, BufReader};
 use std::os::unix::fs::FileExt;
 
 use corral_e2e::brief;
-use corral_e2e::gateway::{parent_of, serve_exit, GatewaySpawn, ADMIN_TOKEN};
+use corral_e2e::gateway::{parent_of, serve_exit, Gateway, GatewaySpawn, ADMIN_TOKEN};
 use corral_e2e::harness::is_done;
 use corral_e2e::mock_llm::{MockLlm, Turn};
 use corral_e2e::prerequisites::CURL;
@@ -85,6 +85,16 @@ fn environ(pid: u32) -> Vec<String> {
         .split(|b| *b == 0)
         .map(|e| String::from_utf8_lossy(e).into_owned())
         .collect()
+}
+
+/// One prompt to project `alpha`, which the mock answers with `reply`:
+/// the run's frames.
+async fn one_run(gateway: &Gateway, mock: &MockLlm, reply: &str) -> Vec<Value> {
+    let mut ws = gateway.client("alpha").await;
+    mock.push(Turn::text(reply));
+    ws.send(json!({"id":"run","type":"prompt","message":"go"}))
+        .await;
+    ws.recv_until(is_done).await
 }
 
 /// The text the agent streamed in `frames`.
@@ -262,11 +272,7 @@ async fn a_child_forked_from_the_template_holds_no_key_and_shows_no_environment(
         .arg("on")
         .spawn()
         .await;
-    let mut ws = gateway.client("alpha").await;
-    mock.push(Turn::text("all done"));
-    ws.send(json!({"id":"run","type":"prompt","message":"go"}))
-        .await;
-    let frames = ws.recv_until(is_done).await;
+    let frames = one_run(&gateway, &mock, "all done").await;
     let text = reply_text(&frames);
     assert!(text.contains("all done"), "{}", brief(&frames));
     assert_eq!(mock.requests().len(), 1);
@@ -353,11 +359,7 @@ async fn the_default_keeps_the_key_in_the_gateway_unless_child_args_name_the_end
         .child_arg("anthropic")
         .spawn()
         .await;
-    let mut ws = gateway.client("alpha").await;
-    mock.push(Turn::text("brokered by default"));
-    ws.send(json!({"id":"1","type":"prompt","message":"hi"}))
-        .await;
-    let frames = ws.recv_until(is_done).await;
+    let frames = one_run(&gateway, &mock, "brokered by default").await;
     assert!(
         frames
             .iter()

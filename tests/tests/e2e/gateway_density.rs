@@ -251,9 +251,13 @@ async fn children_are_forked_from_one_template_that_is_replaced_when_it_dies() {
         .await;
     let pid = gateway.child.id().unwrap();
     visit(&gateway, "alpha").await;
-    visit(&gateway, "beta").await;
     let templates = templates_of(pid);
     assert_eq!(templates.len(), 1, "one template: {templates:?}");
+    // It keeps none of a spawn's descriptors.
+    let fds = open_fds(templates[0]);
+    visit(&gateway, "beta").await;
+    assert_eq!(open_fds(templates[0]), fds, "the template's descriptors");
+    assert_eq!(templates_of(pid), templates);
     let outers = gateway.child_pids();
     assert_eq!(outers.len(), 2, "{outers:?}");
     for outer in &outers {
