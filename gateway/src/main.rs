@@ -394,6 +394,11 @@ async fn serve(
     settings.model_broker = broker_keys.clone();
     std::fs::create_dir_all(&settings.sessions_dir)
         .with_context(|| format!("cannot create {}", settings.sessions_dir.display()))?;
+    let max_starting = config
+        .limits
+        .max_starting
+        .unwrap_or_else(corral::process::spawner::default_starting_limit);
+    corral::process::spawner::set_starting_limit(max_starting);
     let shutdown = Shutdown::new();
     let registry = Arc::new(Registry::new(
         Arc::new(settings),

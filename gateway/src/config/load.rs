@@ -298,6 +298,10 @@ fn limits(layers: &Layers) -> Result<Limits, ConfigError> {
     )?;
     Ok(Limits {
         max_children: layers.max_children()?,
+        max_starting: layers
+            .max_starting()
+            .map(|n| at_least("--max-starting / max_starting", n, 1))
+            .transpose()?,
         replay_events: layers.replay_events()?,
         replay_bytes: layers.replay_bytes()?,
         outbox_frames: layers.outbox_frames()?,

@@ -139,6 +139,9 @@ pub struct Config {
 pub struct Limits {
     /// Most children running at once; further projects are refused.
     pub max_children: usize,
+    /// Children being started at once; `None` = one per two cores
+    /// ([`crate::process::spawner::starting_limit`]).
+    pub max_starting: Option<usize>,
     /// Most events the replay ring of one project keeps.
     pub replay_events: usize,
     /// Most bytes the replay ring of one project keeps.

@@ -184,6 +184,11 @@ declare_settings! {
         default value(usize = defaults::MAX_CHILDREN, number, |s, v| at_least(s, v, 1)),
         help "Most children running at once";
 
+    max_starting: Option<usize> = "--max-starting" "N",
+        key max_starting: Option<usize>,
+        default optional(usize, "one per two cores, at least 1"),
+        help "Children being started at once, each from its spawn until its answered hello; further starts wait their turn, so a burst of first connects does not crowd out the clients already attached";
+
     dialect: Option<Dialect> = "--dialect" "DIALECT" [value_enum],
         key dialect: Option<Dialect>,
         default value(Dialect = Dialect::default(), enum_name, any),

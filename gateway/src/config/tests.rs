@@ -83,6 +83,7 @@ fn defaults_and_generated_token_on_loopback() {
         config.limits,
         Limits {
             max_children: 64,
+            max_starting: None,
             replay_events: 10_000,
             replay_bytes: 8 << 20,
             outbox_frames: 256,
@@ -196,6 +197,7 @@ fn command_line_beats_env_beats_file_beats_default() {
         tokens = ["{file_token}"]
         observer_tokens = ["{file_token}"]
         max_children = 8
+        max_starting = 3
         idle_timeout = "1m"
         replay_bytes = "1MiB"
         allowed_origins = ["https://from-file.example"]
@@ -219,6 +221,7 @@ fn command_line_beats_env_beats_file_beats_default() {
         "file beats default"
     );
     assert_eq!(config.limits.max_children, 4, "command line beats file");
+    assert_eq!(config.limits.max_starting, Some(3));
     assert_eq!(
         config.supervisor.idle_timeout,
         Some(Duration::from_secs(60))
@@ -350,7 +353,14 @@ fn short_token_is_refused() {
 #[test]
 fn out_of_range_values_are_refused() {
     let f = Fixture::new();
-    let cases: [(ServeArgs, &str); 9] = [
+    let cases: [(ServeArgs, &str); 10] = [
+        (
+            ServeArgs {
+                max_starting: Some(0),
+                ..f.args()
+            },
+            "--max-starting",
+        ),
         (
             ServeArgs {
                 outbox_frames: Some(0),

@@ -17,13 +17,17 @@ use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 use tokio::sync::{Semaphore, SemaphorePermit};
 
-/// Children that may be between their start and answered hello at once,
-/// per core. One: during bursts of 300 first connects, an attached
-/// client's ping p99 was 13.5–20.9 ms over five runs (median 14.0) with
-/// one per core and 22–34 ms over three with four (bench-scale's pings
-/// section, 2 cores), and 2,000 first connects still finished faster than
-/// a plain loop starting the same agents one by one.
-const STARTING_PER_CORE: usize = 1;
+/// Cores per child between its start and its answered hello, by default
+/// (`--max-starting`). Two: during bursts of 300 first connects on two
+/// cores, an attached client's ping p99 was 5.2–6.3 ms over three runs
+/// with one child starting at a time, against 16.9–35.9 ms over five
+/// with two (and 22–34 ms with eight), while 2,000 first connects still
+/// took only 0.59× the time of a plain loop starting the same agents one
+/// by one (bench-scale's pings and burst sections). Starting children are
+/// kernel work (namespaces, mounts) the scheduler cannot weigh against
+/// the gateway's; a core left to the running children is what keeps them
+/// answering.
+const CORES_PER_START: usize = 2;
 
 /// One piece of blocking work for the spawner thread, run inside the
 /// runtime of the task that asked (a child's socket and its reaping are
@@ -98,19 +102,29 @@ where
     rx.await.map_err(|_| SpawnerGone)
 }
 
-/// How many children may start at once on a machine with `cores` cores.
+/// How many children may start at once on a machine with `cores` cores
+/// unless `--max-starting` says.
 pub fn starting_limit(cores: usize) -> usize {
-    cores.max(1) * STARTING_PER_CORE
+    (cores / CORES_PER_START).max(1)
+}
+
+/// The default of `--max-starting` on this machine.
+pub fn default_starting_limit() -> usize {
+    starting_limit(std::thread::available_parallelism().map_or(1, usize::from))
+}
+
+/// Sets how many children may start at once (`--max-starting`, at least
+/// one); must come before the first start. Returns false if the slots
+/// were already made (the first setting stays).
+pub fn set_starting_limit(limit: usize) -> bool {
+    STARTING.set(Semaphore::new(limit.max(1))).is_ok()
 }
 
 /// Waits for a start slot: hold it from before the spawn until the child
 /// answered its hello (or failed to). `None` never happens in practice
 /// (the slots are never closed); the start then goes ahead unbounded.
 pub async fn start_slot() -> Option<SemaphorePermit<'static>> {
-    let slots = STARTING.get_or_init(|| {
-        let cores = std::thread::available_parallelism().map_or(1, usize::from);
-        Semaphore::new(starting_limit(cores))
-    });
+    let slots = STARTING.get_or_init(|| Semaphore::new(default_starting_limit()));
     slots.acquire().await.ok()
 }
 
@@ -119,10 +133,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn starting_limit_scales_with_cores() {
-        assert_eq!(starting_limit(0), STARTING_PER_CORE);
-        assert_eq!(starting_limit(1), STARTING_PER_CORE);
-        assert_eq!(starting_limit(2), 2 * STARTING_PER_CORE);
+    fn one_child_starts_at_a_time_per_two_cores() {
+        assert_eq!(starting_limit(0), 1);
+        assert_eq!(starting_limit(1), 1);
+        assert_eq!(starting_limit(2), 1);
+        assert_eq!(starting_limit(3), 1);
+        assert_eq!(starting_limit(8), 4);
     }
 
     #[tokio::test]

@@ -14,7 +14,8 @@
 //! `--nofile N` as the gateway's soft and hard limit; at most
 //! `--fd-cap`), with how it degrades there; and a project's cold start
 //! through the gateway, cold connect minus warm, with and without the
-//! agent template, beside the standalone sandboxed start (`cold`).
+//! agent template and without the sandbox, beside the standalone
+//! sandboxed start (`cold`).
 //! Children run the echo
 //! provider, sandboxed (the default). Build in release first:
 //! `cargo build --release --workspace`.
@@ -55,9 +56,10 @@ sections (all by default, in this order):
             descriptor limit (at most --fd-cap), and how it degrades there
   cold      --cold projects' cold start through the gateway: first connect
             and ping of a project with no agent, minus the same for a second
-            client once it runs; with the agent template and with
-            --child-template off, beside a standalone corral-agent rpc
-            --sandbox spawned and pinged (bench-startup's figure)
+            client once it runs; with the agent template, with
+            --child-template off and with --sandbox off, beside a
+            standalone corral-agent rpc --sandbox spawned and pinged
+            (bench-startup's figure)
 
 options:
   --projects N        projects of idle and burst (default 2000)
@@ -199,19 +201,24 @@ async fn main() -> anyhow::Result<()> {
 }
 
 /// 6. A project's cold start through the gateway, with and without the
-///    template, and the standalone start beside it.
+///    template and (the floor) without the sandbox, and the standalone
+///    start beside it.
 async fn cold_starts(bins: &Bins, args: &Args) -> anyhow::Result<()> {
     let templated = cold::through_gateway(bins, args.cold, &[]).await?;
     let executed = cold::through_gateway(bins, args.cold, &["--child-template", "off"]).await?;
+    // What the gateway and the agent cost without any confinement: the
+    // floor under both rows above.
+    let unconfined = cold::through_gateway(bins, args.cold, &["--sandbox", "off"]).await?;
     let standalone = cold::standalone(bins, args.cold).await?;
     println!(
         "\n## A project's cold start through the gateway ({} projects per row)\n",
         args.cold
     );
-    println!("| sandboxed, echo provider | p50 | p99 | max |\n|---|---|---|---|");
+    println!("| echo provider | p50 | p99 | max |\n|---|---|---|---|");
     for (name, run) in [
         ("forked from the template", &templated),
         ("executed (`--child-template off`)", &executed),
+        ("unconfined (`--sandbox off`), forked", &unconfined),
     ] {
         println!(
             "{}",
