@@ -12,6 +12,7 @@ pub mod provider;
 pub mod rpc;
 pub mod sandbox;
 pub mod setup;
+pub mod spare;
 pub mod stdin_prompt;
 pub mod template;
 pub mod tools;

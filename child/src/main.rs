@@ -1,13 +1,16 @@
 //! `corral-agent`: `rpc` serves an RPC dialect on stdio; `run` answers one
 //! prompt; `sandbox-probe` checks the sandbox works on this host;
-//! `sandbox-exec` runs another program in the same sandbox.
+//! `sandbox-exec` runs another program in the same sandbox; `template`
+//! forks children for the gateway; `spare` enters the sandbox ahead of its
+//! project and runs the `rpc` or `run` it is then assigned.
 //!
 //! stdout belongs to the protocol (or, in `run`, to the reply text); logs go
 //! to stderr, filtered by `CORRAL_LOG` (default `warn`). Start order: the
 //! process becomes undumpable, the session journal is opened and locked,
 //! the egress route is opened (`--tool-network proxy`), the sandbox is
 //! entered (with `--sandbox`), and only then does the async runtime, and so
-//! any thread, start. The hidden `egress-relay` runs a tool command behind
+//! any thread, start. A spare agent enters the sandbox's first part before
+//! all of this, and finishes it in the same place. The hidden `egress-relay` runs a tool command behind
 //! the egress relay.
 
 use std::ffi::OsString;
@@ -24,6 +27,7 @@ use corral_agent::rpc::dialects::Dialect;
 use corral_agent::rpc::{self, TransportOptions};
 use corral_agent::sandbox::{self, ProbedNetwork, SandboxConfig, ToolConfinement, ToolNet};
 use corral_agent::setup::{self, Prepared, SetupError};
+use corral_agent::spare;
 use corral_agent::stdin_prompt;
 use corral_agent::template;
 use corral_protocol::egress::SECRET_ENV;
@@ -44,12 +48,21 @@ fn main() {
         }
         std::process::exit(i32::from(template::serve(agent_main)));
     }
+    if args.get(1).is_some_and(|arg| arg == spare::ARG) {
+        spare::run(&args[2..], agent_main_with)
+    }
     agent_main(args)
 }
 
 /// The agent with `args` as its argv: also what a child forked from the
 /// template runs.
 fn agent_main(args: Vec<OsString>) -> ! {
+    agent_main_with(args, None)
+}
+
+/// The agent with `args` as its argv, in the sandbox a spare agent
+/// prepared when there is one (`corral-agent spare`).
+fn agent_main_with(args: Vec<OsString>, spare: Option<sandbox::Spare>) -> ! {
     // First of all: no process of this uid, tools included, may ptrace this
     // one or read its memory or /proc/<pid>/environ (which keeps the token
     // and API keys even after remove_var).
@@ -64,6 +77,12 @@ fn agent_main(args: Vec<OsString>) -> ! {
     let egress_secret = std::env::var_os(SECRET_ENV);
     std::env::remove_var(SECRET_ENV);
     let mut cli = Cli::parse_from(cli::mode_flag_as_subcommand(args));
+    // Before any mode runs: the others would run without the sandbox the
+    // spare still has to finish.
+    if spare.is_some() && !matches!(cli.mode, Mode::Rpc { .. } | Mode::Run { .. }) {
+        eprintln!("corral-agent spare: an assignment must be rpc or run");
+        std::process::exit(2);
+    }
     // The HTTP MCP bridge's server and headers: for the bridge alone (a
     // relay passes them on to the bridge it runs).
     if !matches!(cli.mode, Mode::EgressRelay { .. }) {
@@ -124,10 +143,12 @@ fn agent_main(args: Vec<OsString>) -> ! {
         Mode::SandboxExec { sandbox, command } => {
             std::process::exit(i32::from(sandbox_exec(sandbox, command, egress_secret)));
         }
-        Mode::Rpc { agent, .. } | Mode::Run { agent, .. } => match prepare(agent, egress_secret) {
-            Ok(prepared) => prepared,
-            Err(code) => std::process::exit(i32::from(code)),
-        },
+        Mode::Rpc { agent, .. } | Mode::Run { agent, .. } => {
+            match prepare(agent, egress_secret, spare) {
+                Ok(prepared) => prepared,
+                Err(code) => std::process::exit(i32::from(code)),
+            }
+        }
         Mode::EgressRelay { .. } => unreachable!("the relay exits above"),
         Mode::McpHttpBridge => unreachable!("the bridge exits above"),
     };
@@ -197,7 +218,11 @@ fn agent_main(args: Vec<OsString>) -> ! {
 /// journal and, with `--sandbox`, enters the sandbox: all before any thread
 /// exists. With the sandbox, `args.cwd` becomes the resolved project
 /// directory. On failure the reason is printed and the exit code returned.
-fn prepare(args: &mut AgentArgs, egress_secret: Option<OsString>) -> Result<Prepared, u8> {
+fn prepare(
+    args: &mut AgentArgs,
+    egress_secret: Option<OsString>,
+    spare: Option<sandbox::Spare>,
+) -> Result<Prepared, u8> {
     let setup_failed = |e: SetupError| {
         eprintln!("corral-agent: {e}");
         e.exit_code()
@@ -206,6 +231,15 @@ fn prepare(args: &mut AgentArgs, egress_secret: Option<OsString>) -> Result<Prep
         eprintln!("corral-agent: {e}");
         sandbox::EXIT_SANDBOX_UNAVAILABLE
     };
+    if spare.is_some() && !args.sandbox {
+        eprintln!("corral-agent spare: an assignment must ask for --sandbox");
+        return Err(2);
+    }
+    if spare.is_some() && !args.cwd.as_deref().is_some_and(Path::is_absolute) {
+        // The spare's own working directory is not the project's.
+        eprintln!("corral-agent spare: an assignment must name its project with an absolute --cwd");
+        return Err(2);
+    }
     if args.sandbox && args.model_socket.is_some() && args.tool_network == ToolNetwork::On {
         eprintln!(
             "corral-agent: --model-socket with --sandbox takes the host's network from the agent, \
@@ -241,7 +275,11 @@ fn prepare(args: &mut AgentArgs, egress_secret: Option<OsString>) -> Result<Prep
     if model_socket.is_some() {
         config = config.without_host_network();
     }
-    let confined = sandbox::enter(&config).map_err(sandbox_failed)?;
+    let confined = match spare {
+        Some(spare) => spare.finish(&config),
+        None => sandbox::enter(&config),
+    }
+    .map_err(sandbox_failed)?;
     args.cwd = Some(config.project().to_path_buf());
     Ok(Prepared {
         journal,

@@ -168,7 +168,7 @@ fn reply(pid: i32, errno: Errno) -> Result<(), Errno> {
 }
 
 /// Zeroes `bytes` in a way the compiler keeps.
-fn wipe(bytes: &mut [u8]) {
+pub(crate) fn wipe(bytes: &mut [u8]) {
     for byte in bytes.iter_mut() {
         // SAFETY: a plain write through a valid, exclusive reference.
         unsafe { std::ptr::write_volatile(byte, 0) };
@@ -388,7 +388,7 @@ fn close_all_but(keep: RawFd) -> Result<(), Errno> {
 }
 
 /// Makes `env` (`NAME=VALUE` entries) the whole environment.
-fn replace_environment(env: &[Vec<u8>]) {
+pub(crate) fn replace_environment(env: &[Vec<u8>]) {
     for (name, _) in std::env::vars_os() {
         std::env::remove_var(name);
     }

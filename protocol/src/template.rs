@@ -151,6 +151,28 @@ impl SpawnRequest {
     }
 }
 
+/// What a spare agent (`corral-agent spare`) writes on its stdout once
+/// it entered as much of its sandbox as needs no project, before it reads
+/// its assignment: nothing else comes before the protocol's first line.
+pub const SPARE_READY: &[u8; 4] = b"CSR1";
+
+/// A spare agent's assignment (`corral-agent spare`), the first bytes on
+/// its stdin: a little-endian `u32` length, then a [`SpawnRequest`] of
+/// which only argv and the environment count. At most [`MAX_REQUEST`]
+/// bytes after the length.
+pub fn encode_assignment(argv: Vec<Vec<u8>>, env: Vec<Vec<u8>>) -> Vec<u8> {
+    let request = SpawnRequest {
+        argv,
+        env,
+        ..SpawnRequest::default()
+    }
+    .encode();
+    let mut out = Vec::with_capacity(4 + request.len());
+    put_u32(&mut out, len32(request.len()));
+    out.extend_from_slice(&request);
+    out
+}
+
 /// The template's answer: the child's pid (0 when none was made), and the
 /// errno of what failed (0 when the child is running).
 pub fn encode_reply(pid: i32, errno: i32) -> [u8; REPLY_LEN] {
@@ -295,5 +317,15 @@ mod tests {
         assert_eq!(decode_reply(&encode_reply(4321, 0)), Some((4321, 0)));
         assert_eq!(decode_reply(&encode_reply(0, 13)), Some((0, 13)));
         assert_eq!(decode_reply(&[0; 7]), None);
+    }
+
+    #[test]
+    fn an_assignment_is_its_length_then_a_request_with_argv_and_environment() {
+        let bytes = encode_assignment(vec![b"corral-agent".to_vec()], vec![b"A=1".to_vec()]);
+        let len = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as usize;
+        assert_eq!(len, bytes.len() - 4);
+        let request = SpawnRequest::decode(&bytes[4..]).unwrap();
+        assert_eq!(request.argv, [b"corral-agent".to_vec()]);
+        assert_eq!(request.env, [b"A=1".to_vec()]);
     }
 }

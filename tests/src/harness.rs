@@ -2,13 +2,15 @@
 //! NDJSON to it, with a timeout around every read. The agent's stderr goes
 //! to a file, printed only when the test fails.
 
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::Value;
 use tempfile::TempDir;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
 use crate::captured::CapturedLog;
@@ -41,6 +43,8 @@ pub struct AgentSpawn {
     args: Vec<String>,
     env: Vec<(String, String)>,
     cwd: Option<PathBuf>,
+    /// Started as `corral-agent spare`, then assigned these arguments.
+    spare: bool,
 }
 
 impl AgentSpawn {
@@ -52,6 +56,7 @@ impl AgentSpawn {
             args: all,
             env: Vec::new(),
             cwd: None,
+            spare: false,
         }
     }
 
@@ -73,6 +78,13 @@ impl AgentSpawn {
         self
     }
 
+    /// Start `corral-agent spare` and give it the arguments and the
+    /// environment as its assignment on stdin, instead of running them.
+    pub fn as_spare(mut self) -> AgentSpawn {
+        self.spare = true;
+        self
+    }
+
     /// Use an existing directory as the cwd instead of a fresh one.
     pub fn cwd(mut self, dir: &Path) -> AgentSpawn {
         self.cwd = Some(dir.to_path_buf());
@@ -90,16 +102,22 @@ impl AgentSpawn {
         std::fs::create_dir_all(&home).expect("create home");
         let (captured, log_file) =
             CapturedLog::create("corral-agent", temp.path().join("agent.log"));
+        let removed = [
+            "ZUTCORE_RPC_TOKEN",
+            "ANTHROPIC_API_KEY",
+            "OPENAI_API_KEY",
+            "ANTHROPIC_BASE_URL",
+            "OPENAI_BASE_URL",
+        ];
         let mut command = Command::new(workspace_bin("corral-agent"));
+        match self.spare {
+            true => command.arg("spare"),
+            false => command.args(&self.args).arg("--cwd").arg(&cwd),
+        };
+        for name in removed {
+            command.env_remove(name);
+        }
         command
-            .args(&self.args)
-            .arg("--cwd")
-            .arg(&cwd)
-            .env_remove("ZUTCORE_RPC_TOKEN")
-            .env_remove("ANTHROPIC_API_KEY")
-            .env_remove("OPENAI_API_KEY")
-            .env_remove("ANTHROPIC_BASE_URL")
-            .env_remove("OPENAI_BASE_URL")
             .env("ZUT_HOME", &home)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -109,8 +127,39 @@ impl AgentSpawn {
             command.env(key, value);
         }
         let mut child = command.spawn().expect("spawn corral-agent");
-        let stdin = child.stdin.take().expect("stdin");
-        let stdout = BufReader::new(child.stdout.take().expect("stdout")).lines();
+        let mut stdin = child.stdin.take().expect("stdin");
+        let mut stdout = child.stdout.take().expect("stdout");
+        if self.spare {
+            let mut ready = [0u8; 4];
+            tokio::time::timeout(READ_TIMEOUT, stdout.read_exact(&mut ready))
+                .await
+                .expect("the spare agent did not say it was ready in time")
+                .expect("read the spare agent's ready bytes");
+            assert_eq!(&ready, corral_protocol::template::SPARE_READY);
+            let mut argv = vec![workspace_bin("corral-agent").into_os_string().into_vec()];
+            argv.extend(self.args.iter().map(|a| a.clone().into_bytes()));
+            argv.extend([b"--cwd".to_vec(), cwd.clone().into_os_string().into_vec()]);
+            let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
+                .filter(|(name, _)| !removed.iter().any(|r| name == r))
+                .collect();
+            env.push(("ZUT_HOME".into(), home.clone().into_os_string()));
+            env.extend(self.env.iter().map(|(k, v)| (k.into(), v.into())));
+            let env = env
+                .into_iter()
+                .map(|(name, value)| {
+                    let mut entry = name.into_vec();
+                    entry.push(b'=');
+                    entry.extend(value.into_vec());
+                    entry
+                })
+                .collect();
+            let assignment = corral_protocol::template::encode_assignment(argv, env);
+            stdin
+                .write_all(&assignment)
+                .await
+                .expect("write the assignment");
+        }
+        let stdout = BufReader::new(stdout).lines();
         AgentProc {
             child,
             stdin: Some(stdin),

@@ -199,48 +199,165 @@ fn enter_under_init(config: &SandboxConfig) -> Result<Confined, SandboxError> {
 }
 
 fn enter_as(config: &SandboxConfig, shape: tree::Shape) -> Result<Confined, SandboxError> {
-    std::env::set_current_dir(&config.project).map_err(|source| SandboxError::Project {
-        path: config.project.clone(),
-        source,
-    })?;
-    let scratch: Vec<PathBuf> = ["/tmp", "/dev/shm"]
-        .iter()
-        .filter_map(|dir| Path::new(dir).canonicalize().ok())
-        .filter(|dir| dir.is_dir())
-        .collect();
-    let writable = config.writable();
+    let view = View::of(config)?;
     let terminals = terminal_facts();
-    let mounts = MountPlan::new(&writable, &scratch, &config.hides, terminals);
+    let mounts = MountPlan::new(&view.writable, &view.scratch, &config.hides, terminals);
     namespaces::enter(config.simulate == Some(Missing::UserNamespace))?;
     if !config.host_network {
-        // While outer holds every capability of its new user namespace.
-        sys::isolate_network().map_err(|e| {
-            SandboxError::NotConfined(format!("cannot take the host's network away: {e}"))
-        })?;
+        isolate_network()?;
     }
     tree::start(shape, || {
         mounts::apply(&mounts)?;
-        // From now on the working directory is the exposed project.
+        let rules = ruleset::prepare(
+            &base_rules(terminals),
+            config.simulate == Some(Missing::Landlock),
+        )?;
+        view.confine(config, rules)
+    })
+}
+
+/// Takes the host's network away, while outer holds every capability of
+/// its new user namespace.
+fn isolate_network() -> Result<(), SandboxError> {
+    sys::isolate_network()
+        .map_err(|e| SandboxError::NotConfined(format!("cannot take the host's network away: {e}")))
+}
+
+/// The Landlock rules of every sandbox: `/` listable, its entries
+/// readable and executable, the devices and terminals.
+fn base_rules(terminals: TerminalFacts) -> RulePlan {
+    RulePlan::new(
+        &top_level_entries(),
+        &existing_devices(),
+        &[],
+        terminals.private(),
+    )
+}
+
+/// The project's side of the view: the writable and scratch directories,
+/// found with the project as the working directory.
+struct View {
+    writable: Vec<PathBuf>,
+    scratch: Vec<PathBuf>,
+}
+
+impl View {
+    fn of(config: &SandboxConfig) -> Result<View, SandboxError> {
         std::env::set_current_dir(&config.project).map_err(|source| SandboxError::Project {
             path: config.project.clone(),
             source,
         })?;
-        let mut writable = writable;
-        writable.extend(scratch.iter().cloned());
-        let rules = RulePlan::new(
-            &top_level_entries(),
-            &existing_devices(),
-            &writable,
-            terminals.private(),
-        );
+        let scratch = ["/tmp", "/dev/shm"]
+            .iter()
+            .filter_map(|dir| Path::new(dir).canonicalize().ok())
+            .filter(|dir| dir.is_dir())
+            .collect();
+        Ok(View {
+            writable: config.writable(),
+            scratch,
+        })
+    }
+
+    /// Once the mounts are made: enters the exposed project, and restricts
+    /// the process to `rules` plus the writable and scratch directories,
+    /// with no new privileges.
+    fn confine(
+        self,
+        config: &SandboxConfig,
+        rules: ruleset::Prepared,
+    ) -> Result<Confined, SandboxError> {
+        std::env::set_current_dir(&config.project).map_err(|source| SandboxError::Project {
+            path: config.project.clone(),
+            source,
+        })?;
+        let mut writable = self.writable;
+        writable.extend(self.scratch);
         let _ = nix::sys::prctl::set_no_new_privs();
-        let enforced = ruleset::restrict(&rules, config.simulate == Some(Missing::Landlock))?;
+        let enforced = rules.restrict(&writable)?;
         Ok(Confined {
             landlock_abi: enforced.abi,
             scoped: enforced.scoped,
             tools: ToolConfinement::sandboxed(config.tool_network.clone()),
         })
+    }
+}
+
+/// An agent's sandbox entered as far as it can be without a project, by
+/// a spare agent started ahead of time ([`enter_spare`]): its namespaces
+/// (the network's too, unless it keeps the host's), the agent as pid 1,
+/// a private root with its own `/proc` and terminals, and a Landlock
+/// ruleset with the rules every sandbox has, not yet in force.
+/// [`Spare::finish`] does the rest once the project is known.
+#[derive(Debug)]
+pub struct Spare {
+    terminals: TerminalFacts,
+    host_network: bool,
+    rules: ruleset::Prepared,
+}
+
+/// Enters as much of the sandbox as needs no project (see [`Spare`]).
+/// Must run before any thread exists. Returns in the agent, pid 1 of its
+/// pid namespace, exactly as [`enter`] does.
+pub fn enter_spare(host_network: bool) -> Result<Spare, SandboxError> {
+    let simulate = Missing::from_env();
+    let terminals = terminal_facts();
+    namespaces::enter(simulate == Some(Missing::UserNamespace))?;
+    if !host_network {
+        isolate_network()?;
+    }
+    tree::start(tree::Shape::AgentIsInit, || {
+        mounts::apply(&MountPlan::fixed(terminals))?;
+        let rules = ruleset::prepare(&base_rules(terminals), simulate == Some(Missing::Landlock))?;
+        Ok(Spare {
+            terminals,
+            host_network,
+            rules,
+        })
     })
+}
+
+impl Spare {
+    /// Finishes the sandbox for `config` as [`enter`] would have made it:
+    /// the scratch directories, the hides, the project bound back, then
+    /// Landlock with the writable directories, no new privileges. Must run
+    /// while the process has one thread: Landlock and no-new-privileges
+    /// bind the calling thread (and what it starts) only.
+    pub fn finish(self, config: &SandboxConfig) -> Result<Confined, SandboxError> {
+        match config.simulate {
+            Some(Missing::UserNamespace) => {
+                return Err(SandboxError::UserNamespace(format!(
+                    "unshare: {}",
+                    nix::errno::Errno::EPERM
+                )))
+            }
+            Some(Missing::Landlock) => {
+                return Err(SandboxError::Landlock(ruleset::NOT_AVAILABLE.to_string()))
+            }
+            None => {}
+        }
+        let threads = std::fs::read_dir("/proc/self/task").map(Iterator::count);
+        if !matches!(threads, Ok(1)) {
+            return Err(SandboxError::NotConfined(
+                "a spare agent must finish its sandbox before any thread starts".into(),
+            ));
+        }
+        if config.host_network != self.host_network {
+            return Err(SandboxError::NotConfined(format!(
+                "this spare agent was prepared {} the host's network",
+                match self.host_network {
+                    true => "with",
+                    false => "without",
+                }
+            )));
+        }
+        let view = View::of(config)?;
+        let plan = MountPlan::new(&view.writable, &view.scratch, &config.hides, self.terminals);
+        let rest = plan.after_fixed(self.terminals).ok_or_else(|| {
+            SandboxError::NotConfined("the spare agent's mounts do not begin the plan".into())
+        })?;
+        mounts::apply(&rest)?;
+        view.confine(config, self.rules)
+    }
 }
 
 /// Names in `/`.

@@ -76,6 +76,30 @@ impl TerminalFacts {
 }
 
 impl MountPlan {
+    /// The first steps of every plan, the same whatever the project and
+    /// the hides: a private root, `/proc` and the terminals. A spare agent
+    /// makes them before it knows its project.
+    pub fn fixed(terminals: TerminalFacts) -> MountPlan {
+        let mut steps = vec![MountStep::PrivateRoot, MountStep::Proc];
+        if terminals.private() {
+            steps.push(MountStep::Devpts);
+            if terminals.ptmx_node {
+                steps.push(MountStep::Ptmx);
+            }
+        }
+        MountPlan { steps }
+    }
+
+    /// The steps after [`MountPlan::fixed`]'s, which must begin this plan.
+    pub fn after_fixed(&self, terminals: TerminalFacts) -> Option<MountPlan> {
+        let fixed = MountPlan::fixed(terminals).steps;
+        self.steps
+            .strip_prefix(fixed.as_slice())
+            .map(|rest| MountPlan {
+                steps: rest.to_vec(),
+            })
+    }
+
     /// Plans the view for the `writable` directories (the project first,
     /// then any private home) with the scratch directories that exist
     /// (`/tmp`, `/dev/shm`) and the paths to hide. Paths must be canonical.
@@ -95,13 +119,7 @@ impl MountPlan {
         hides: &[Hide],
         terminals: TerminalFacts,
     ) -> MountPlan {
-        let mut steps = vec![MountStep::PrivateRoot, MountStep::Proc];
-        if terminals.private() {
-            steps.push(MountStep::Devpts);
-            if terminals.ptmx_node {
-                steps.push(MountStep::Ptmx);
-            }
-        }
+        let mut steps = MountPlan::fixed(terminals).steps;
         for dir in scratch {
             steps.push(MountStep::Scratch(dir.clone()));
         }
@@ -259,6 +277,26 @@ mod tests {
 
     fn after_scratch(plan: &MountPlan) -> &[MountStep] {
         &plan.steps[4..]
+    }
+
+    #[test]
+    fn what_follows_the_fixed_steps_is_the_rest_of_the_plan() {
+        let terminals = TerminalFacts {
+            pts_dir: true,
+            ptmx_node: true,
+        };
+        let plan = MountPlan::new(&["/srv/p".into()], &scratch(), &[dir("/srv")], terminals);
+        let fixed = MountPlan::fixed(terminals);
+        assert_eq!(fixed.steps.len(), 4);
+        let rest = plan.after_fixed(terminals).unwrap();
+        assert_eq!([fixed.steps, rest.steps.clone()].concat(), plan.steps);
+        assert_eq!(rest.steps[0], MountStep::Scratch("/tmp".into()));
+        let without = MountPlan::new(&["/srv/p".into()], &scratch(), &[], NO_TERMINALS);
+        assert_eq!(
+            without.after_fixed(terminals),
+            None,
+            "planned without the terminals"
+        );
     }
 
     #[test]

@@ -4,9 +4,11 @@
 //! Landlock also denies mount, umount and pivot_root, so nothing inside can
 //! uncover what the mounts hide.
 
+use std::path::PathBuf;
+
 use landlock::{
     Access, AccessFs, BitFlags, LandlockStatus, PathBeneath, PathFd, RestrictionStatus, Ruleset,
-    RulesetAttr, RulesetCreatedAttr, RulesetError, RulesetStatus, Scope, ABI,
+    RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetError, RulesetStatus, Scope, ABI,
 };
 
 use super::plan::{Grant, RulePlan};
@@ -29,37 +31,70 @@ pub struct Enforced {
 }
 
 /// The reason given when Landlock is missing (also when simulated).
-const NOT_AVAILABLE: &str = "landlock_create_ruleset: not supported";
+pub(super) const NOT_AVAILABLE: &str = "landlock_create_ruleset: not supported";
 
-/// Restricts the calling thread (and its future children) to `plan`.
-pub fn restrict(plan: &RulePlan, simulate_missing: bool) -> Result<Enforced, SandboxError> {
+/// A ruleset made and holding its first rules, not yet in force: what a
+/// spare agent keeps until it knows its project.
+pub struct Prepared(RulesetCreated);
+
+impl std::fmt::Debug for Prepared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Prepared")
+    }
+}
+
+/// Makes the ruleset with `plan`'s rules and the agent's own binary.
+pub fn prepare(plan: &RulePlan, simulate_missing: bool) -> Result<Prepared, SandboxError> {
     if simulate_missing {
         return Err(SandboxError::Landlock(NOT_AVAILABLE.to_string()));
     }
-    let status =
-        build_and_restrict(plan).map_err(|e| SandboxError::LandlockRules(e.to_string()))?;
-    enforced(&status)
+    build(plan)
+        .map(Prepared)
+        .map_err(|e| SandboxError::LandlockRules(e.to_string()))
 }
 
-fn build_and_restrict(plan: &RulePlan) -> Result<RestrictionStatus, RulesetError> {
-    let mut ruleset = Ruleset::default()
+impl Prepared {
+    /// Adds `writable` (each [`Grant::Writable`]) and restricts the calling
+    /// thread (and its future children).
+    pub fn restrict(self, writable: &[PathBuf]) -> Result<Enforced, SandboxError> {
+        let status = add(self.0, writable.iter().map(|w| (w, Grant::Writable)))
+            .and_then(|ruleset| ruleset.restrict_self())
+            .map_err(|e| SandboxError::LandlockRules(e.to_string()))?;
+        enforced(&status)
+    }
+}
+
+fn build(plan: &RulePlan) -> Result<RulesetCreated, RulesetError> {
+    let ruleset = Ruleset::default()
         .handle_access(AccessFs::from_all(WANTED))?
         .scope(Scope::AbstractUnixSocket | Scope::Signal)?
         .create()?;
-    for (path, grant) in &plan.rules {
-        // A path that vanished since the plan was made needs no rule.
-        let Ok(fd) = PathFd::new(path) else {
-            continue;
-        };
-        ruleset = ruleset.add_rule(PathBeneath::new(fd, rights(*grant)))?;
-    }
+    let mut ruleset = add(
+        ruleset,
+        plan.rules.iter().map(|(path, grant)| (path, *grant)),
+    )?;
     // The agent's own binary, wherever it lies (a hidden directory, the
     // host's /tmp under the private one): tool commands under
     // `--tool-network proxy` run it again as their relay.
     if let Ok(fd) = PathFd::new(OWN_EXE) {
         ruleset = ruleset.add_rule(PathBeneath::new(fd, rights(Grant::ReadExecute)))?;
     }
-    ruleset.restrict_self()
+    Ok(ruleset)
+}
+
+/// Adds a rule per path that still exists (one that vanished since the
+/// plan was made needs none).
+fn add<'a>(
+    mut ruleset: RulesetCreated,
+    rules: impl Iterator<Item = (&'a PathBuf, Grant)>,
+) -> Result<RulesetCreated, RulesetError> {
+    for (path, grant) in rules {
+        let Ok(fd) = PathFd::new(path) else {
+            continue;
+        };
+        ruleset = ruleset.add_rule(PathBeneath::new(fd, rights(grant)))?;
+    }
+    Ok(ruleset)
 }
 
 /// The Landlock rights of a grant (the crate drops those the running ABI

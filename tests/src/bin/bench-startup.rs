@@ -1,16 +1,19 @@
 //! `bench-startup [--runs N] [--agent PATH]`: the child's cold start and idle
 //! memory, unconfined and with `--sandbox`. Each run spawns `corral-agent rpc
 //! --provider echo`, sends `ping` and times spawn → `pong` read; then reads
-//! the idle process tree's memory and closes stdin. The two modes alternate
-//! run by run, so both see the same machine. Prints a table of median and
-//! tail values and the ratio of the medians.
+//! the idle process tree's memory and closes stdin. A third mode starts a
+//! spare agent (`corral-agent spare`), waits until it says it is ready, and
+//! times its assignment (the sandboxed run's arguments) and a ping → `pong`.
+//! The modes alternate run by run, so all see the same machine. Prints a
+//! table of median and tail values and the ratio of the medians.
 //!
 //! Build in release first: `cargo build --release --workspace`, then
 //! `target/release/bench-startup` (it finds `corral-agent` beside itself).
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
@@ -23,7 +26,8 @@ struct Args {
 const HELP: &str = "usage: bench-startup [--runs N] [--agent PATH]
 
 The child's cold start (spawn to the first ping's answer) and idle memory,
-unconfined and with --sandbox, alternating run by run.
+unconfined and with --sandbox, and a spare agent's start (assignment to
+the first ping's answer), alternating run by run.
 
 options:
   --runs N        cold starts per mode (default 50)
@@ -72,39 +76,106 @@ fn one_run(agent: &Path, cwd: &Path, sandbox: bool, samples: &mut Samples) -> an
     let mut command = Command::new(agent);
     command
         .args(["rpc", "--provider", "echo", "--cwd"])
-        .arg(cwd);
+        .arg(cwd)
+        .env("ZUT_HOME", cwd);
     if sandbox {
         command.arg("--sandbox");
     }
-    let mut child = command
-        .env("ZUT_HOME", cwd)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .with_context(|| format!("spawn {}", agent.display()))?;
-    let mut stdin = child.stdin.take().context("stdin")?;
-    let mut stdout = BufReader::new(child.stdout.take().context("stdout")?);
-    stdin.write_all(b"{\"id\":1,\"type\":\"ping\"}\n")?;
-    stdin.flush()?;
-    let mut line = String::new();
-    stdout.read_line(&mut line)?;
-    let elapsed = start.elapsed();
-    if !line.contains("\"pong\":true") {
-        bail!("unexpected reply: {line}");
-    }
-    let tree = process_tree(child.id());
+    let mut agent = Piped::spawn(&mut command, agent)?;
+    let elapsed = agent.pong_after(PING, start)?;
+    let tree = process_tree(agent.child.id());
     samples.starts.push(elapsed);
     samples
         .rss
         .push(tree.iter().map(|&p| status_kib(p, "VmRSS:")).sum());
     samples.pss.push(tree.iter().map(|&p| pss_kib(p)).sum());
-    drop(stdin);
-    let status = child.wait()?;
-    if !status.success() {
-        bail!("agent exited with {status}");
+    agent.end()
+}
+
+/// One start of a spare agent (`corral-agent spare`) made ahead of time:
+/// once it said it is ready, the time from writing its assignment (the
+/// same arguments as a sandboxed run) and a ping to the ping's answer.
+fn one_spare(agent: &Path, cwd: &Path, samples: &mut Samples) -> anyhow::Result<()> {
+    let mut spare = Piped::spawn(Command::new(agent).arg("spare"), agent)?;
+    let mut ready = [0u8; 4];
+    spare
+        .stdout
+        .read_exact(&mut ready)
+        .context("the spare agent did not say it was ready")?;
+    if &ready != corral_protocol::template::SPARE_READY {
+        bail!("unexpected bytes from the spare agent: {ready:?}");
     }
-    Ok(())
+    let argv: Vec<Vec<u8>> = [agent.as_os_str(), "rpc".as_ref(), "--provider".as_ref()]
+        .into_iter()
+        .chain(["echo".as_ref(), "--sandbox".as_ref(), "--cwd".as_ref()])
+        .chain([cwd.as_os_str()])
+        .map(|arg| arg.as_bytes().to_vec())
+        .collect();
+    let mut env: Vec<Vec<u8>> = std::env::vars_os()
+        .filter(|(name, _)| name != "ZUT_HOME")
+        .map(|(name, value)| [name.as_bytes(), b"=", value.as_bytes()].concat())
+        .collect();
+    env.push([b"ZUT_HOME=".as_slice(), cwd.as_os_str().as_bytes()].concat());
+    let mut message = corral_protocol::template::encode_assignment(argv, env);
+    message.extend_from_slice(PING);
+    let elapsed = spare.pong_after(&message, Instant::now())?;
+    samples.starts.push(elapsed);
+    spare.end()
+}
+
+/// The ping every start is timed to the answer of.
+const PING: &[u8] = b"{\"id\":1,\"type\":\"ping\"}\n";
+
+/// An agent with piped stdin and stdout.
+struct Piped {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Piped {
+    fn spawn(command: &mut Command, agent: &Path) -> anyhow::Result<Piped> {
+        let mut child = command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .with_context(|| format!("spawn {}", agent.display()))?;
+        let stdin = child.stdin.take().context("stdin")?;
+        let stdout = BufReader::new(child.stdout.take().context("stdout")?);
+        Ok(Piped {
+            child,
+            stdin,
+            stdout,
+        })
+    }
+
+    /// Writes `bytes` (ending with a ping) and reads the answer: the time
+    /// since `start`.
+    fn pong_after(&mut self, bytes: &[u8], start: Instant) -> anyhow::Result<Duration> {
+        self.stdin.write_all(bytes)?;
+        self.stdin.flush()?;
+        let mut line = String::new();
+        self.stdout.read_line(&mut line)?;
+        let elapsed = start.elapsed();
+        if !line.contains("\"pong\":true") {
+            bail!("unexpected reply: {line}");
+        }
+        Ok(elapsed)
+    }
+
+    /// Closes stdin and waits for a clean exit.
+    fn end(self) -> anyhow::Result<()> {
+        let Piped {
+            mut child, stdin, ..
+        } = self;
+        drop(stdin);
+        let status = child.wait()?;
+        if !status.success() {
+            bail!("agent exited with {status}");
+        }
+        Ok(())
+    }
 }
 
 /// `pid` and all its descendants.
@@ -181,13 +252,16 @@ fn main() -> anyhow::Result<()> {
     let cwd = tempfile::tempdir()?;
     let mut plain = Samples::default();
     let mut sandboxed = Samples::default();
+    let mut spare = Samples::default();
     // One warm-up run each so the binary is in the page cache.
     one_run(&agent, cwd.path(), false, &mut Samples::default())?;
     one_run(&agent, cwd.path(), true, &mut Samples::default())
         .context("the sandboxed agent did not start (is the sandbox available here?)")?;
+    one_spare(&agent, cwd.path(), &mut Samples::default())?;
     for _ in 0..args.runs {
         one_run(&agent, cwd.path(), false, &mut plain)?;
         one_run(&agent, cwd.path(), true, &mut sandboxed)?;
+        one_spare(&agent, cwd.path(), &mut spare)?;
     }
     let ms = |d: Duration| format!("{:.2} ms", d.as_secs_f64() * 1000.0);
     let mib = |k: u64| format!("{:.2} MiB", k as f64 / 1024.0);
@@ -202,6 +276,12 @@ fn main() -> anyhow::Result<()> {
     writeln!(out, "|---|---|---|---|---|")?;
     row(&mut out, "spawn → ping answered", &mut plain.starts, ms)?;
     row(&mut out, "… with --sandbox", &mut sandboxed.starts, ms)?;
+    row(
+        &mut out,
+        "… a spare agent, sandboxed ahead: assignment → ping answered",
+        &mut spare.starts,
+        ms,
+    )?;
     row(&mut out, "idle RSS", &mut plain.rss, mib)?;
     row(
         &mut out,

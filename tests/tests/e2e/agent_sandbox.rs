@@ -54,6 +54,17 @@ impl Layout {
 /// projects root (as the gateway does); the journal's directory is hidden
 /// by the agent itself.
 async fn sandboxed_in(layout: &Layout, mock: &MockLlm, extra: &[&str]) -> AgentProc {
+    spawn_sandboxed(layout, mock, extra, false).await
+}
+
+/// [`sandboxed_in`], started as a spare agent (`corral-agent spare`) and
+/// assigned the same arguments when `spare`.
+async fn spawn_sandboxed(
+    layout: &Layout,
+    mock: &MockLlm,
+    extra: &[&str],
+    spare: bool,
+) -> AgentProc {
     let mut spawn = AgentSpawn::anthropic_mock(&mock.anthropic_base_url(), &["--sandbox"])
         .arg("--sandbox-hide")
         .arg(layout.show("projects"))
@@ -62,6 +73,9 @@ async fn sandboxed_in(layout: &Layout, mock: &MockLlm, extra: &[&str]) -> AgentP
         .cwd(&layout.path("projects/a"));
     for arg in extra {
         spawn = spawn.arg(*arg);
+    }
+    if spare {
+        spawn = spawn.as_spare();
     }
     spawn.spawn().await
 }
@@ -107,10 +121,21 @@ fn bash(command: &str) -> (&'static str, Value) {
 
 #[tokio::test]
 async fn files_outside_the_project_are_out_of_reach_and_real_work_runs() {
+    out_of_reach_and_real_work(false).await;
+}
+
+/// The same sandbox when a spare agent, started before it knew its
+/// project, is assigned one.
+#[tokio::test]
+async fn a_spare_agent_assigned_a_project_is_confined_the_same() {
+    out_of_reach_and_real_work(true).await;
+}
+
+async fn out_of_reach_and_real_work(spare: bool) {
     corral_e2e::prerequisites::PYTHON3.require();
     let layout = Layout::new();
     let mock = MockLlm::start().await;
-    let mut agent = sandboxed_in(&layout, &mock, &[]).await;
+    let mut agent = spawn_sandboxed(&layout, &mock, &[], spare).await;
     let marker = format!("corral-sandbox-test-{}", std::process::id());
     let calls = [
         bash(&format!("cat {}", layout.show("projects/b/secret.txt"))),
@@ -509,6 +534,118 @@ async fn a_missing_feature_exits_78_with_the_reason() {
     .await;
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("--sandbox"), "{stderr}");
+}
+
+/// Starts `corral-agent spare`, waits for its ready bytes, gives it
+/// `argv` (after the program) and `env` as its assignment, closes its
+/// stdin and waits for its end: (exit code, stderr).
+async fn assign_spare(argv: &[&str], env: &[&str]) -> (Option<i32>, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut child = Command::new(workspace_bin("corral-agent"))
+        .arg("spare")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let mut ready = [0u8; 4];
+    tokio::time::timeout(READ_TIMEOUT, stdout.read_exact(&mut ready))
+        .await
+        .expect("no ready bytes in time")
+        .unwrap();
+    assert_eq!(&ready, corral_protocol::template::SPARE_READY);
+    let mut stdin = child.stdin.take().unwrap();
+    let argv = std::iter::once("corral-agent")
+        .chain(argv.iter().copied())
+        .map(|a| a.as_bytes().to_vec())
+        .collect();
+    let env = env.iter().map(|e| e.as_bytes().to_vec()).collect();
+    let assignment = corral_protocol::template::encode_assignment(argv, env);
+    stdin.write_all(&assignment).await.unwrap();
+    drop(stdin);
+    let output = tokio::time::timeout(READ_TIMEOUT, child.wait_with_output())
+        .await
+        .expect("the spare did not exit")
+        .unwrap();
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn a_spare_agent_refuses_what_it_would_not_confine() {
+    let layout = Layout::new();
+    let project = layout.show("projects/a");
+    let rpc = ["rpc", "--provider", "echo", "--sandbox", "--cwd", &project];
+    // A model broker's socket: with it the agent gets no host network,
+    // which a spare started without --without-host-network still has.
+    let broker = layout.show("broker.sock");
+    let _listener = std::os::unix::net::UnixListener::bind(&broker).unwrap();
+    let cases: [(&[&str], &[&str], i32, &str); 5] = [
+        (&rpc[..3], &[], 2, "--sandbox"),
+        (
+            &["rpc", "--provider", "echo", "--sandbox"],
+            &[],
+            2,
+            "absolute --cwd",
+        ),
+        (
+            &["egress-relay", "--socket-fd", "3", "--", "true"],
+            &[],
+            2,
+            "rpc or run",
+        ),
+        (
+            &rpc,
+            &["CORRAL_SANDBOX_SIMULATE_MISSING=landlock"],
+            78,
+            "Landlock",
+        ),
+        (
+            &[
+                &rpc[..],
+                &["--model-socket", &broker, "--tool-network", "off"],
+            ]
+            .concat(),
+            &[],
+            78,
+            "prepared with the host's network",
+        ),
+    ];
+    for (argv, env, code, says) in cases {
+        let (exit, stderr) = assign_spare(argv, env).await;
+        assert_eq!(exit, Some(code), "{argv:?}: {stderr}");
+        assert!(stderr.contains(says), "{argv:?}: {stderr}");
+    }
+    // Assigned and then told its stdin is closed: the agent ends as usual.
+    let (exit, stderr) = assign_spare(&rpc, &[]).await;
+    assert_eq!(exit, Some(0), "{stderr}");
+}
+
+#[tokio::test]
+async fn a_spare_agent_without_an_assignment_ends_quietly() {
+    let child = Command::new(workspace_bin("corral-agent"))
+        .arg("spare")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let output = tokio::time::timeout(READ_TIMEOUT, child.wait_with_output())
+        .await
+        .expect("the spare did not exit")
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0));
+    assert_eq!(output.stdout, corral_protocol::template::SPARE_READY);
+    assert!(
+        output.stderr.is_empty(),
+        "{:?}",
+        String::from_utf8_lossy(&output.stderr)
+    );
 }
 
 #[tokio::test]

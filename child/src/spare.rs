@@ -1,0 +1,168 @@
+//! `corral-agent spare [--without-host-network]`: an agent started ahead
+//! of time, before anyone knows its project. It enters as much of the
+//! sandbox as needs no project ([`sandbox::enter_spare`]: its namespaces,
+//! itself as pid 1, a private root with its own `/proc` and terminals, the
+//! Landlock rules every sandbox has), says so on stdout
+//! ([`corral_protocol::template::SPARE_READY`], four bytes before any
+//! line of the protocol), then waits for its assignment on
+//! stdin: a little-endian `u32` length and a request of which it takes
+//! argv and the environment
+//! ([`corral_protocol::template::encode_assignment`]). It then runs the
+//! agent's ordinary `main` with them, which finishes the sandbox for the
+//! project the arguments name (the scratch directories, the hides, the
+//! project bound back, Landlock in force), so a project's start is left
+//! with only its own part.
+//!
+//! The assignment must ask for `rpc` or `run` with `--sandbox`, an
+//! absolute `--cwd` and the same network choice the spare made (with
+//! `--model-socket` it has no host network; start it
+//! `--without-host-network`), and carry nothing but argv and the
+//! environment, else the agent refuses it and exits. End of file before an
+//! assignment ends the spare quietly. Until its assignment a spare holds
+//! no secret: the token and secrets come with it (the received bytes are
+//! zeroed once copied into the environment; the environment itself, as in
+//! any agent, keeps them until the agent reads and removes them).
+//!
+//! A spare's view of the host is taken when it starts: its mount
+//! namespace is a private copy, so a file system mounted on the host
+//! afterwards is not in it, and the entries of `/` it grants are those of
+//! that moment. Whoever keeps spares should replace them now and then.
+
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt;
+
+use corral_protocol::template::{SpawnRequest, MAX_REQUEST, SPARE_READY};
+use nix::errno::Errno;
+
+use crate::sandbox::{self, Spare, EXIT_SANDBOX_UNAVAILABLE};
+use crate::template::{replace_environment, wipe};
+
+/// The subcommand, `corral-agent spare`.
+pub const ARG: &str = "spare";
+
+/// Its one option.
+pub const WITHOUT_HOST_NETWORK: &str = "--without-host-network";
+
+/// What a spare runs once assigned: the agent's `main` with this argv.
+pub type Main = fn(Vec<OsString>, Option<Spare>) -> !;
+
+/// Runs the spare with `options` (the arguments after `spare`). Never
+/// returns.
+pub fn run(options: &[OsString], main: Main) -> ! {
+    let host_network = match options {
+        [] => true,
+        [flag] if flag == WITHOUT_HOST_NETWORK => false,
+        _ => {
+            eprintln!("usage: corral-agent spare [{WITHOUT_HOST_NETWORK}]");
+            std::process::exit(2);
+        }
+    };
+    if let Err(e) = sandbox::make_undumpable() {
+        eprintln!("corral-agent: cannot make the process undumpable: {e}");
+    }
+    let spare = match sandbox::enter_spare(host_network) {
+        Ok(spare) => spare,
+        Err(e) => {
+            eprintln!("corral-agent: {e}");
+            std::process::exit(i32::from(EXIT_SANDBOX_UNAVAILABLE));
+        }
+    };
+    // Pid 1 of the new pid namespace from here on.
+    if let Err(e) = write_all(SPARE_READY) {
+        eprintln!("corral-agent spare: cannot say it is ready: {e}");
+        std::process::exit(1);
+    }
+    let request = match read_assignment() {
+        Ok(Some(request)) => request,
+        Ok(None) => std::process::exit(0),
+        Err(reason) => {
+            eprintln!("corral-agent spare: {reason}");
+            std::process::exit(2);
+        }
+    };
+    replace_environment(&request.env);
+    let mut env = request.env;
+    // The environment holds its own copies now.
+    env.iter_mut().for_each(|entry| wipe(entry));
+    drop(env);
+    let argv = request.argv.into_iter().map(OsString::from_vec).collect();
+    main(argv, Some(spare))
+}
+
+/// The assignment from descriptor 0, read with exact counts (the bytes
+/// after it are the protocol's, for the agent's own reader); `None` at end
+/// of file before it.
+fn read_assignment() -> Result<Option<SpawnRequest>, String> {
+    let mut len = [0u8; 4];
+    match read_exact(&mut len) {
+        Ok(true) => {}
+        Ok(false) => return Ok(None),
+        Err(e) => return Err(format!("cannot read the assignment: {e}")),
+    }
+    let len = u32::from_le_bytes(len) as usize;
+    if len > MAX_REQUEST {
+        return Err(format!(
+            "an assignment of {len} bytes is over the limit of {MAX_REQUEST}"
+        ));
+    }
+    let mut buffer = vec![0u8; len];
+    let read = read_exact(&mut buffer);
+    let decoded = match read {
+        Ok(true) => SpawnRequest::decode(&buffer)
+            .map_err(|e| e.to_string())
+            .and_then(only_argv_and_environment),
+        Ok(false) | Err(Errno::EPIPE) => Err("the assignment ends early".to_string()),
+        Err(e) => Err(format!("cannot read the assignment: {e}")),
+    };
+    // It holds the token and the secrets, now copied out.
+    wipe(&mut buffer);
+    decoded.map(Some)
+}
+
+/// Refuses an assignment that asks for more than its arguments and
+/// environment: the rest (directory, cgroups, rlimits, account) is for
+/// whoever starts the spare, which has long applied it.
+fn only_argv_and_environment(request: SpawnRequest) -> Result<SpawnRequest, String> {
+    let plain = SpawnRequest {
+        argv: request.argv.clone(),
+        env: request.env.clone(),
+        ..SpawnRequest::default()
+    };
+    if plain != request {
+        return Err(
+            "an assignment carries only argv and the environment; directory, cgroups, \
+             rlimits and account are set when the spare is started"
+                .to_string(),
+        );
+    }
+    Ok(request)
+}
+
+/// Writes `bytes` to descriptor 1, unbuffered.
+fn write_all(mut bytes: &[u8]) -> Result<(), Errno> {
+    while !bytes.is_empty() {
+        match nix::unistd::write(std::io::stdout(), bytes) {
+            Ok(0) => return Err(Errno::EPIPE),
+            Ok(n) => bytes = &bytes[n..],
+            Err(Errno::EINTR) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Fills `buffer` from descriptor 0; false at end of file before the
+/// first byte, an error at end of file after it.
+fn read_exact(buffer: &mut [u8]) -> Result<bool, Errno> {
+    let mut got = 0;
+    while got < buffer.len() {
+        match nix::unistd::read(0, &mut buffer[got..]) {
+            Ok(0) if got == 0 => return Ok(false),
+            Ok(0) => return Err(Errno::EPIPE),
+            Ok(n) => got += n,
+            Err(Errno::EINTR) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(true)
+}
