@@ -235,9 +235,15 @@ fn prepare(
         eprintln!("corral-agent spare: an assignment must ask for --sandbox");
         return Err(2);
     }
+    // The spare's own working directory is not the project's: a relative
+    // path would name something else, and a hide that is not found there
+    // would be dropped.
     if spare.is_some() && !args.cwd.as_deref().is_some_and(Path::is_absolute) {
-        // The spare's own working directory is not the project's.
         eprintln!("corral-agent spare: an assignment must name its project with an absolute --cwd");
+        return Err(2);
+    }
+    if spare.is_some() && !args.sandbox_hide.iter().all(|hide| hide.is_absolute()) {
+        eprintln!("corral-agent spare: an assignment's --sandbox-hide paths must be absolute");
         return Err(2);
     }
     if args.sandbox && args.model_socket.is_some() && args.tool_network == ToolNetwork::On {

@@ -14,7 +14,8 @@
 //! with only its own part.
 //!
 //! The assignment must ask for `rpc` or `run` with `--sandbox`, an
-//! absolute `--cwd` and the same network choice the spare made (with
+//! absolute `--cwd` and `--sandbox-hide` paths, and the same network
+//! choice the spare made (with
 //! `--model-socket` it has no host network; start it
 //! `--without-host-network`), and carry nothing but argv and the
 //! environment, else the agent refuses it and exits. End of file before an
@@ -104,11 +105,14 @@ fn map_own_binary() {
     };
     let exe = exe.as_os_str().to_string_lossy();
     for line in maps.lines() {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        let [range, perms, _, _, _, path] = fields[..] else {
+        // The path is the rest of the line after five fields and padding,
+        // spaces and a " (deleted)" included, as `readlink` shows it too.
+        let mut fields = line.splitn(6, ' ');
+        let (Some(range), Some(perms), Some(path)) = (fields.next(), fields.next(), fields.nth(3))
+        else {
             continue;
         };
-        if path != exe || perms.contains('w') {
+        if path.trim_start() != exe || perms.contains('w') {
             continue;
         }
         let Some((start, end)) = range.split_once('-') else {
@@ -144,6 +148,7 @@ fn read_assignment() -> Result<Option<SpawnRequest>, String> {
     match read_exact(&mut len) {
         Ok(true) => {}
         Ok(false) => return Ok(None),
+        Err(Errno::EPIPE) => return Err("the assignment ends early".to_string()),
         Err(e) => return Err(format!("cannot read the assignment: {e}")),
     }
     let len = u32::from_le_bytes(len) as usize;
@@ -170,19 +175,36 @@ fn read_assignment() -> Result<Option<SpawnRequest>, String> {
 /// environment: the rest (directory, cgroups, rlimits, account) is for
 /// whoever starts the spare, which has long applied it.
 fn only_argv_and_environment(request: SpawnRequest) -> Result<SpawnRequest, String> {
-    let plain = SpawnRequest {
-        argv: request.argv.clone(),
-        env: request.env.clone(),
-        ..SpawnRequest::default()
-    };
-    if plain != request {
+    // Every field named: one added later must be decided on here.
+    let SpawnRequest {
+        argv,
+        mut env,
+        cwd,
+        cwd_fd,
+        join,
+        rlimits,
+        credentials,
+        parent_death,
+    } = request;
+    let plain = cwd.is_none()
+        && !cwd_fd
+        && join == 0
+        && rlimits.is_empty()
+        && credentials.is_none()
+        && parent_death == 0;
+    if !plain {
+        env.iter_mut().for_each(|entry| wipe(entry));
         return Err(
             "an assignment carries only argv and the environment; directory, cgroups, \
              rlimits and account are set when the spare is started"
                 .to_string(),
         );
     }
-    Ok(request)
+    Ok(SpawnRequest {
+        argv,
+        env,
+        ..SpawnRequest::default()
+    })
 }
 
 /// Writes `bytes` to descriptor 1, unbuffered.

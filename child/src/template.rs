@@ -396,6 +396,10 @@ pub(crate) fn replace_environment(env: &[Vec<u8>]) {
         let Some(at) = entry.iter().position(|&b| b == b'=').filter(|&at| at > 0) else {
             continue;
         };
+        // `set_var` would panic on a NUL, printing the value (a secret).
+        if entry.contains(&0) {
+            continue;
+        }
         let name = OsString::from_vec(entry[..at].to_vec());
         let value = OsString::from_vec(entry[at + 1..].to_vec());
         std::env::set_var(name, value);

@@ -398,7 +398,9 @@ async fn serve(
         .limits
         .max_starting
         .unwrap_or_else(corral::process::spawner::default_starting_limit);
-    corral::process::spawner::set_starting_limit(max_starting);
+    if !corral::process::spawner::set_starting_limit(max_starting) {
+        tracing::warn!("a child was started before --max-starting was applied");
+    }
     let shutdown = Shutdown::new();
     let registry = Arc::new(Registry::new(
         Arc::new(settings),

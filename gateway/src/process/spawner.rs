@@ -19,11 +19,11 @@ use tokio::sync::{Semaphore, SemaphorePermit};
 
 /// Cores per child between its start and its answered hello, by default
 /// (`--max-starting`). Two: during bursts of 300 first connects on two
-/// cores, an attached client's ping p99 was 5.2–6.3 ms over three runs
+/// cores, an attached client's ping p99 was 5.2–16.4 ms over eight runs
 /// with one child starting at a time, against 16.9–35.9 ms over five
 /// with two (and 22–34 ms with eight), while 2,000 first connects still
-/// took only 0.59× the time of a plain loop starting the same agents one
-/// by one (bench-scale's pings and burst sections). Starting children are
+/// took only 0.59–0.72× the time of a plain loop starting the same agents
+/// one by one (bench-scale's pings and burst sections). Starting children are
 /// kernel work (namespaces, mounts) the scheduler cannot weigh against
 /// the gateway's; a core left to the running children is what keeps them
 /// answering.
@@ -117,7 +117,9 @@ pub fn default_starting_limit() -> usize {
 /// one); must come before the first start. Returns false if the slots
 /// were already made (the first setting stays).
 pub fn set_starting_limit(limit: usize) -> bool {
-    STARTING.set(Semaphore::new(limit.max(1))).is_ok()
+    STARTING
+        .set(Semaphore::new(limit.clamp(1, Semaphore::MAX_PERMITS)))
+        .is_ok()
 }
 
 /// Waits for a start slot: hold it from before the spawn until the child

@@ -584,8 +584,14 @@ async fn a_spare_agent_refuses_what_it_would_not_confine() {
     // which a spare started without --without-host-network still has.
     let broker = layout.show("broker.sock");
     let _listener = std::os::unix::net::UnixListener::bind(&broker).unwrap();
-    let cases: [(&[&str], &[&str], i32, &str); 5] = [
+    let cases: [(&[&str], &[&str], i32, &str); 6] = [
         (&rpc[..3], &[], 2, "--sandbox"),
+        (
+            &[&rpc[..], &["--sandbox-hide", "state"]].concat(),
+            &[],
+            2,
+            "--sandbox-hide paths must be absolute",
+        ),
         (
             &["rpc", "--provider", "echo", "--sandbox"],
             &[],
