@@ -48,15 +48,16 @@ fn main() {
         }
         std::process::exit(i32::from(template::serve(agent_main)));
     }
-    if args.get(1).is_some_and(|arg| arg == spare::ARG) {
-        spare::run(&args[2..], agent_main_with)
-    }
     agent_main(args)
 }
 
-/// The agent with `args` as its argv: also what a child forked from the
-/// template runs.
+/// The agent with `args` as its argv, or a spare agent
+/// (`corral-agent spare`): also what a child forked from the template
+/// runs.
 fn agent_main(args: Vec<OsString>) -> ! {
+    if args.get(1).is_some_and(|arg| arg == spare::ARG) {
+        spare::run(&args[2..], agent_main_with)
+    }
     agent_main_with(args, None)
 }
 

@@ -36,13 +36,18 @@ use corral_protocol::template::{SpawnRequest, MAX_REQUEST, SPARE_READY};
 use nix::errno::Errno;
 
 use crate::sandbox::{self, Spare, EXIT_SANDBOX_UNAVAILABLE};
-use crate::template::{replace_environment, wipe};
+use crate::template::{replace_environment, show_argv, wipe};
 
 /// The subcommand, `corral-agent spare`.
 pub const ARG: &str = "spare";
 
 /// Its one option.
 pub const WITHOUT_HOST_NETWORK: &str = "--without-host-network";
+
+/// The name (`comm`) of a spare's agent, pid 1 of its pid namespace,
+/// until its assignment; then it has an agent's.
+pub const SPARE_NAME: &std::ffi::CStr = c"corral-spare-in";
+const AGENT_NAME: &std::ffi::CStr = c"corral-agent-in";
 
 /// What a spare runs once assigned: the agent's `main` with this argv.
 pub type Main = fn(Vec<OsString>, Option<Spare>) -> !;
@@ -68,7 +73,8 @@ pub fn run(options: &[OsString], main: Main) -> ! {
             std::process::exit(i32::from(EXIT_SANDBOX_UNAVAILABLE));
         }
     };
-    // Pid 1 of the new pid namespace from here on.
+    // Pid 1 of the new pid namespace from here on, named for `ps` as a
+    // spare ([`SPARE_NAME`]) until it has a project.
     map_own_binary();
     if let Err(e) = write_all(SPARE_READY) {
         eprintln!("corral-agent spare: cannot say it is ready: {e}");
@@ -82,6 +88,8 @@ pub fn run(options: &[OsString], main: Main) -> ! {
             std::process::exit(2);
         }
     };
+    let _ = nix::sys::prctl::set_name(AGENT_NAME);
+    show_argv(&request.argv);
     replace_environment(&request.env);
     let mut env = request.env;
     // The environment holds its own copies now.
@@ -142,13 +150,19 @@ fn populate(start: usize, len: usize) {
 
 /// The assignment from descriptor 0, read with exact counts (the bytes
 /// after it are the protocol's, for the agent's own reader); `None` at end
-/// of file before it.
+/// of file before it. A descriptor sent with its first bytes (over a
+/// socket) becomes the agent's stderr: the project's own log file, which
+/// the spare could not have been given when it started.
 fn read_assignment() -> Result<Option<SpawnRequest>, String> {
     let mut len = [0u8; 4];
-    match read_exact(&mut len) {
+    let first = match receive_stderr(&mut len) {
+        Ok(0) => return Ok(None),
+        Ok(n) => n,
+        Err(e) => return Err(format!("cannot read the assignment: {e}")),
+    };
+    match read_exact(&mut len[first..]) {
         Ok(true) => {}
-        Ok(false) => return Ok(None),
-        Err(Errno::EPIPE) => return Err("the assignment ends early".to_string()),
+        Ok(false) | Err(Errno::EPIPE) => return Err("the assignment ends early".to_string()),
         Err(e) => return Err(format!("cannot read the assignment: {e}")),
     }
     let len = u32::from_le_bytes(len) as usize;
@@ -205,6 +219,60 @@ fn only_argv_and_environment(request: SpawnRequest) -> Result<SpawnRequest, Stri
         env,
         ..SpawnRequest::default()
     })
+}
+
+/// Reads the first bytes of the assignment from descriptor 0 into
+/// `buffer`, making a descriptor that came with them the agent's stderr;
+/// 0 at end of file. More than one descriptor is refused (all are
+/// closed). Descriptor 0 may be a pipe, which carries none.
+fn receive_stderr(buffer: &mut [u8]) -> Result<usize, Errno> {
+    let (len, fds) = match receive_with_fds(buffer) {
+        Err(Errno::ENOTSOCK) => loop {
+            match nix::unistd::read(0, buffer) {
+                Err(Errno::EINTR) => continue,
+                other => return other,
+            }
+        },
+        other => other?,
+    };
+    if let Some(stderr) = fds.first() {
+        nix::unistd::dup2(std::os::fd::AsRawFd::as_raw_fd(stderr), 2)?;
+    }
+    Ok(len)
+}
+
+/// One `recvmsg` on descriptor 0 and the descriptors that came with it,
+/// at most one.
+#[allow(unsafe_code)]
+fn receive_with_fds(buffer: &mut [u8]) -> Result<(usize, Vec<std::os::fd::OwnedFd>), Errno> {
+    use std::io::IoSliceMut;
+    use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+
+    let mut space = nix::cmsg_space!([RawFd; 4]);
+    let mut iov = [IoSliceMut::new(buffer)];
+    let message = loop {
+        match recvmsg::<()>(0, &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC) {
+            Err(Errno::EINTR) => continue,
+            other => break other?,
+        }
+    };
+    let mut fds = Vec::new();
+    for cmsg in message.cmsgs()? {
+        if let ControlMessageOwned::ScmRights(raw) = cmsg {
+            // SAFETY: the kernel just installed these descriptors in this
+            // process; nothing else owns them.
+            fds.extend(
+                raw.into_iter()
+                    .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
+            );
+        }
+    }
+    if message.flags.contains(MsgFlags::MSG_CTRUNC) || fds.len() > 1 {
+        return Err(Errno::EMSGSIZE);
+    }
+    Ok((message.bytes, fds))
 }
 
 /// Writes `bytes` to descriptor 1, unbuffered.

@@ -414,6 +414,15 @@ fn check(ret: libc::c_long) -> Result<(), Errno> {
     }
 }
 
+/// Shows `argv` as this process's command line (`/proc/PID/cmdline`, so
+/// `ps`), cut to the room the argument block has: what a spare agent
+/// does once it knows its project. Best effort.
+pub(crate) fn show_argv(argv: &[Vec<u8>]) {
+    if let Some(title) = Title::find() {
+        title.set(argv);
+    }
+}
+
 /// The argument block `/proc/PID/cmdline` shows: the template's argv,
 /// which the gateway pads (`corral-agent template ROOM`) so that a child
 /// can write its own argv there, cut at the block's end.

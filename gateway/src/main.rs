@@ -401,6 +401,7 @@ async fn serve(
     if !corral::process::spawner::set_starting_limit(max_starting) {
         tracing::warn!("a child was started before --max-starting was applied");
     }
+    corral::process::spares::set_target(config.limits.spare_agents);
     let shutdown = Shutdown::new();
     let registry = Arc::new(Registry::new(
         Arc::new(settings),
@@ -517,6 +518,7 @@ async fn serve(
         trusted: config.trusted_proxies.clone(),
     };
     server::run(listeners, state, listener_limits, config.shutdown_grace).await;
+    corral::process::spares::stop().await;
     // The children have stopped: their last spend is kept.
     ledger.sync().await;
     // The entries of the shutdown itself included; blocks, so off the loop.
@@ -593,7 +595,8 @@ fn listener_limits(config: &Config) -> ListenerLimits {
             fds
         }
     };
-    let max_children = config.limits.max_children;
+    // A spare agent holds what a child does.
+    let max_children = config.limits.max_children + config.limits.spare_agents;
     let egress_connections = match config.confinement.egress_proxy() {
         true => config.egress.max_connections,
         false => 0,

@@ -12,6 +12,7 @@
 //! [`EGRESS_UNKNOWN_PROJECT`]).
 
 pub mod memory;
+pub mod spares;
 
 use prometheus::core::Collector;
 
@@ -373,6 +374,8 @@ impl Metrics {
         ))?;
         self.registry
             .register(Box::new(memory::MemoryCollector::new()?))?;
+        self.registry
+            .register(Box::new(spares::SparesCollector::new()?))?;
         Ok(())
     }
 

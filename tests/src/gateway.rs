@@ -404,16 +404,46 @@ impl Gateway {
         (status, body)
     }
 
-    /// Pids of `corral-agent` processes whose parent is this gateway.
+    /// Pids of `corral-agent` processes whose parent is this gateway and
+    /// that serve a project (a spare agent waiting for one is not a
+    /// child of any project).
     pub fn child_pids(&self) -> Vec<u32> {
+        self.gateway_agents(false)
+    }
+
+    /// Pids of this gateway's spare agents waiting for a project.
+    pub fn spare_pids(&self) -> Vec<u32> {
+        self.gateway_agents(true)
+    }
+
+    fn gateway_agents(&self, spare: bool) -> Vec<u32> {
         let Some(gateway) = self.child.id() else {
             return Vec::new();
         };
         agent_pids()
             .into_iter()
-            .filter(|pid| parent_of(*pid) == Some(gateway))
+            .filter(|pid| parent_of(*pid) == Some(gateway) && is_spare(*pid) == spare)
             .collect()
     }
+}
+
+/// Whether `outer` is a spare agent waiting for its project: started as
+/// `corral-agent spare`, its agent (pid 1 of its namespace) not yet named
+/// `corral-agent-in` as an assigned one is.
+pub fn is_spare(outer: u32) -> bool {
+    let cmdline = std::fs::read(format!("/proc/{outer}/cmdline")).unwrap_or_default();
+    let spare = cmdline
+        .split(|&b| b == 0 || b == b' ')
+        .nth(1)
+        .is_some_and(|arg| arg == b"spare");
+    spare
+        && !std::fs::read_to_string(format!("/proc/{outer}/task/{outer}/children"))
+            .unwrap_or_default()
+            .split_whitespace()
+            .any(|child| {
+                std::fs::read_to_string(format!("/proc/{child}/comm"))
+                    .is_ok_and(|comm| comm.trim() == "corral-agent-in")
+            })
 }
 
 /// Runs `corral serve` with exactly `args` (plus `--listen 127.0.0.1:0`

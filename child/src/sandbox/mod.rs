@@ -305,7 +305,7 @@ pub fn enter_spare(host_network: bool) -> Result<Spare, SandboxError> {
     if !host_network {
         isolate_network()?;
     }
-    tree::start(tree::Shape::AgentIsInit, || {
+    tree::start(tree::Shape::SpareAgent, || {
         mounts::apply(&MountPlan::fixed(terminals))?;
         let rules = ruleset::prepare(&base_rules(terminals), simulate == Some(Missing::Landlock))?;
         Ok(Spare {

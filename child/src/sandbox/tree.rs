@@ -81,6 +81,9 @@ pub enum Shape {
     /// The agent itself, reaping orphans and ending on signals as init
     /// must (our own code, which knows how).
     AgentIsInit,
+    /// As [`Shape::AgentIsInit`], for a spare agent: named
+    /// `corral-spare-in` until it has a project (`spare`).
+    SpareAgent,
     /// A small init, with the program as its child (pid 2): for a program
     /// of someone else's, which cannot be expected to reap.
     UnderInit,
@@ -112,7 +115,20 @@ pub fn start<T>(
         Ok(Forked::Child) => {
             drop((report_read, lifeline_write));
             match shape {
-                Shape::AgentIsInit => agent(setup, lifeline_read, report_write, &forwarded),
+                Shape::AgentIsInit => agent(
+                    setup,
+                    lifeline_read,
+                    report_write,
+                    &forwarded,
+                    c"corral-agent-in",
+                ),
+                Shape::SpareAgent => agent(
+                    setup,
+                    lifeline_read,
+                    report_write,
+                    &forwarded,
+                    crate::spare::SPARE_NAME,
+                ),
                 Shape::UnderInit => init(setup, lifeline_read, report_write, &forwarded),
             }
         }
@@ -127,8 +143,9 @@ fn agent<T>(
     lifeline: OwnedFd,
     report: OwnedFd,
     forwarded: &SigSet,
+    name: &std::ffi::CStr,
 ) -> Result<T, SandboxError> {
-    let value = pid_one(setup, &lifeline, c"corral-agent-in");
+    let value = pid_one(setup, &lifeline, name);
     drop(lifeline);
     super::init::become_init(report).unwrap_or_else(|e| fail(&e));
     let _ = forwarded.thread_unblock();

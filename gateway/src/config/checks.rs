@@ -22,6 +22,20 @@ pub(super) fn at_least<T: PartialOrd + std::fmt::Display>(
     Ok(value)
 }
 
+pub(super) fn at_most<T: PartialOrd + std::fmt::Display>(
+    setting: &str,
+    value: T,
+    max: T,
+) -> Result<T, ConfigError> {
+    if value > max {
+        return Err(ConfigError::Invalid {
+            setting: setting.into(),
+            reason: format!("{value} is more than the maximum {max}"),
+        });
+    }
+    Ok(value)
+}
+
 pub(super) fn positive(setting: &str, value: Duration) -> Result<Duration, ConfigError> {
     if value.is_zero() {
         return Err(ConfigError::Invalid {

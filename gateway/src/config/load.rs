@@ -302,6 +302,7 @@ fn limits(layers: &Layers) -> Result<Limits, ConfigError> {
             .max_starting()
             .map(|n| at_least("--max-starting / max_starting", n, 1))
             .transpose()?,
+        spare_agents: layers.spare_agents()?,
         replay_events: layers.replay_events()?,
         replay_bytes: layers.replay_bytes()?,
         outbox_frames: layers.outbox_frames()?,

@@ -142,6 +142,9 @@ pub struct Limits {
     /// Children being started at once; `None` = one per two cores
     /// ([`crate::process::spawner::starting_limit`]).
     pub max_starting: Option<usize>,
+    /// Spare agents kept ready for cold starts (sandboxed `corral-agent`
+    /// from its template only); 0 = none.
+    pub spare_agents: usize,
     /// Most events the replay ring of one project keeps.
     pub replay_events: usize,
     /// Most bytes the replay ring of one project keeps.
@@ -243,6 +246,9 @@ pub mod defaults {
     pub const AUDIT_LOG_KEEP: usize = 5;
     pub const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
     pub const MAX_CHILDREN: usize = 64;
+    pub const SPARE_AGENTS: usize = crate::process::spares::DEFAULT_SPARES;
+    /// Most spare agents: each holds two processes and about a MiB.
+    pub const MAX_SPARE_AGENTS: usize = 64;
     pub const EGRESS_MAX_CONNECTIONS: usize = crate::egress::proxy::DEFAULT_MAX_CONNECTIONS;
     pub const REPLAY_EVENTS: usize = 10_000;
     pub const REPLAY_BYTES: usize = 8 << 20;

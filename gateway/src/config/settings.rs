@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use super::broker::BrokerMode;
 use super::bytes::{format_bytes, parse_bytes, FileBytes};
-use super::checks::{at_least, auth_failure_rate, positive};
+use super::checks::{at_least, at_most, auth_failure_rate, positive};
 use super::child::TemplateMode;
 use super::declare::{any, declare_settings, enum_name, number, path_text};
 use super::defaults;
@@ -188,6 +188,11 @@ declare_settings! {
         key max_starting: Option<usize>,
         default optional(usize, "one per two cores, at least 1"),
         help "Children being started at once, each from its spawn until its answered hello; further starts wait their turn, so a burst of first connects does not crowd out the clients already attached";
+
+    spare_agents: Option<usize> = "--spare-agents" "N",
+        key spare_agents: Option<usize>,
+        default value(usize = defaults::SPARE_AGENTS, number, |s, v| at_most(s, v, defaults::MAX_SPARE_AGENTS)),
+        help "Sandboxed agents kept started ahead of any project, each taking the next cold start's project (with --sandbox on and the template); they count as children; 0 = none";
 
     dialect: Option<Dialect> = "--dialect" "DIALECT" [value_enum],
         key dialect: Option<Dialect>,

@@ -84,6 +84,7 @@ fn defaults_and_generated_token_on_loopback() {
         Limits {
             max_children: 64,
             max_starting: None,
+            spare_agents: 1,
             replay_events: 10_000,
             replay_bytes: 8 << 20,
             outbox_frames: 256,
@@ -353,13 +354,20 @@ fn short_token_is_refused() {
 #[test]
 fn out_of_range_values_are_refused() {
     let f = Fixture::new();
-    let cases: [(ServeArgs, &str); 10] = [
+    let cases: [(ServeArgs, &str); 11] = [
         (
             ServeArgs {
                 max_starting: Some(0),
                 ..f.args()
             },
             "--max-starting",
+        ),
+        (
+            ServeArgs {
+                spare_agents: Some(65),
+                ..f.args()
+            },
+            "--spare-agents",
         ),
         (
             ServeArgs {

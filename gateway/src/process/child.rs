@@ -29,6 +29,7 @@ use tokio::task::JoinHandle;
 use super::launched::{self, Launched};
 use super::leftovers;
 use super::limits::{self, ChildLimits, LimitHit};
+use super::spares;
 use super::spawner;
 pub use super::spec::{
     ChildGone, ChildOutput, Confine, ExitInfo, LineRefused, SpawnError, SpawnSpec,
@@ -294,20 +295,20 @@ impl Drop for ChildProcess {
 }
 
 /// A child just started, with the gateway's end of its stdio.
-struct Forked {
-    spec: SpawnSpec,
-    child: Launched,
-    pid: u32,
-    stdio: StdUnixStream,
+pub(super) struct Forked {
+    pub spec: SpawnSpec,
+    pub child: Launched,
+    pub pid: u32,
+    pub stdio: StdUnixStream,
     /// The length of its stderr file before it could write to it.
-    stderr_from: u64,
-    limits: Option<Arc<ChildLimits>>,
+    pub stderr_from: u64,
+    pub limits: Option<Arc<ChildLimits>>,
 }
 
 impl Forked {
     /// Ends a child nobody waits for any more (its start was cancelled).
     /// Called on the spawner thread, inside the asking task's runtime.
-    fn abandon(self) {
+    pub(super) fn abandon(self) {
         kill_group(self.pid, Signal::SIGKILL, &self.spec.project);
         if let Some(limits) = &self.limits {
             limits.kill_all();
@@ -317,9 +318,33 @@ impl Forked {
     }
 }
 
+/// Starts the child: a spare agent assigned its project when one is
+/// ready for a spawn like this, else a new process. Blocking: runs on the
+/// spawner thread.
+fn fork(spec: SpawnSpec) -> Result<Forked, SpawnError> {
+    if let Some(spare) = spares::claim(&spec) {
+        match spares::assign(spare, &spec) {
+            Ok(assigned) => {
+                return Ok(Forked {
+                    spec,
+                    child: assigned.child,
+                    pid: assigned.pid,
+                    stdio: assigned.stdio,
+                    stderr_from: assigned.stderr_from,
+                    limits: assigned.limits,
+                })
+            }
+            Err(e) => {
+                tracing::warn!(project = %spec.project, error = %e, "a spare agent could not be assigned: starting a new one");
+            }
+        }
+    }
+    start(spec)
+}
+
 /// Prepares the child's limits and starts it, registered as live before
 /// any sweep can run. Blocking: runs on the spawner thread.
-fn fork(spec: SpawnSpec) -> Result<Forked, SpawnError> {
+pub(super) fn start(spec: SpawnSpec) -> Result<Forked, SpawnError> {
     if spec.confine.cwd_dir.is_none() && !spec.cwd.is_dir() {
         return Err(SpawnError::CwdMissing {
             program: spec.program.clone(),
@@ -513,7 +538,7 @@ async fn reap(
 }
 
 /// `killpg(pgid, sig)`, where an empty group (ESRCH) is not an error.
-fn kill_group(pgid: u32, sig: Signal, project: &str) {
+pub(super) fn kill_group(pgid: u32, sig: Signal, project: &str) {
     // Never 0 or negative: those would address the gateway's own group.
     let Some(raw) = i32::try_from(pgid).ok().filter(|&raw| raw > 0) else {
         return;

@@ -35,6 +35,7 @@ mod launched;
 pub mod leftovers;
 pub mod limits;
 pub mod probe;
+pub mod spares;
 pub mod spawner;
 mod spec;
 pub mod stderr_log;

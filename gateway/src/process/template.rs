@@ -217,14 +217,14 @@ fn is_own_child(pid: Pid) -> bool {
 
 /// What tells a binary from its replacement: device, inode and change time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Identity {
+pub(super) struct Identity {
     dev: u64,
     ino: u64,
     ctime: (i64, i64),
 }
 
 impl Identity {
-    fn of(program: &Path) -> Option<Identity> {
+    pub(super) fn of(program: &Path) -> Option<Identity> {
         use std::os::unix::fs::MetadataExt;
         let meta = std::fs::metadata(program).ok()?;
         Some(Identity {

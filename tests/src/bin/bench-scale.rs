@@ -200,11 +200,12 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// 6. A project's cold start through the gateway, with and without the
-///    template and (the floor) without the sandbox, and the standalone
-///    start beside it.
+/// 6. A project's cold start through the gateway: served by a spare agent
+///    (the default), forked from the template, executed and (the floor)
+///    without the sandbox; and the standalone start beside them.
 async fn cold_starts(bins: &Bins, args: &Args) -> anyhow::Result<()> {
-    let templated = cold::through_gateway(bins, args.cold, &[]).await?;
+    let spare = cold::through_gateway(bins, args.cold, &[]).await?;
+    let templated = cold::through_gateway(bins, args.cold, &["--spare-agents", "0"]).await?;
     let executed = cold::through_gateway(bins, args.cold, &["--child-template", "off"]).await?;
     // What the gateway and the agent cost without any confinement: the
     // floor under both rows above.
@@ -216,7 +217,8 @@ async fn cold_starts(bins: &Bins, args: &Args) -> anyhow::Result<()> {
     );
     println!("| echo provider | p50 | p99 | max |\n|---|---|---|---|");
     for (name, run) in [
-        ("forked from the template", &templated),
+        ("a spare agent assigned (the default)", &spare),
+        ("forked from the template (`--spare-agents 0`)", &templated),
         ("executed (`--child-template off`)", &executed),
         ("unconfined (`--sandbox off`), forked", &unconfined),
     ] {

@@ -247,6 +247,9 @@ async fn children_are_forked_from_one_template_that_is_replaced_when_it_dies() {
     let gateway = GatewaySpawn::default()
         .echo()
         .projects(&["alpha", "beta", "gamma"])
+        // Every child forked for its project, none a spare.
+        .arg("--spare-agents")
+        .arg("0")
         .spawn()
         .await;
     let pid = gateway.child.id().unwrap();
@@ -326,4 +329,102 @@ async fn a_child_bin_that_is_no_template_is_executed_instead() {
         "a script is not named corral-agent"
     );
     assert_eq!(templates_of(gateway.child.id().unwrap()), Vec::<u32>::new());
+}
+
+/// A metric's value in the gateway's `/metrics`.
+async fn metric(gateway: &Gateway, name: &str) -> f64 {
+    let (status, text) = gateway.http_get("/metrics", Some(ADMIN_TOKEN)).await;
+    assert_eq!(status, 200, "{text}");
+    text.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {text}"))
+}
+
+/// The gateway's one spare agent, once there is one.
+async fn the_spare(gateway: &Gateway) -> u32 {
+    let count = settles_at(1, || gateway.spare_pids().len()).await;
+    assert_eq!(count, 1, "one spare agent");
+    gateway.spare_pids()[0]
+}
+
+/// A cold start takes the spare agent started after the previous one: the
+/// project's child is that process, confined as any other (its agent is
+/// pid 1 of its namespace, runs in the project with its stderr in the
+/// project's file and shows its own command line), and another spare takes
+/// its place. With `--spare-agents 0` there is none.
+#[tokio::test]
+async fn a_cold_start_takes_a_spare_agent_and_another_takes_its_place() {
+    let gateway = GatewaySpawn::default()
+        .echo()
+        .projects(&["alpha", "beta"])
+        .spawn()
+        .await;
+    visit(&gateway, "alpha").await;
+    let spare = the_spare(&gateway).await;
+    assert_eq!(metric(&gateway, "corral_spare_agents_ready").await, 1.0);
+    let agent = children_of(spare);
+    assert_eq!(agent.len(), 1, "outer and its agent: {agent:?}");
+    let environ = std::fs::read(format!("/proc/{}/environ", agent[0])).unwrap();
+    assert!(
+        environ.is_empty(),
+        "a spare holds no token or secret: {}",
+        String::from_utf8_lossy(&environ)
+    );
+
+    visit(&gateway, "beta").await;
+    let children = gateway.child_pids();
+    assert!(children.contains(&spare), "{children:?} took {spare}");
+    assert_eq!(children.len(), 2, "{children:?}");
+    let agent = children_of(spare)[0];
+    let cmdline = std::fs::read(format!("/proc/{agent}/cmdline")).unwrap();
+    let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+    assert!(
+        cmdline.contains(" rpc ") && cmdline.contains("projects/beta "),
+        "the agent shows its project's command line: {cmdline}"
+    );
+    let cwd = std::fs::read_link(format!("/proc/{agent}/cwd")).unwrap();
+    assert!(cwd.ends_with("projects/beta"), "{}", cwd.display());
+    let stderr = std::fs::read_link(format!("/proc/{agent}/fd/2")).unwrap();
+    assert!(
+        stderr.ends_with("logs/beta.log"),
+        "its stderr is the project's file: {}",
+        stderr.display()
+    );
+    let next = the_spare(&gateway).await;
+    assert_ne!(next, spare, "a new spare");
+    assert_eq!(
+        metric(&gateway, "corral_spare_agent_assignments_total").await,
+        1.0
+    );
+    // It is a child as any other: it answers again and stops with the
+    // gateway, its spare too.
+    visit(&gateway, "beta").await;
+    let gateway_pid = gateway.child.id().unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(gateway_pid as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let left = settles_at(0, || {
+        let running = corral_e2e::gateway::agent_pids();
+        [spare, next]
+            .iter()
+            .filter(|pid| running.contains(pid))
+            .count()
+    })
+    .await;
+    assert_eq!(left, 0, "the child and the spare end with the gateway");
+
+    let gateway = GatewaySpawn::default()
+        .echo()
+        .projects(&["alpha", "beta"])
+        .arg("--spare-agents")
+        .arg("0")
+        .spawn()
+        .await;
+    visit(&gateway, "alpha").await;
+    visit(&gateway, "beta").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(gateway.spare_pids(), Vec::<u32>::new());
+    assert_eq!(gateway.child_pids().len(), 2);
 }
