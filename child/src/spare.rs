@@ -30,6 +30,7 @@
 //! that moment. Whoever keeps spares should replace them now and then.
 
 use std::ffi::OsString;
+use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStringExt;
 
 use corral_protocol::template::{SpawnRequest, MAX_REQUEST, SPARE_READY};
@@ -66,7 +67,7 @@ pub fn run(options: &[OsString], main: Main) -> ! {
     if let Err(e) = sandbox::make_undumpable() {
         eprintln!("corral-agent: cannot make the process undumpable: {e}");
     }
-    let spare = match sandbox::enter_spare(host_network) {
+    let mut spare = match sandbox::enter_spare(host_network) {
         Ok(spare) => spare,
         Err(e) => {
             eprintln!("corral-agent: {e}");
@@ -81,7 +82,10 @@ pub fn run(options: &[OsString], main: Main) -> ! {
         std::process::exit(1);
     }
     let request = match read_assignment() {
-        Ok(Some(request)) => request,
+        Ok(Some((request, project))) => {
+            spare.expect_project(project);
+            request
+        }
         Ok(None) => std::process::exit(0),
         Err(reason) => {
             eprintln!("corral-agent spare: {reason}");
@@ -150,14 +154,16 @@ fn populate(start: usize, len: usize) {
 
 /// The assignment from descriptor 0, read with exact counts (the bytes
 /// after it are the protocol's, for the agent's own reader); `None` at end
-/// of file before it. A descriptor sent with its first bytes (over a
-/// socket) becomes the agent's stderr: the project's own log file, which
-/// the spare could not have been given when it started.
-fn read_assignment() -> Result<Option<SpawnRequest>, String> {
+/// of file before it. Descriptors sent with its first bytes (over a
+/// socket): the first becomes the agent's stderr (the project's own log
+/// file, which the spare could not have been given when it started); the
+/// second, if any, is the project directory as the sender opened it, which
+/// `--cwd` must name.
+fn read_assignment() -> Result<Option<(SpawnRequest, Option<OwnedFd>)>, String> {
     let mut len = [0u8; 4];
-    let first = match receive_stderr(&mut len) {
-        Ok(0) => return Ok(None),
-        Ok(n) => n,
+    let (first, project) = match receive_stderr(&mut len) {
+        Ok((0, _)) => return Ok(None),
+        Ok(got) => got,
         Err(e) => return Err(format!("cannot read the assignment: {e}")),
     };
     match read_exact(&mut len[first..]) {
@@ -182,7 +188,7 @@ fn read_assignment() -> Result<Option<SpawnRequest>, String> {
     };
     // It holds the token and the secrets, now copied out.
     wipe(&mut buffer);
-    decoded.map(Some)
+    decoded.map(|request| Some((request, project)))
 }
 
 /// Refuses an assignment that asks for more than its arguments and
@@ -222,31 +228,33 @@ fn only_argv_and_environment(request: SpawnRequest) -> Result<SpawnRequest, Stri
 }
 
 /// Reads the first bytes of the assignment from descriptor 0 into
-/// `buffer`, making a descriptor that came with them the agent's stderr;
-/// 0 at end of file. More than one descriptor is refused (all are
+/// `buffer`, making the first descriptor that came with them the agent's
+/// stderr, and returns how many bytes came and the second descriptor;
+/// 0 at end of file. More than two descriptors are refused (all are
 /// closed). Descriptor 0 may be a pipe, which carries none.
-fn receive_stderr(buffer: &mut [u8]) -> Result<usize, Errno> {
+fn receive_stderr(buffer: &mut [u8]) -> Result<(usize, Option<OwnedFd>), Errno> {
     let (len, fds) = match receive_with_fds(buffer) {
         Err(Errno::ENOTSOCK) => loop {
             match nix::unistd::read(0, buffer) {
                 Err(Errno::EINTR) => continue,
-                other => return other,
+                other => return other.map(|len| (len, None)),
             }
         },
         other => other?,
     };
-    if let Some(stderr) = fds.first() {
-        nix::unistd::dup2(std::os::fd::AsRawFd::as_raw_fd(stderr), 2)?;
+    let mut fds = fds.into_iter();
+    if let Some(stderr) = fds.next() {
+        nix::unistd::dup2(std::os::fd::AsRawFd::as_raw_fd(&stderr), 2)?;
     }
-    Ok(len)
+    Ok((len, fds.next()))
 }
 
 /// One `recvmsg` on descriptor 0 and the descriptors that came with it,
-/// at most one.
+/// at most two.
 #[allow(unsafe_code)]
-fn receive_with_fds(buffer: &mut [u8]) -> Result<(usize, Vec<std::os::fd::OwnedFd>), Errno> {
+fn receive_with_fds(buffer: &mut [u8]) -> Result<(usize, Vec<OwnedFd>), Errno> {
     use std::io::IoSliceMut;
-    use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+    use std::os::fd::{FromRawFd, RawFd};
 
     use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
 
@@ -269,7 +277,7 @@ fn receive_with_fds(buffer: &mut [u8]) -> Result<(usize, Vec<std::os::fd::OwnedF
             );
         }
     }
-    if message.flags.contains(MsgFlags::MSG_CTRUNC) || fds.len() > 1 {
+    if message.flags.contains(MsgFlags::MSG_CTRUNC) || fds.len() > 2 {
         return Err(Errno::EMSGSIZE);
     }
     Ok((message.bytes, fds))

@@ -484,6 +484,12 @@ async fn serve(
         acp_connections: Default::default(),
     });
     corral::spend::spawn_keeper(ledger.clone(), &shutdown);
+    // No spare agent starts once the gateway is stopping.
+    let stopping = shutdown.token().clone();
+    tokio::spawn(async move {
+        stopping.cancelled().await;
+        corral::process::spares::stop().await;
+    });
     if let Some(listener) = metrics_listener {
         serve_metrics(listener, state.clone(), config.limits.header_timeout);
     }

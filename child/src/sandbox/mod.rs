@@ -216,6 +216,32 @@ fn enter_as(config: &SandboxConfig, shape: tree::Shape) -> Result<Confined, Sand
     })
 }
 
+/// Checks that `path` is the directory `expected` was opened on (device
+/// and inode): a spare's view of the host is as old as the spare, and a
+/// file system mounted or unmounted since could put another directory at
+/// the project's path.
+fn same_directory(expected: &std::os::fd::OwnedFd, path: &Path) -> Result<(), SandboxError> {
+    use std::os::unix::fs::MetadataExt;
+    let stale = |why: String| {
+        SandboxError::NotConfined(format!(
+            "{} is not the project directory the gateway opened: {why}",
+            path.display()
+        ))
+    };
+    let opened = expected
+        .try_clone()
+        .map(std::fs::File::from)
+        .and_then(|dir| dir.metadata())
+        .map_err(|e| stale(e.to_string()))?;
+    let seen = std::fs::metadata(path).map_err(|e| stale(e.to_string()))?;
+    match opened.dev() == seen.dev() && opened.ino() == seen.ino() {
+        true => Ok(()),
+        false => Err(stale(
+            "this spare agent sees another directory there".into(),
+        )),
+    }
+}
+
 /// Takes the host's network away, while outer holds every capability of
 /// its new user namespace.
 fn isolate_network() -> Result<(), SandboxError> {
@@ -293,6 +319,8 @@ pub struct Spare {
     terminals: TerminalFacts,
     host_network: bool,
     rules: ruleset::Prepared,
+    /// The project directory as whoever assigned the spare opened it.
+    project: Option<std::os::fd::OwnedFd>,
 }
 
 /// Enters as much of the sandbox as needs no project (see [`Spare`]).
@@ -312,11 +340,19 @@ pub fn enter_spare(host_network: bool) -> Result<Spare, SandboxError> {
             terminals,
             host_network,
             rules,
+            project: None,
         })
     })
 }
 
 impl Spare {
+    /// The project directory as its sender opened it (on the host, before
+    /// the spare's view of it was taken): [`Spare::finish`] refuses a
+    /// project that is another directory in the spare's view.
+    pub fn expect_project(&mut self, dir: Option<std::os::fd::OwnedFd>) {
+        self.project = dir;
+    }
+
     /// Finishes the sandbox for `config` as [`enter`] would have made it:
     /// the scratch directories, the hides, the project bound back, then
     /// Landlock with the writable directories, no new privileges. Must run
@@ -349,6 +385,9 @@ impl Spare {
                     false => "without",
                 }
             )));
+        }
+        if let Some(expected) = &self.project {
+            same_directory(expected, &config.project)?;
         }
         let view = View::of(config)?;
         let plan = MountPlan::new(&view.writable, &view.scratch, &config.hides, self.terminals);

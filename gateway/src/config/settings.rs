@@ -192,7 +192,7 @@ declare_settings! {
     spare_agents: Option<usize> = "--spare-agents" "N",
         key spare_agents: Option<usize>,
         default value(usize = defaults::SPARE_AGENTS, number, |s, v| at_most(s, v, defaults::MAX_SPARE_AGENTS)),
-        help "Sandboxed agents kept started ahead of any project, each taking the next cold start's project (with --sandbox on and the template); they count as children; 0 = none";
+        help "Sandboxed agents kept started ahead of any project, each taking the next cold start's project (with --sandbox on and the template); each holds what a child holds, on top of --max-children; 0 = none";
 
     dialect: Option<Dialect> = "--dialect" "DIALECT" [value_enum],
         key dialect: Option<Dialect>,

@@ -74,12 +74,53 @@ fn lost(lost: WorkLost) -> StartError {
     }
 }
 
-/// Spawns the child and waits for its hello (or `ready`).
+/// Spawns the child and waits for its hello (or `ready`). A spare agent
+/// assigned the project that ends before its hello (it refused the
+/// assignment, or could not finish its sandbox for the project) is not
+/// the project's failure: spares rest for a while, and a new agent is
+/// started for the project at once.
 async fn spawn_and_greet(
     project: &str,
     dir: &Path,
     settings: &Arc<HubSettings>,
 ) -> Result<Launched, StartError> {
+    match spawn_and_greet_once(project, dir, settings).await {
+        Err(NotGreeted {
+            error,
+            spare_ended: true,
+        }) => {
+            crate::process::spares::assignment_failed(&error.message);
+            tracing::warn!(project, error = %error.message, "the spare agent assigned this project ended before its hello: starting a new one");
+            spawn_and_greet_once(project, dir, settings)
+                .await
+                .map_err(|e| e.error)
+        }
+        other => other.map_err(|e| e.error),
+    }
+}
+
+/// Why one start gave no greeted child.
+struct NotGreeted {
+    error: StartError,
+    /// The child was a spare agent, and it ended before its hello.
+    spare_ended: bool,
+}
+
+impl From<StartError> for NotGreeted {
+    fn from(error: StartError) -> Self {
+        NotGreeted {
+            error,
+            spare_ended: false,
+        }
+    }
+}
+
+/// One start of the child.
+async fn spawn_and_greet_once(
+    project: &str,
+    dir: &Path,
+    settings: &Arc<HubSettings>,
+) -> Result<Launched, NotGreeted> {
     let token = handshake::random_token();
     // Held until the greeting: a burst of starts queues here instead of
     // crowding the CPU, and each child's ready timeout starts once it is
@@ -166,7 +207,10 @@ async fn spawn_and_greet(
                 Some(SESSION_IN_USE_EXIT) => StartFailure::Elsewhere,
                 _ => StartFailure::Crash,
             };
-            Err(StartError { message, kind })
+            Err(NotGreeted {
+                error: StartError { message, kind },
+                spare_ended: process.was_spare() && kind == StartFailure::Crash,
+            })
         }
     }
 }

@@ -12,6 +12,9 @@ use prometheus::{IntCounter, IntGauge, Opts};
 use crate::process::spares;
 
 pub struct SparesCollector {
+    /// Held while collecting: two scrapes at once would otherwise add the
+    /// same difference twice.
+    collecting: std::sync::Mutex<()>,
     ready: IntGauge,
     assigned: IntCounter,
     missed: IntCounter,
@@ -49,6 +52,7 @@ impl SparesCollector {
         .map(|d| (*d).clone())
         .collect();
         Ok(SparesCollector {
+            collecting: std::sync::Mutex::new(()),
             ready,
             assigned,
             missed,
@@ -64,6 +68,10 @@ impl Collector for SparesCollector {
     }
 
     fn collect(&self) -> Vec<MetricFamily> {
+        let _collecting = self
+            .collecting
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let stats = spares::stats();
         let clamp = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
         self.ready.set(clamp(stats.ready as u64));

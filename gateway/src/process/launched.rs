@@ -63,7 +63,7 @@ fn c_string(text: &OsStr) -> std::io::Result<CString> {
 /// The program's path: as given when it holds a `/`, else the first
 /// executable file of that name on the child's `PATH` (or the gateway's),
 /// as `execvp` would find it.
-fn resolve(program: &Path, env: &[(OsString, OsString)]) -> std::io::Result<PathBuf> {
+pub(super) fn resolve(program: &Path, env: &[(OsString, OsString)]) -> std::io::Result<PathBuf> {
     if program.as_os_str().as_bytes().contains(&b'/') {
         return Ok(program.to_path_buf());
     }

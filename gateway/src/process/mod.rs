@@ -16,6 +16,10 @@
 //!   or rlimits) and the task that kills a child that hit one.
 //! - [`leftovers`] – finds and kills every process an ended child started
 //!   (its session, and orphans reparented to the gateway as subreaper).
+//! - `start` – one child started (blocking, on the spawner thread): its
+//!   limits, stdio and stderr prepared, forked or executed, registered.
+//! - [`spares`] – spare agents started ahead of any project, which cold
+//!   starts take instead of starting a process (`--spare-agents`).
 //! - [`spawner`] – the thread every child is started on, and the bound on
 //!   children starting at once.
 //! - `launched` – what a child executes, prepared before it starts, and
@@ -38,6 +42,7 @@ pub mod probe;
 pub mod spares;
 pub mod spawner;
 mod spec;
+mod start;
 pub mod stderr_log;
 mod stdio;
 mod sys;

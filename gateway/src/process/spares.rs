@@ -13,16 +13,22 @@
 //! spares are of the last such spawn's kind (program and binary, account,
 //! limits, network); a spawn of another kind retires them and new ones of
 //! its kind follow. A spare is started under a start slot like any child,
-//! off the critical path (after the spawn that took the last one), counts
+//! off the critical path ([`REFILL_AFTER`] after the spawn that took the
+//! last one), counts
 //! as a child for descriptors (one, its socket) and processes (two), and
 //! holds no secret until its assignment. Its cgroup, when limits are on,
 //! is named `spare-N` rather than after a project.
 //!
-//! A spare's mount namespace is a copy of the host's when it started, so
-//! spares are replaced after [`MAX_AGE`]; also when they die, when their
-//! binary is replaced (another inode or change time) and when the
-//! gateway stops. A spare that fails to start (the sandbox, the binary)
-//! stops the pool for [`RETRY_AFTER`]: starts go on without spares.
+//! A spare's mount namespace is a copy of the host's when it started (it
+//! keeps a file system unmounted since then mounted, and does not see one
+//! mounted since), so spares are replaced after [`MAX_AGE`]; also when
+//! they die, when their binary is replaced (another inode or change time)
+//! and when the gateway stops. The project directory the gateway opened
+//! goes with the assignment, and the agent refuses a `--cwd` that is not
+//! that directory in its view. A spare that fails to start, or an assigned
+//! one that ends before its hello (the hub then starts a new agent for
+//! the project), stops the pool for [`RETRY_AFTER`]: starts go on without
+//! spares.
 
 use std::ffi::OsString;
 use std::io::IoSlice;
@@ -41,12 +47,12 @@ use nix::sys::signal::Signal;
 use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
 use tokio::io::AsyncReadExt;
 
-use super::child::{self, kill_group, Forked};
 use super::launched::{self, Launched};
 use super::leftovers;
 use super::limits::{self, ChildLimits, Limits};
 use super::spawner;
 use super::spec::{Confine, SpawnSpec};
+use super::start::{self, kill_group, Forked};
 use super::sys::Credentials;
 use super::template::Identity;
 
@@ -54,13 +60,17 @@ use super::template::Identity;
 pub const DEFAULT_SPARES: usize = 1;
 /// How long a spare is kept before it is replaced: its view of the host's
 /// mounts is as old as it is.
-pub const MAX_AGE: Duration = Duration::from_secs(300);
+pub const MAX_AGE: Duration = Duration::from_secs(60);
 /// How long a new spare may take to say it is ready.
 pub const READY_WITHIN: Duration = Duration::from_secs(10);
 /// How long no spare is started after one failed to start.
 pub const RETRY_AFTER: Duration = Duration::from_secs(60);
+/// How long after a spare is taken its replacement starts (then once a
+/// start slot is free): the start that took it answers its client's first
+/// requests before another sandbox is set up beside it.
+pub const REFILL_AFTER: Duration = Duration::from_millis(20);
 /// How often the spares are looked over (age, death).
-const LOOK_EVERY: Duration = Duration::from_secs(30);
+const LOOK_EVERY: Duration = Duration::from_secs(10);
 /// The name spares have in logs and in their cgroups.
 const SPARE_NAME: &str = "spare";
 /// The variables of the operator's child environment a spare starts with:
@@ -139,8 +149,7 @@ impl Pool {
         let Some(kind) = self.kind.clone() else {
             return;
         };
-        let resting = self.failed_at.is_some_and(|at| at.elapsed() < RETRY_AFTER);
-        if self.stopped || resting || tokio::runtime::Handle::try_current().is_err() {
+        if self.stopped || self.resting() || tokio::runtime::Handle::try_current().is_err() {
             return;
         }
         while self.ready.len() + self.starting < TARGET.load(Ordering::Relaxed) {
@@ -150,6 +159,21 @@ impl Pool {
         if !LOOKING.swap(true, Ordering::Relaxed) {
             tokio::spawn(look_over());
         }
+    }
+
+    /// Whether a spare failed within [`RETRY_AFTER`].
+    fn resting(&self) -> bool {
+        self.failed_at.is_some_and(|at| at.elapsed() < RETRY_AFTER)
+    }
+
+    /// Notes a spare that failed; says why when the pool was not already
+    /// resting.
+    fn failed(&mut self, why: &str) {
+        FAILED.fetch_add(1, Ordering::Relaxed);
+        if !self.resting() {
+            tracing::warn!(error = why, "a spare agent failed: cold starts start new agents; spares are tried again in {} s", RETRY_AFTER.as_secs());
+        }
+        self.failed_at = Some(Instant::now());
     }
 
     /// Whether a spare of `kind` just started is still wanted.
@@ -234,9 +258,12 @@ impl Kind {
             .filter(|(name, _)| SPARE_VARS.iter().any(|var| name == var))
             .cloned()
             .collect();
+        let identity = launched::resolve(&spec.program, &spec.env)
+            .ok()
+            .and_then(|path| Identity::of(&path));
         Some(Kind {
             program: spec.program.clone(),
-            identity: Identity::of(&spec.program),
+            identity,
             host_network,
             env,
             credentials: spec.confine.credentials.clone(),
@@ -316,7 +343,7 @@ pub(super) fn claim(spec: &SpawnSpec) -> Option<Spare> {
     }
     let kind = Kind::of(spec)?;
     let mut pool = pool();
-    if pool.stopped {
+    if pool.stopped || pool.resting() {
         return None;
     }
     if pool.kind.as_deref() != Some(&kind) {
@@ -349,13 +376,23 @@ pub(super) fn claim(spec: &SpawnSpec) -> Option<Spare> {
 }
 
 /// Sends `spare` its assignment for `spec`: the command line and the
-/// environment, and the project's stderr file (opened here, the way a
-/// new child's is). A spare that cannot be sent it is retired. Runs on the
-/// spawner thread.
+/// environment, with the project's stderr file (opened here, the way a new
+/// child's is) and the project directory the gateway opened. A spare that
+/// cannot be sent it is retired; one whose stderr file could not be
+/// opened (the gateway out of descriptors, say) goes back to the pool.
+/// Runs on the spawner thread.
 pub(super) fn assign(spare: Spare, spec: &SpawnSpec) -> std::io::Result<Assigned> {
-    let sent = send_assignment(&spare, spec);
-    match sent {
-        Ok(stderr_from) => {
+    let (stderr, stderr_from) = match stderr_of(spec) {
+        Ok(opened) => opened,
+        Err(e) => {
+            give_back(spare);
+            return Err(e);
+        }
+    };
+    let mut fds = vec![stderr.as_raw_fd()];
+    fds.extend(spec.confine.cwd_dir.as_ref().map(|dir| dir.as_raw_fd()));
+    match send_assignment(&spare, spec, &fds) {
+        Ok(()) => {
             ASSIGNED.fetch_add(1, Ordering::Relaxed);
             Ok(Assigned {
                 child: spare.child,
@@ -373,19 +410,38 @@ pub(super) fn assign(spare: Spare, spec: &SpawnSpec) -> std::io::Result<Assigned
     }
 }
 
-/// Writes the assignment; returns the length of the stderr file before
-/// the child could write to it.
-fn send_assignment(spare: &Spare, spec: &SpawnSpec) -> std::io::Result<u64> {
-    let (stderr, stderr_from) = match &spec.stderr_log {
+/// The child's stderr (its file, else `/dev/null`) and the length of the
+/// file before the child could write to it.
+fn stderr_of(spec: &SpawnSpec) -> std::io::Result<(std::fs::File, u64)> {
+    match &spec.stderr_log {
         Some(log) => {
             let file = log
                 .open_for_child()
                 .map_err(|e| std::io::Error::other(format!("its stderr file: {e}")))?;
             let len = file.metadata().map_or(0, |m| m.len());
-            (Some(file), len)
+            Ok((file, len))
         }
-        None => (None, 0),
-    };
+        None => Ok((
+            std::fs::File::options()
+                .read(true)
+                .write(true)
+                .open("/dev/null")?,
+            0,
+        )),
+    }
+}
+
+/// Puts a spare that was not assigned back at the front of the pool.
+fn give_back(spare: Spare) {
+    let mut pool = pool();
+    match pool.stopped {
+        true => spare.retire(),
+        false => pool.ready.insert(0, spare),
+    }
+}
+
+/// Writes the assignment, `fds` with its first bytes.
+fn send_assignment(spare: &Spare, spec: &SpawnSpec, fds: &[RawFd]) -> std::io::Result<()> {
     let argv = std::iter::once(spec.program.as_os_str())
         .chain(spec.args.iter().map(OsString::as_os_str))
         .map(|arg| arg.as_bytes().to_vec())
@@ -406,14 +462,12 @@ fn send_assignment(spare: &Spare, spec: &SpawnSpec) -> std::io::Result<u64> {
             "the assignment is {} bytes, over the spare's {MAX_REQUEST}",
             message.len() - 4
         ))),
-        false => {
-            let fds: Vec<RawFd> = stderr.iter().map(AsRawFd::as_raw_fd).collect();
-            send_all(&spare.stdio, &message, &fds).map_err(std::io::Error::from)
-        }
+        false => send_all(&spare.stdio, &message, fds).map_err(std::io::Error::from),
     };
-    // It holds the child's token and secrets.
+    // The encoded copy of the token and secrets (the spec keeps its own
+    // until the child is gone, as for any start).
     wipe(&mut message);
-    sent.map(|()| stderr_from)
+    sent
 }
 
 /// Writes all of `bytes` to the non-blocking `socket`, `fds` with the
@@ -468,6 +522,7 @@ fn wipe(bytes: &mut [u8]) {
 /// once it said it is ready (or retires it, if no longer wanted).
 async fn start_one(kind: Arc<Kind>) {
     let started = async {
+        tokio::time::sleep(REFILL_AFTER).await;
         let _slot = spawner::start_slot().await;
         if !pool().wants(&kind) {
             return Ok(None);
@@ -475,7 +530,7 @@ async fn start_one(kind: Arc<Kind>) {
         let spec = kind.spec();
         let (tx, rx) = tokio::sync::oneshot::channel();
         spawner::submit(move || {
-            if let Err(Ok(unclaimed)) = tx.send(child::start(spec)) {
+            if let Err(Ok(unclaimed)) = tx.send(start::start(spec)) {
                 unclaimed.abandon();
             }
         })
@@ -490,17 +545,24 @@ async fn start_one(kind: Arc<Kind>) {
     let mut pool = pool();
     pool.starting -= 1;
     match outcome {
-        Ok(Some(spare)) if pool.wants(&kind) => pool.ready.push(spare),
-        Ok(Some(spare)) => spare.retire(),
-        Ok(None) => {}
-        Err(e) => {
-            FAILED.fetch_add(1, Ordering::Relaxed);
-            if pool.failed_at.is_none() {
-                tracing::warn!(error = %e, "a spare agent could not start: cold starts start new agents; tried again in {} s", RETRY_AFTER.as_secs());
-            }
-            pool.failed_at = Some(Instant::now());
+        Ok(Some(spare)) if pool.wants(&kind) => {
+            pool.ready.push(spare);
+            pool.failed_at = None;
         }
+        Ok(Some(spare)) => {
+            spare.retire();
+            // Spares of the pool's kind now, if it changed meanwhile.
+            pool.refill();
+        }
+        Ok(None) => pool.refill(),
+        Err(e) => pool.failed(&format!("it could not start: {e}")),
     }
+}
+
+/// Notes that a spare-served start ended before its hello (`why`): the
+/// pool rests, so the hub's new start for the project is a fresh one.
+pub fn assignment_failed(why: &str) {
+    pool().failed(&format!("assigned, it ended before its hello: {why}"));
 }
 
 /// Waits until the spare `forked` says it is ready; it is retired if it

@@ -364,12 +364,6 @@ async fn a_cold_start_takes_a_spare_agent_and_another_takes_its_place() {
     assert_eq!(metric(&gateway, "corral_spare_agents_ready").await, 1.0);
     let agent = children_of(spare);
     assert_eq!(agent.len(), 1, "outer and its agent: {agent:?}");
-    let environ = std::fs::read(format!("/proc/{}/environ", agent[0])).unwrap();
-    assert!(
-        environ.is_empty(),
-        "a spare holds no token or secret: {}",
-        String::from_utf8_lossy(&environ)
-    );
 
     visit(&gateway, "beta").await;
     let children = gateway.child_pids();
@@ -427,4 +421,76 @@ async fn a_cold_start_takes_a_spare_agent_and_another_takes_its_place() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(gateway.spare_pids(), Vec::<u32>::new());
     assert_eq!(gateway.child_pids().len(), 2);
+    for name in [
+        "corral_spare_agents_ready",
+        "corral_spare_agent_assignments_total",
+        "corral_spare_agent_misses_total",
+    ] {
+        assert_eq!(metric(&gateway, name).await, 0.0, "{name}");
+    }
+}
+
+/// A spare's view of the host is as old as the spare: a project directory
+/// mounted over since is another directory to it. The agent refuses the
+/// assignment (the gateway sends the directory it opened), and the gateway
+/// starts a new agent for the project at once: the client sees nothing
+/// but a working project, in the new file system.
+#[tokio::test]
+async fn a_spare_that_sees_another_project_directory_gives_way_to_a_new_agent() {
+    let gateway = GatewaySpawn::default()
+        .echo()
+        .projects(&["alpha", "beta"])
+        .capture_log()
+        .spawn()
+        .await;
+    visit(&gateway, "alpha").await;
+    let spare = the_spare(&gateway).await;
+    let root = gateway.root.join("beta");
+    std::fs::write(root.join("underneath.txt"), "old").unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
+        .arg(&root)
+        .status()
+        .unwrap();
+    assert!(mounted.success(), "mount a tmpfs over the project");
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _unmount = Unmount(root.clone());
+
+    visit(&gateway, "beta").await;
+    let children = gateway.child_pids();
+    assert_eq!(children.len(), 2, "{children:?}");
+    assert!(
+        !children.contains(&spare),
+        "the spare gave way: {children:?}"
+    );
+    let agent = children_of(
+        children
+            .iter()
+            .copied()
+            .find(|&c| {
+                let cwd = children_of(c)
+                    .first()
+                    .and_then(|a| std::fs::read_link(format!("/proc/{a}/cwd")).ok());
+                cwd.is_some_and(|cwd| cwd.ends_with("projects/beta"))
+            })
+            .expect("beta's child"),
+    )[0];
+    let seen = std::fs::read_dir(format!("/proc/{agent}/cwd"))
+        .unwrap()
+        .count();
+    assert_eq!(seen, 0, "the new agent works in the mounted file system");
+    assert_eq!(
+        metric(&gateway, "corral_spare_agent_failures_total").await,
+        1.0
+    );
+    let log = gateway.log_text();
+    assert!(
+        log.contains("is not the project directory the gateway opened"),
+        "{log}"
+    );
 }
