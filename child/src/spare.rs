@@ -7,7 +7,10 @@
 //! line of the protocol), then waits for its assignment on
 //! stdin: a little-endian `u32` length and a request of which it takes
 //! argv and the environment
-//! ([`corral_protocol::template::encode_assignment`]). It then runs the
+//! ([`corral_protocol::template::encode_assignment`]); over a socket, up to
+//! two descriptors may come with its first bytes: the agent's stderr (the
+//! project's log file) and the project directory as the sender opened it,
+//! which `--cwd` must name in the spare's view. It then runs the
 //! agent's ordinary `main` with them, which finishes the sandbox for the
 //! project the arguments name (the scratch directories, the hides, the
 //! project bound back, Landlock in force), so a project's start is left
@@ -249,38 +252,15 @@ fn receive_stderr(buffer: &mut [u8]) -> Result<(usize, Option<OwnedFd>), Errno> 
     Ok((len, fds.next()))
 }
 
-/// One `recvmsg` on descriptor 0 and the descriptors that came with it,
-/// at most two.
-#[allow(unsafe_code)]
+/// One `recvmsg` on descriptor 0 (the template's, with room for every
+/// descriptor one message can carry) and the descriptors that came with
+/// it, at most two.
 fn receive_with_fds(buffer: &mut [u8]) -> Result<(usize, Vec<OwnedFd>), Errno> {
-    use std::io::IoSliceMut;
-    use std::os::fd::{FromRawFd, RawFd};
-
-    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
-
-    let mut space = nix::cmsg_space!([RawFd; 4]);
-    let mut iov = [IoSliceMut::new(buffer)];
-    let message = loop {
-        match recvmsg::<()>(0, &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC) {
-            Err(Errno::EINTR) => continue,
-            other => break other?,
-        }
-    };
-    let mut fds = Vec::new();
-    for cmsg in message.cmsgs()? {
-        if let ControlMessageOwned::ScmRights(raw) = cmsg {
-            // SAFETY: the kernel just installed these descriptors in this
-            // process; nothing else owns them.
-            fds.extend(
-                raw.into_iter()
-                    .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
-            );
-        }
-    }
-    if message.flags.contains(MsgFlags::MSG_CTRUNC) || fds.len() > 2 {
+    let (len, fds) = crate::template::receive(buffer)?.unwrap_or_default();
+    if fds.len() > 2 {
         return Err(Errno::EMSGSIZE);
     }
-    Ok((message.bytes, fds))
+    Ok((len, fds))
 }
 
 /// Writes `bytes` to descriptor 1, unbuffered.

@@ -121,7 +121,7 @@ impl AsFd for Fd {
 
 /// One datagram and its descriptors; `None` at end of file. A request too
 /// long, or with too many descriptors, is refused with `EMSGSIZE`.
-fn receive(buffer: &mut [u8]) -> Result<Option<(usize, Vec<OwnedFd>)>, Errno> {
+pub(crate) fn receive(buffer: &mut [u8]) -> Result<Option<(usize, Vec<OwnedFd>)>, Errno> {
     // Room for as many descriptors as one message can carry
     // (`SCM_MAX_FD`), so none is ever cut off and left open unowned.
     let mut space = nix::cmsg_space!([RawFd; SCM_MAX_FD]);

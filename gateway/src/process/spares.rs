@@ -9,7 +9,7 @@
 //!
 //! A spawn can take a spare only when a spare is what it would have
 //! started: `corral-agent rpc --sandbox` forked from the template, with
-//! absolute `--cwd` and `--sandbox-hide` paths (see [`Kind::of`]). The
+//! absolute `--cwd` and `--sandbox-hide` paths (see `Kind::of`). The
 //! spares are of the last such spawn's kind (program and binary, account,
 //! limits, network); a spawn of another kind retires them and new ones of
 //! its kind follow. A spare is started under a start slot like any child,
