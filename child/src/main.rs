@@ -37,6 +37,9 @@ use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 use tracing_subscriber::Layer as _;
 
+/// The exit code of a spare agent that refused its assignment.
+const SPARE_REFUSED: u8 = corral_protocol::template::SPARE_REFUSED_EXIT as u8;
+
 fn main() {
     let args: Vec<OsString> = std::env::args_os().collect();
     // `corral-agent template [ROOM]`: ROOM only makes the argument block
@@ -82,7 +85,7 @@ fn agent_main_with(args: Vec<OsString>, spare: Option<sandbox::Spare>) -> ! {
     // spare still has to finish.
     if spare.is_some() && !matches!(cli.mode, Mode::Rpc { .. } | Mode::Run { .. }) {
         eprintln!("corral-agent spare: an assignment must be rpc or run");
-        std::process::exit(2);
+        std::process::exit(i32::from(SPARE_REFUSED));
     }
     // The HTTP MCP bridge's server and headers: for the bridge alone (a
     // relay passes them on to the bridge it runs).
@@ -230,22 +233,25 @@ fn prepare(
     };
     let sandbox_failed = |e: sandbox::SandboxError| {
         eprintln!("corral-agent: {e}");
-        sandbox::EXIT_SANDBOX_UNAVAILABLE
+        match e {
+            sandbox::SandboxError::Spare(_) => SPARE_REFUSED,
+            _ => sandbox::EXIT_SANDBOX_UNAVAILABLE,
+        }
     };
     if spare.is_some() && !args.sandbox {
         eprintln!("corral-agent spare: an assignment must ask for --sandbox");
-        return Err(2);
+        return Err(SPARE_REFUSED);
     }
     // The spare's own working directory is not the project's: a relative
     // path would name something else, and a hide that is not found there
     // would be dropped.
     if spare.is_some() && !args.cwd.as_deref().is_some_and(Path::is_absolute) {
         eprintln!("corral-agent spare: an assignment must name its project with an absolute --cwd");
-        return Err(2);
+        return Err(SPARE_REFUSED);
     }
     if spare.is_some() && !args.sandbox_hide.iter().all(|hide| hide.is_absolute()) {
         eprintln!("corral-agent spare: an assignment's --sandbox-hide paths must be absolute");
-        return Err(2);
+        return Err(SPARE_REFUSED);
     }
     if args.sandbox && args.model_socket.is_some() && args.tool_network == ToolNetwork::On {
         eprintln!(

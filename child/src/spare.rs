@@ -36,7 +36,7 @@ use std::ffi::OsString;
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStringExt;
 
-use corral_protocol::template::{SpawnRequest, MAX_REQUEST, SPARE_READY};
+use corral_protocol::template::{SpawnRequest, MAX_REQUEST, SPARE_READY, SPARE_REFUSED_EXIT};
 use nix::errno::Errno;
 
 use crate::sandbox::{self, Spare, EXIT_SANDBOX_UNAVAILABLE};
@@ -92,7 +92,7 @@ pub fn run(options: &[OsString], main: Main) -> ! {
         Ok(None) => std::process::exit(0),
         Err(reason) => {
             eprintln!("corral-agent spare: {reason}");
-            std::process::exit(2);
+            std::process::exit(SPARE_REFUSED_EXIT);
         }
     };
     let _ = nix::sys::prctl::set_name(AGENT_NAME);

@@ -486,7 +486,7 @@ async fn serve(
     corral::spend::spawn_keeper(ledger.clone(), &shutdown);
     // No spare agent starts once the gateway is stopping.
     let stopping = shutdown.token().clone();
-    tokio::spawn(async move {
+    let spares_stopped = tokio::spawn(async move {
         stopping.cancelled().await;
         corral::process::spares::stop().await;
     });
@@ -524,7 +524,10 @@ async fn serve(
         trusted: config.trusted_proxies.clone(),
     };
     server::run(listeners, state, listener_limits, config.shutdown_grace).await;
-    corral::process::spares::stop().await;
+    // The spares are gone (reaped, their cgroups removed) before the
+    // gateway's own cgroup is.
+    shutdown.token().cancel();
+    let _ = spares_stopped.await;
     // The children have stopped: their last spend is kept.
     ledger.sync().await;
     // The entries of the shutdown itself included; blocks, so off the loop.

@@ -156,6 +156,11 @@ impl SpawnRequest {
 /// its assignment: nothing else comes before the protocol's first line.
 pub const SPARE_READY: &[u8; 4] = b"CSR1";
 
+/// The exit code of a spare agent that refused its assignment, or could
+/// not finish its sandbox for it for a reason of its own (its view of the
+/// host, its network, a thread): the spare's failure, not the project's.
+pub const SPARE_REFUSED_EXIT: i32 = 79;
+
 /// A spare agent's assignment (`corral-agent spare`), the first bytes on
 /// its stdin: a little-endian `u32` length, then a [`SpawnRequest`] of
 /// which only argv and the environment count. At most [`MAX_REQUEST`]

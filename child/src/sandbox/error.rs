@@ -62,6 +62,10 @@ pub enum SandboxError {
     /// fork, pipe or a signal handler failed.
     #[error("the sandbox cannot start its processes: {what} ({source})")]
     Process { what: &'static str, source: Errno },
+    /// A spare agent cannot take its assignment: what it prepared ahead
+    /// does not fit it.
+    #[error("this spare agent cannot take the assignment: {0}")]
+    Spare(String),
     /// The confinement checks of `sandbox-probe` failed.
     #[error("the sandbox is not effective: {0}; {WAY_OUT}")]
     NotConfined(String),

@@ -223,7 +223,7 @@ fn enter_as(config: &SandboxConfig, shape: tree::Shape) -> Result<Confined, Sand
 fn same_directory(expected: &std::os::fd::OwnedFd, path: &Path) -> Result<(), SandboxError> {
     use std::os::unix::fs::MetadataExt;
     let stale = |why: String| {
-        SandboxError::NotConfined(format!(
+        SandboxError::Spare(format!(
             "{} is not the project directory the gateway opened: {why}",
             path.display()
         ))
@@ -373,12 +373,12 @@ impl Spare {
         }
         let threads = std::fs::read_dir("/proc/self/task").map(Iterator::count);
         if !matches!(threads, Ok(1)) {
-            return Err(SandboxError::NotConfined(
+            return Err(SandboxError::Spare(
                 "a spare agent must finish its sandbox before any thread starts".into(),
             ));
         }
         if config.host_network != self.host_network {
-            return Err(SandboxError::NotConfined(format!(
+            return Err(SandboxError::Spare(format!(
                 "this spare agent was prepared {} the host's network",
                 match self.host_network {
                     true => "with",

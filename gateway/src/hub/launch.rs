@@ -75,10 +75,9 @@ fn lost(lost: WorkLost) -> StartError {
 }
 
 /// Spawns the child and waits for its hello (or `ready`). A spare agent
-/// assigned the project that ends before its hello (it refused the
-/// assignment, or could not finish its sandbox for the project) is not
-/// the project's failure: spares rest for a while, and a new agent is
-/// started for the project at once.
+/// that refused its assignment (what it prepared ahead does not fit the
+/// project) is not the project's failure: spares rest for a while, and a
+/// new agent is started for the project at once.
 async fn spawn_and_greet(
     project: &str,
     dir: &Path,
@@ -90,7 +89,7 @@ async fn spawn_and_greet(
             spare_ended: true,
         }) => {
             crate::process::spares::assignment_failed(&error.message);
-            tracing::warn!(project, error = %error.message, "the spare agent assigned this project ended before its hello: starting a new one");
+            tracing::warn!(project, error = %error.message, "the spare agent assigned this project refused it: starting a new one");
             spawn_and_greet_once(project, dir, settings)
                 .await
                 .map_err(|e| e.error)
@@ -102,7 +101,7 @@ async fn spawn_and_greet(
 /// Why one start gave no greeted child.
 struct NotGreeted {
     error: StartError,
-    /// The child was a spare agent, and it ended before its hello.
+    /// The child was a spare agent, and it refused its assignment.
     spare_ended: bool,
 }
 
@@ -209,7 +208,8 @@ async fn spawn_and_greet_once(
             };
             Err(NotGreeted {
                 error: StartError { message, kind },
-                spare_ended: process.was_spare() && kind == StartFailure::Crash,
+                spare_ended: process.was_spare()
+                    && exit.code == Some(corral_protocol::template::SPARE_REFUSED_EXIT),
             })
         }
     }

@@ -26,9 +26,10 @@
 //! and when the gateway stops. The project directory the gateway opened
 //! goes with the assignment, and the agent refuses a `--cwd` that is not
 //! that directory in its view. A spare that fails to start, or an assigned
-//! one that ends before its hello (the hub then starts a new agent for
-//! the project), stops the pool for [`RETRY_AFTER`]: starts go on without
-//! spares.
+//! one that refuses its assignment (it exits with
+//! [`corral_protocol::template::SPARE_REFUSED_EXIT`]; the hub then starts a
+//! new agent for the project), stops the pool for [`RETRY_AFTER`]: starts
+//! go on without spares.
 
 use std::ffi::OsString;
 use std::io::IoSlice;
@@ -434,7 +435,8 @@ fn stderr_of(spec: &SpawnSpec) -> std::io::Result<(std::fs::File, u64)> {
 /// Puts a spare that was not assigned back at the front of the pool.
 fn give_back(spare: Spare) {
     let mut pool = pool();
-    match pool.stopped {
+    // Its replacement may already be on its way.
+    match pool.stopped || pool.ready.len() + pool.starting >= TARGET.load(Ordering::Relaxed) {
         true => spare.retire(),
         false => pool.ready.insert(0, spare),
     }
@@ -521,6 +523,7 @@ fn wipe(bytes: &mut [u8]) {
 /// Starts one spare of `kind` under a start slot and adds it to the pool
 /// once it said it is ready (or retires it, if no longer wanted).
 async fn start_one(kind: Arc<Kind>) {
+    let mut began = Instant::now();
     let started = async {
         tokio::time::sleep(REFILL_AFTER).await;
         let _slot = spawner::start_slot().await;
@@ -528,6 +531,7 @@ async fn start_one(kind: Arc<Kind>) {
             return Ok(None);
         }
         let spec = kind.spec();
+        began = Instant::now();
         let (tx, rx) = tokio::sync::oneshot::channel();
         spawner::submit(move || {
             if let Err(Ok(unclaimed)) = tx.send(start::start(spec)) {
@@ -547,7 +551,11 @@ async fn start_one(kind: Arc<Kind>) {
     match outcome {
         Ok(Some(spare)) if pool.wants(&kind) => {
             pool.ready.push(spare);
-            pool.failed_at = None;
+            // A spare started since the last failure ends the rest; one
+            // queued before it does not.
+            if pool.failed_at.is_some_and(|at| began > at) {
+                pool.failed_at = None;
+            }
         }
         Ok(Some(spare)) => {
             spare.retire();
@@ -559,10 +567,11 @@ async fn start_one(kind: Arc<Kind>) {
     }
 }
 
-/// Notes that a spare-served start ended before its hello (`why`): the
-/// pool rests, so the hub's new start for the project is a fresh one.
+/// Notes that a spare refused its assignment (`why`): the pool rests, so
+/// the hub's new start for the project is a fresh one (a spare queued
+/// before now does not end the rest).
 pub fn assignment_failed(why: &str) {
-    pool().failed(&format!("assigned, it ended before its hello: {why}"));
+    pool().failed(&format!("it refused its assignment: {why}"));
 }
 
 /// Waits until the spare `forked` says it is ready; it is retired if it

@@ -584,24 +584,27 @@ async fn a_spare_agent_refuses_what_it_would_not_confine() {
     // which a spare started without --without-host-network still has.
     let broker = layout.show("broker.sock");
     let _listener = std::os::unix::net::UnixListener::bind(&broker).unwrap();
+    // The spare's own refusals (79), apart from a sandbox this host cannot
+    // give (78).
+    const REFUSED: i32 = corral_protocol::template::SPARE_REFUSED_EXIT;
     let cases: [(&[&str], &[&str], i32, &str); 6] = [
-        (&rpc[..3], &[], 2, "--sandbox"),
+        (&rpc[..3], &[], REFUSED, "--sandbox"),
         (
             &[&rpc[..], &["--sandbox-hide", "state"]].concat(),
             &[],
-            2,
+            REFUSED,
             "--sandbox-hide paths must be absolute",
         ),
         (
             &["rpc", "--provider", "echo", "--sandbox"],
             &[],
-            2,
+            REFUSED,
             "absolute --cwd",
         ),
         (
             &["egress-relay", "--socket-fd", "3", "--", "true"],
             &[],
-            2,
+            REFUSED,
             "rpc or run",
         ),
         (
@@ -617,7 +620,7 @@ async fn a_spare_agent_refuses_what_it_would_not_confine() {
             ]
             .concat(),
             &[],
-            78,
+            REFUSED,
             "prepared with the host's network",
         ),
     ];

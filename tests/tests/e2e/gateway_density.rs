@@ -340,10 +340,14 @@ async fn metric(gateway: &Gateway, name: &str) -> f64 {
         .unwrap_or_else(|| panic!("no {name} in {text}"))
 }
 
-/// The gateway's one spare agent, once there is one.
+/// The gateway's one spare agent, once it is ready.
 async fn the_spare(gateway: &Gateway) -> u32 {
     let count = settles_at(1, || gateway.spare_pids().len()).await;
     assert_eq!(count, 1, "one spare agent");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while metric(gateway, "corral_spare_agents_ready").await != 1.0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     gateway.spare_pids()[0]
 }
 
