@@ -315,16 +315,21 @@ impl Spare {
     }
 
     /// Ends it (reaped in the background, its cgroups removed once empty).
-    fn retire(mut self) {
-        if matches!(self.child.try_wait(), Ok(None)) {
-            kill_group(self.pid, Signal::SIGKILL, SPARE_NAME);
-        }
-        if let Some(limits) = self.limits {
-            limits.kill_all();
-            tokio::spawn(limits::watch::remove_when_empty(limits));
-        }
-        launched::reap_later(self.child);
+    fn retire(self) {
+        end(self.child, self.pid, self.limits);
     }
+}
+
+/// Ends a spare that is not (or no longer) in the pool.
+fn end(mut child: Launched, pid: u32, limits: Option<Arc<ChildLimits>>) {
+    if matches!(child.try_wait(), Ok(None)) {
+        kill_group(pid, Signal::SIGKILL, SPARE_NAME);
+    }
+    if let Some(limits) = limits {
+        limits.kill_all();
+        tokio::spawn(limits::watch::remove_when_empty(limits));
+    }
+    launched::reap_later(child);
 }
 
 /// A spare assigned its project: the child as [`child`] starts it.
@@ -613,14 +618,7 @@ async fn ready(forked: Forked) -> Result<Spare, String> {
         }),
         Err(e) => {
             let exit = child.try_wait().ok().flatten();
-            if exit.is_none() {
-                kill_group(pid, Signal::SIGKILL, SPARE_NAME);
-            }
-            if let Some(limits) = limits {
-                limits.kill_all();
-                tokio::spawn(limits::watch::remove_when_empty(limits));
-            }
-            launched::reap_later(child);
+            end(child, pid, limits);
             Err(match exit {
                 Some(status) => format!("{e} (it ended: {status})"),
                 None => e.to_string(),
