@@ -6,7 +6,7 @@ use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use corral_protocol::ndjson::DEFAULT_MAX_LINE;
 use corral_protocol::permission::PermissionMode;
 
@@ -205,6 +205,42 @@ impl Mode {
             | Mode::McpHttpBridge => None,
         }
     }
+}
+
+/// The command line [`Cli`] parses, built: building it is most of what
+/// a parse costs (a few hundred microseconds), which a spare agent pays
+/// while it waits for its assignment.
+pub fn built_command() -> clap::Command {
+    let mut command = Cli::command();
+    command.build();
+    command
+}
+
+/// Parses a typical agent command line with `command` and drops the
+/// result: the first parse of a built command still sets up the
+/// subcommand it meets, and runs code nothing has run in this process
+/// yet. A spare agent does it while it waits, as `program` (its own
+/// argv\[0\], which names the command in messages from then on). Reads
+/// the environment (`env` arguments), nothing else.
+pub fn rehearse(command: &mut clap::Command, program: OsString) {
+    let args = [
+        program,
+        "rpc".into(),
+        "--sandbox".into(),
+        "--cwd".into(),
+        "/".into(),
+    ];
+    let _ = command.try_get_matches_from_mut(args);
+}
+
+/// Parses `args` with `command` (from [`built_command`], or
+/// [`Cli::command`]), as [`Parser::parse_from`] would: on an error, or
+/// for `--help` and `--version`, prints and exits.
+pub fn parse_with(command: &mut clap::Command, args: Vec<OsString>) -> Cli {
+    let mut matches = command
+        .try_get_matches_from_mut(args)
+        .unwrap_or_else(|e| e.exit());
+    Cli::from_arg_matches_mut(&mut matches).unwrap_or_else(|e| e.format(command).exit())
 }
 
 /// `corral-agent --mode rpc …` (letscode's and Zi's spelling, also

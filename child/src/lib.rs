@@ -10,6 +10,7 @@ pub mod mcp;
 pub mod prompt;
 pub mod provider;
 pub mod rpc;
+pub mod runtime;
 pub mod sandbox;
 pub mod setup;
 pub mod spare;

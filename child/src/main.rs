@@ -18,7 +18,7 @@ use std::io::Write as _;
 use std::path::Path;
 use std::time::Duration;
 
-use clap::Parser;
+use clap::CommandFactory;
 use corral_agent::agent::{Agent, AgentEvent, Output, PermissionMode, RunKind, RunRequest};
 use corral_agent::cli::{self, AgentArgs, Cli, Mode, SandboxExecArgs, ToolNetwork};
 use corral_agent::egress::{open_socket, relay, EgressRoute};
@@ -66,7 +66,7 @@ fn agent_main(args: Vec<OsString>) -> ! {
 
 /// The agent with `args` as its argv, in the sandbox a spare agent
 /// prepared when there is one (`corral-agent spare`).
-fn agent_main_with(args: Vec<OsString>, spare: Option<sandbox::Spare>) -> ! {
+fn agent_main_with(args: Vec<OsString>, head: Option<spare::HeadStart>) -> ! {
     // First of all: no process of this uid, tools included, may ptrace this
     // one or read its memory or /proc/<pid>/environ (which keeps the token
     // and API keys even after remove_var).
@@ -80,7 +80,17 @@ fn agent_main_with(args: Vec<OsString>, spare: Option<sandbox::Spare>) -> ! {
     // The same for the egress secret: only a relay is ever given it again.
     let egress_secret = std::env::var_os(SECRET_ENV);
     std::env::remove_var(SECRET_ENV);
-    let mut cli = Cli::parse_from(cli::mode_flag_as_subcommand(args));
+    let (mut command, spare, runtime, registry) = match head {
+        Some(head) => (
+            head.command,
+            Some(head.sandbox),
+            Some(head.runtime),
+            head.registry,
+        ),
+        None => (Cli::command(), None, None, tracing_subscriber::registry()),
+    };
+    let mut cli = cli::parse_with(&mut command, cli::mode_flag_as_subcommand(args));
+    drop(command);
     // Before any mode runs: the others would run without the sandbox the
     // spare still has to finish.
     if spare.is_some() && !matches!(cli.mode, Mode::Rpc { .. } | Mode::Run { .. }) {
@@ -127,7 +137,7 @@ fn agent_main_with(args: Vec<OsString>, spare: Option<sandbox::Spare>) -> ! {
         | Mode::EgressRelay { .. }
         | Mode::McpHttpBridge => None,
     };
-    let telemetry = init_logging(endpoint.as_deref());
+    let telemetry = init_logging(registry, endpoint.as_deref());
     let prepared = match &mut cli.mode {
         Mode::SandboxProbe {
             sandbox_hide,
@@ -160,13 +170,7 @@ fn agent_main_with(args: Vec<OsString>, spare: Option<sandbox::Spare>) -> ! {
     if let Some(Err(e)) = telemetry.as_ref().map(Telemetry::start) {
         eprintln!("corral-agent: {e}; no traces are exported");
     }
-    // Blocking-pool threads (file tools, the journal) end after a second
-    // unused rather than tokio's ten: an idle agent is one kernel task.
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .thread_keep_alive(Duration::from_secs(1))
-        .build()
-    {
+    let runtime = match runtime.map_or_else(corral_agent::runtime::build, Ok) {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("corral-agent: cannot start the async runtime: {e}");
@@ -389,7 +393,10 @@ fn sandbox_exec(
 
 /// Logs to stderr, and with an OTLP endpoint the trace pipeline (not yet
 /// exporting: see [`Telemetry::start`]).
-fn init_logging(otlp_endpoint: Option<&str>) -> Option<Telemetry> {
+fn init_logging(
+    registry: tracing_subscriber::Registry,
+    otlp_endpoint: Option<&str>,
+) -> Option<Telemetry> {
     let filter = std::env::var("CORRAL_LOG").unwrap_or_default();
     let filter = corral_telemetry::log_filter(if filter.is_empty() { "warn" } else { &filter });
     let logs = tracing_subscriber::fmt::layer()
@@ -397,10 +404,7 @@ fn init_logging(otlp_endpoint: Option<&str>) -> Option<Telemetry> {
         .with_ansi(false)
         .with_filter(filter);
     let (telemetry, traces) = Telemetry::optional("corral-agent", otlp_endpoint);
-    tracing_subscriber::registry()
-        .with(logs)
-        .with(traces)
-        .init();
+    registry.with(logs).with(traces).init();
     telemetry
 }
 

@@ -1,7 +1,10 @@
-//! `corral-agent spare [--without-host-network]`: an agent started ahead
-//! of time, before anyone knows its project. It enters as much of the
-//! sandbox as needs no project ([`sandbox::enter_spare`]: its namespaces,
-//! itself as pid 1, a private root with its own `/proc` and terminals, the
+//! `corral-agent spare [--without-host-network] [--sandbox-hide PATH]...`:
+//! an agent started ahead of time, before anyone knows its project. It
+//! enters as much of the sandbox as needs no project
+//! ([`sandbox::enter_spare`]: its namespaces, itself as pid 1, a private
+//! root with its own `/proc` and terminals, the empty tmpfs its scratch
+//! directories and the `--sandbox-hide` directories will get, made but
+//! not attached, the
 //! Landlock rules every sandbox has), says so on stdout
 //! ([`corral_protocol::template::SPARE_READY`], four bytes before any
 //! line of the protocol), then waits for its assignment on
@@ -14,7 +17,10 @@
 //! agent's ordinary `main` with them, which finishes the sandbox for the
 //! project the arguments name (the scratch directories, the hides, the
 //! project bound back, Landlock in force), so a project's start is left
-//! with only its own part.
+//! with only its own part. While it waits, a spare also makes ready what
+//! a start needs whatever the project ([`HeadStart`]): the command line's
+//! parser, the async runtime (reaping already), the logs' span registry,
+//! and where its command line is shown.
 //!
 //! The assignment must ask for `rpc` or `run` with `--sandbox`, an
 //! absolute `--cwd` and `--sandbox-hide` paths, and the same network
@@ -40,13 +46,17 @@ use corral_protocol::template::{SpawnRequest, MAX_REQUEST, SPARE_READY, SPARE_RE
 use nix::errno::Errno;
 
 use crate::sandbox::{self, Spare, EXIT_SANDBOX_UNAVAILABLE};
-use crate::template::{replace_environment, show_argv, wipe};
+use crate::template::{replace_environment, wipe, Title};
 
 /// The subcommand, `corral-agent spare`.
 pub const ARG: &str = "spare";
 
-/// Its one option.
+/// Its option for a network namespace of its own.
 pub const WITHOUT_HOST_NETWORK: &str = "--without-host-network";
+
+/// Its option naming a path its projects' sandboxes will hide (absolute),
+/// as `rpc --sandbox-hide` does: it makes the covers' tmpfs ahead.
+pub const SANDBOX_HIDE: &str = "--sandbox-hide";
 
 /// The name (`comm`) of a spare's agent, pid 1 of its pid namespace,
 /// until its assignment; then it has an agent's.
@@ -54,23 +64,37 @@ pub const SPARE_NAME: &std::ffi::CStr = c"corral-spare-in";
 const AGENT_NAME: &std::ffi::CStr = c"corral-agent-in";
 
 /// What a spare runs once assigned: the agent's `main` with this argv.
-pub type Main = fn(Vec<OsString>, Option<Spare>) -> !;
+pub type Main = fn(Vec<OsString>, Option<HeadStart>) -> !;
+
+/// What a spare made ready while it waited, for the agent's `main` to
+/// go on from once the spare has its assignment: whatever of the start
+/// depends neither on the project nor on the arguments.
+#[derive(Debug)]
+pub struct HeadStart {
+    /// The sandbox as far as it goes without a project.
+    pub sandbox: Spare,
+    /// The command line, built ([`crate::cli::built_command`]).
+    pub command: clap::Command,
+    /// The async runtime, built ([`crate::runtime::build`]) and reaping
+    /// ([`sandbox::start_reaping`]): one thread still, as
+    /// [`Spare::finish`] needs.
+    pub runtime: tokio::runtime::Runtime,
+    /// The logs' span registry, allocated (its slab is most of what
+    /// setting up the logs costs); the filter comes with the assignment.
+    pub registry: tracing_subscriber::Registry,
+}
 
 /// Runs the spare with `options` (the arguments after `spare`). Never
 /// returns.
 pub fn run(options: &[OsString], main: Main) -> ! {
-    let host_network = match options {
-        [] => true,
-        [flag] if flag == WITHOUT_HOST_NETWORK => false,
-        _ => {
-            eprintln!("usage: corral-agent spare [{WITHOUT_HOST_NETWORK}]");
-            std::process::exit(2);
-        }
+    let Some((host_network, hides)) = parse_options(options) else {
+        eprintln!("usage: corral-agent spare [{WITHOUT_HOST_NETWORK}] [{SANDBOX_HIDE} PATH]...");
+        std::process::exit(2);
     };
     if let Err(e) = sandbox::make_undumpable() {
         eprintln!("corral-agent: cannot make the process undumpable: {e}");
     }
-    let mut spare = match sandbox::enter_spare(host_network) {
+    let sandbox = match sandbox::enter_spare(host_network, &hides) {
         Ok(spare) => spare,
         Err(e) => {
             eprintln!("corral-agent: {e}");
@@ -80,13 +104,35 @@ pub fn run(options: &[OsString], main: Main) -> ! {
     // Pid 1 of the new pid namespace from here on, named for `ps` as a
     // spare ([`SPARE_NAME`]) until it has a project.
     map_own_binary();
+    let runtime = match crate::runtime::build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("corral-agent: cannot start the async runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    if let Err(e) = runtime.block_on(async { sandbox::start_reaping() }) {
+        eprintln!("corral-agent: cannot reap the sandbox's orphans: {e}");
+        std::process::exit(1);
+    }
+    let mut head = HeadStart {
+        sandbox,
+        command: crate::cli::built_command(),
+        runtime,
+        registry: tracing_subscriber::Registry::default(),
+    };
+    let program = std::env::args_os()
+        .next()
+        .unwrap_or_else(|| "corral-agent".into());
+    crate::cli::rehearse(&mut head.command, program);
+    let title = Title::find();
     if let Err(e) = write_all(SPARE_READY) {
         eprintln!("corral-agent spare: cannot say it is ready: {e}");
         std::process::exit(1);
     }
     let request = match read_assignment() {
         Ok(Some((request, project))) => {
-            spare.expect_project(project);
+            head.sandbox.expect_project(project);
             request
         }
         Ok(None) => std::process::exit(0),
@@ -96,14 +142,38 @@ pub fn run(options: &[OsString], main: Main) -> ! {
         }
     };
     let _ = nix::sys::prctl::set_name(AGENT_NAME);
-    show_argv(&request.argv);
+    if let Some(title) = title {
+        title.set(&request.argv);
+    }
     replace_environment(&request.env);
     let mut env = request.env;
     // The environment holds its own copies now.
     env.iter_mut().for_each(|entry| wipe(entry));
     drop(env);
     let argv = request.argv.into_iter().map(OsString::from_vec).collect();
-    main(argv, Some(spare))
+    main(argv, Some(head))
+}
+
+/// The network choice and the hidden paths `options` name; `None` for
+/// anything else (a relative path among them).
+fn parse_options(options: &[OsString]) -> Option<(bool, Vec<std::path::PathBuf>)> {
+    let mut host_network = true;
+    let mut hides = Vec::new();
+    let mut options = options.iter();
+    while let Some(option) = options.next() {
+        if option == WITHOUT_HOST_NETWORK {
+            host_network = false;
+        } else if option == SANDBOX_HIDE {
+            let path = std::path::PathBuf::from(options.next()?);
+            if !path.is_absolute() {
+                return None;
+            }
+            hides.push(path);
+        } else {
+            return None;
+        }
+    }
+    Some((host_network, hides))
 }
 
 /// Maps the pages of the agent's own binary into this process now, while

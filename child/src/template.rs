@@ -414,27 +414,18 @@ fn check(ret: libc::c_long) -> Result<(), Errno> {
     }
 }
 
-/// Shows `argv` as this process's command line (`/proc/PID/cmdline`, so
-/// `ps`), cut to the room the argument block has: what a spare agent
-/// does once it knows its project. Best effort.
-pub(crate) fn show_argv(argv: &[Vec<u8>]) {
-    if let Some(title) = Title::find() {
-        title.set(argv);
-    }
-}
-
 /// The argument block `/proc/PID/cmdline` shows: the template's argv,
 /// which the gateway pads (`corral-agent template ROOM`) so that a child
 /// can write its own argv there, cut at the block's end.
-#[derive(Clone, Copy)]
-struct Title {
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Title {
     start: usize,
     len: usize,
 }
 
 impl Title {
     /// The block's bounds, from `/proc/self/stat` (fields 48 and 49).
-    fn find() -> Option<Title> {
+    pub(crate) fn find() -> Option<Title> {
         let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
         let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
         // Field n of stat is fields[n - 3] here (pid and comm come first).
@@ -450,7 +441,7 @@ impl Title {
     /// does, then zeroes, and makes the block's last byte a space: the
     /// kernel then shows `/proc/PID/cmdline` up to the string's end, not
     /// the whole padded block.
-    fn set(&self, argv: &[Vec<u8>]) {
+    pub(crate) fn set(&self, argv: &[Vec<u8>]) {
         // SAFETY: the argument block is this process's own memory,
         // mapped writable on the initial stack, `len` bytes from `start`
         // as the kernel reports. Nothing holds a Rust reference into it:

@@ -69,7 +69,7 @@ pub fn become_init(report: OwnedFd) -> Result<(), SandboxError> {
 
 /// Starts reaping on the current runtime, if `become_init` ran (the
 /// agent is a pid namespace's init); otherwise does nothing. Orphans that
-/// exited before are reaped at once.
+/// exited before are reaped as soon as the runtime runs the reaper.
 pub fn start_reaping() -> std::io::Result<()> {
     let Some((wake, registered)) = PENDING.lock().unwrap_or_else(|e| e.into_inner()).take() else {
         return Ok(());
@@ -80,10 +80,22 @@ pub fn start_reaping() -> std::io::Result<()> {
     Ok(())
 }
 
-/// The reaper: after every SIGCHLD, reaps the exited orphans.
+/// The reaper: after every SIGCHLD, reaps the exited orphans. Nothing
+/// is looked at before the first wake: every SIGCHLD since
+/// [`become_init`] is in the wake pipe, so an orphan that exited before
+/// the runtime ran wakes the reaper at once.
 async fn reap_forever(wake: pipe::Receiver, registered: pipe::Receiver) {
     let mut started = Registry::default();
     loop {
+        // A registration alone needs no scan, but it is read promptly: a
+        // full pipe would stall a spawn.
+        let woken = tokio::select! {
+            woken = wake.readable() => woken,
+            woken = registered.readable() => woken,
+        };
+        if woken.is_err() || drain(&wake, |_| {}) {
+            return;
+        }
         // Before looking at zombies: every child the agent started has
         // registered by the time it can be one.
         if drain(&registered, |bytes| started.add_pids(bytes)) {
@@ -96,15 +108,6 @@ async fn reap_forever(wake: pipe::Receiver, registered: pipe::Receiver) {
                 Pid::from_raw(process.pid as i32),
                 Some(WaitPidFlag::WNOHANG),
             );
-        }
-        // A registration alone needs no scan, but it is read promptly: a
-        // full pipe would stall a spawn.
-        let woken = tokio::select! {
-            woken = wake.readable() => woken,
-            woken = registered.readable() => woken,
-        };
-        if woken.is_err() || drain(&wake, |_| {}) {
-            return;
         }
     }
 }

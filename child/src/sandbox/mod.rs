@@ -6,6 +6,7 @@
 //! [`SandboxConfig::without_host_network`], a network namespace of its own.
 //! [`enter`] returns in the confined agent process only.
 
+mod ahead;
 mod error;
 mod exec;
 mod init;
@@ -27,7 +28,8 @@ pub use probe::{probe, ProbedNetwork};
 pub(crate) use sys::die_by_signal;
 pub use tool::{ToolConfinement, ToolNet};
 
-use plan::{Hide, HideKind, MountPlan, RulePlan, TerminalFacts, DEVICES, TERMINALS};
+use ahead::Ahead;
+use plan::{Hide, HideKind, MountPlan, MountStep, RulePlan, TerminalFacts, DEVICES, TERMINALS};
 
 /// Exit code when the sandbox cannot be entered (`EX_CONFIG`).
 pub const EXIT_SANDBOX_UNAVAILABLE: u8 = 78;
@@ -97,21 +99,10 @@ impl SandboxConfig {
         if project == Path::new("/") {
             return Err(SandboxError::RootProject);
         }
-        let hides = hide
-            .iter()
-            .filter_map(|path| {
-                let path = path.canonicalize().ok()?;
-                let kind = match path.is_dir() {
-                    true => HideKind::Directory,
-                    false => HideKind::File,
-                };
-                Some(Hide { path, kind })
-            })
-            .collect();
         Ok(SandboxConfig {
             project,
             writable: Vec::new(),
-            hides,
+            hides: resolve_hides(hide),
             tool_network,
             host_network: true,
             simulate: Missing::from_env(),
@@ -207,7 +198,7 @@ fn enter_as(config: &SandboxConfig, shape: tree::Shape) -> Result<Confined, Sand
         isolate_network()?;
     }
     tree::start(shape, || {
-        mounts::apply(&mounts)?;
+        mounts::apply(&mounts, &mut Ahead::none())?;
         let rules = ruleset::prepare(
             &base_rules(terminals),
             config.simulate == Some(Missing::Landlock),
@@ -273,14 +264,9 @@ impl View {
             path: config.project.clone(),
             source,
         })?;
-        let scratch = ["/tmp", "/dev/shm"]
-            .iter()
-            .filter_map(|dir| Path::new(dir).canonicalize().ok())
-            .filter(|dir| dir.is_dir())
-            .collect();
         Ok(View {
             writable: config.writable(),
-            scratch,
+            scratch: scratch_dirs(),
         })
     }
 
@@ -311,38 +297,60 @@ impl View {
 /// An agent's sandbox entered as far as it can be without a project, by
 /// a spare agent started ahead of time ([`enter_spare`]): its namespaces
 /// (the network's too, unless it keeps the host's), the agent as pid 1,
-/// a private root with its own `/proc` and terminals, and a Landlock
-/// ruleset with the rules every sandbox has, not yet in force.
+/// a private root with its own `/proc` and terminals, a Landlock
+/// ruleset with the rules every sandbox has, not yet in force, and the
+/// empty tmpfs the rest will lay, made but not attached.
 /// [`Spare::finish`] does the rest once the project is known.
 #[derive(Debug)]
 pub struct Spare {
     terminals: TerminalFacts,
     host_network: bool,
     rules: ruleset::Prepared,
+    ahead: Ahead,
     /// The project directory as whoever assigned the spare opened it.
     project: Option<std::os::fd::OwnedFd>,
 }
 
-/// Enters as much of the sandbox as needs no project (see [`Spare`]).
-/// Must run before any thread exists. Returns in the agent, pid 1 of its
-/// pid namespace, exactly as [`enter`] does.
-pub fn enter_spare(host_network: bool) -> Result<Spare, SandboxError> {
+/// Enters as much of the sandbox as needs no project (see [`Spare`]),
+/// with the tmpfs that the scratch directories and the directories of
+/// `hide` (the hides its projects will have) need made ahead. Must run
+/// before any thread exists. Returns in the agent, pid 1 of its pid
+/// namespace, exactly as [`enter`] does.
+pub fn enter_spare(host_network: bool, hide: &[PathBuf]) -> Result<Spare, SandboxError> {
     let simulate = Missing::from_env();
     let terminals = terminal_facts();
+    let (scratch, hides) = tmpfs_needed(hide, terminals);
     namespaces::enter(simulate == Some(Missing::UserNamespace))?;
     if !host_network {
         isolate_network()?;
     }
     tree::start(tree::Shape::SpareAgent, || {
-        mounts::apply(&MountPlan::fixed(terminals))?;
+        mounts::apply(&MountPlan::fixed(terminals), &mut Ahead::none())?;
         let rules = ruleset::prepare(&base_rules(terminals), simulate == Some(Missing::Landlock))?;
         Ok(Spare {
             terminals,
             host_network,
             rules,
+            ahead: Ahead::make(scratch, hides),
             project: None,
         })
     })
+}
+
+/// How many scratch and hide tmpfs a sandbox hiding `hide` lays, as
+/// far as is known without its project.
+fn tmpfs_needed(hide: &[PathBuf], terminals: TerminalFacts) -> (usize, usize) {
+    let plan = MountPlan::new(&[], &scratch_dirs(), &resolve_hides(hide), terminals);
+    let count = |kind: fn(&MountStep) -> bool| plan.steps.iter().filter(|s| kind(s)).count();
+    (
+        count(|step| matches!(step, MountStep::Scratch(_))),
+        count(|step| {
+            matches!(
+                step,
+                MountStep::HideDirectory(_) | MountStep::HideDirectoryInScratch(_)
+            )
+        }),
+    )
 }
 
 impl Spare {
@@ -358,7 +366,7 @@ impl Spare {
     /// Landlock with the writable directories, no new privileges. Must run
     /// while the process has one thread: Landlock and no-new-privileges
     /// bind the calling thread (and what it starts) only.
-    pub fn finish(self, config: &SandboxConfig) -> Result<Confined, SandboxError> {
+    pub fn finish(mut self, config: &SandboxConfig) -> Result<Confined, SandboxError> {
         match config.simulate {
             Some(Missing::UserNamespace) => {
                 return Err(SandboxError::UserNamespace(format!(
@@ -394,9 +402,35 @@ impl Spare {
         let rest = plan.after_fixed(self.terminals).ok_or_else(|| {
             SandboxError::NotConfined("the spare agent's mounts do not begin the plan".into())
         })?;
-        mounts::apply(&rest)?;
+        mounts::apply(&rest, &mut self.ahead)?;
+        // Those left over end with their descriptors.
+        drop(self.ahead);
         view.confine(config, self.rules)
     }
+}
+
+/// The `hide` paths that exist, canonical, with their kinds.
+fn resolve_hides(hide: &[PathBuf]) -> Vec<Hide> {
+    hide.iter()
+        .filter_map(|path| {
+            let path = path.canonicalize().ok()?;
+            let kind = match path.is_dir() {
+                true => HideKind::Directory,
+                false => HideKind::File,
+            };
+            Some(Hide { path, kind })
+        })
+        .collect()
+}
+
+/// The scratch directories that exist (`/tmp`, `/dev/shm`), canonical:
+/// each gets a private tmpfs.
+fn scratch_dirs() -> Vec<PathBuf> {
+    ["/tmp", "/dev/shm"]
+        .iter()
+        .filter_map(|dir| Path::new(dir).canonicalize().ok())
+        .filter(|dir| dir.is_dir())
+        .collect()
 }
 
 /// Names in `/`.

@@ -12,12 +12,9 @@ use std::path::{Path, PathBuf};
 use nix::errno::Errno;
 use nix::mount::{mount, MsFlags};
 
+use super::ahead::{self, Ahead, Tmpfs};
 use super::plan::{MountPlan, MountStep};
 use super::SandboxError;
-
-/// Options of the empty tmpfs laid over a hidden directory (made read-only
-/// once the project is bound back into it, if it must be).
-const HIDE_OPTIONS: &str = "mode=0755,size=16k";
 
 /// Options of the private `devpts`: a new instance whose `ptmx` anyone in
 /// the sandbox may open, terminals readable and writable by their owner
@@ -31,12 +28,13 @@ fn devpts_options() -> String {
 /// the host's own instance keeps `kernel.pty.reserve` for itself anyway).
 pub const PTYS_MAX: u32 = 64;
 
-/// Makes every mount of `plan`, in order.
-pub fn apply(plan: &MountPlan) -> Result<(), SandboxError> {
+/// Makes every mount of `plan`, in order, attaching the tmpfs made
+/// `ahead` where one is left.
+pub fn apply(plan: &MountPlan, ahead: &mut Ahead) -> Result<(), SandboxError> {
     let sources = Sources::open(plan)?;
     plan.steps
         .iter()
-        .try_for_each(|step| apply_step(step, &sources))
+        .try_for_each(|step| apply_step(step, &sources, ahead))
 }
 
 /// The real directories of the plan's [`MountStep::Expose`] steps, opened
@@ -79,7 +77,7 @@ fn open_dir(dir: &Path, what: &str) -> Result<File, SandboxError> {
         })
 }
 
-fn apply_step(step: &MountStep, sources: &Sources) -> Result<(), SandboxError> {
+fn apply_step(step: &MountStep, sources: &Sources, ahead: &mut Ahead) -> Result<(), SandboxError> {
     let none = None::<&str>;
     let safe = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
     match step {
@@ -111,24 +109,16 @@ fn apply_step(step: &MountStep, sources: &Sources) -> Result<(), SandboxError> {
             none,
         )
         .map_err(failed("the private /dev/pts/ptmx over /dev/ptmx")),
-        MountStep::Scratch(dir) => tmpfs(dir, safe, "mode=1777", "a private tmpfs on"),
-        MountStep::HideDirectory(dir) => tmpfs(
-            dir,
-            safe | MsFlags::MS_NOEXEC,
-            HIDE_OPTIONS,
-            "an empty tmpfs over the hidden",
-        ),
+        MountStep::Scratch(dir) => tmpfs(dir, ahead::SCRATCH, ahead, "a private tmpfs on"),
+        MountStep::HideDirectory(dir) => {
+            tmpfs(dir, ahead::HIDE, ahead, "an empty tmpfs over the hidden")
+        }
         MountStep::HideDirectoryInScratch(dir) => {
             std::fs::create_dir_all(dir).map_err(|e| SandboxError::Mount {
                 what: format!("the hidden {} inside the private tmpfs", dir.display()),
                 source: Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
             })?;
-            tmpfs(
-                dir,
-                safe | MsFlags::MS_NOEXEC,
-                HIDE_OPTIONS,
-                "an empty tmpfs over the hidden",
-            )
+            tmpfs(dir, ahead::HIDE, ahead, "an empty tmpfs over the hidden")
         }
         MountStep::Seal(dir) => mount(
             none,
@@ -147,9 +137,19 @@ fn apply_step(step: &MountStep, sources: &Sources) -> Result<(), SandboxError> {
     }
 }
 
-fn tmpfs(dir: &Path, flags: MsFlags, options: &str, what: &str) -> Result<(), SandboxError> {
-    mount(Some("tmpfs"), dir, Some("tmpfs"), flags, Some(options))
-        .map_err(failed(&format!("{what} {}", dir.display())))
+/// Lays an empty tmpfs of `kind` on `dir`: one made ahead if any is
+/// left, else a new one.
+fn tmpfs(dir: &Path, kind: Tmpfs, ahead: &mut Ahead, what: &str) -> Result<(), SandboxError> {
+    let what = format!("{what} {}", dir.display());
+    let failed = failed(&what);
+    if let Some(attached) = ahead.attach(kind, dir) {
+        return attached.map_err(|e| failed(Errno::from_raw(e.raw_os_error())));
+    }
+    let mut flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
+    if kind.noexec {
+        flags |= MsFlags::MS_NOEXEC;
+    }
+    mount(Some("tmpfs"), dir, Some("tmpfs"), flags, Some(kind.options)).map_err(failed)
 }
 
 /// Binds the real directory `dir` back onto its path, creating that path

@@ -302,25 +302,24 @@ impl Drop for ChildProcess {
 /// ready for a spawn like this, else a new process. Blocking: runs on the
 /// spawner thread.
 fn fork(spec: SpawnSpec) -> Result<Forked, SpawnError> {
-    if let Some(spare) = spares::claim(&spec) {
-        match spares::assign(spare, &spec) {
-            Ok(assigned) => {
-                return Ok(Forked {
-                    spec,
-                    child: assigned.child,
-                    pid: assigned.pid,
-                    stdio: assigned.stdio,
-                    stderr_from: assigned.stderr_from,
-                    limits: assigned.limits,
-                    spare: true,
-                })
-            }
-            Err(e) => {
-                tracing::warn!(project = %spec.project, error = %e, "a spare agent could not be assigned: starting a new one");
-            }
+    let assigned = spares::claim(&spec).map(|spare| spares::assign(spare, &spec));
+    spares::refill();
+    match assigned {
+        Some(Ok(assigned)) => Ok(Forked {
+            spec,
+            child: assigned.child,
+            pid: assigned.pid,
+            stdio: assigned.stdio,
+            stderr_from: assigned.stderr_from,
+            limits: assigned.limits,
+            spare: true,
+        }),
+        Some(Err(e)) => {
+            tracing::warn!(project = %spec.project, error = %e, "a spare agent could not be assigned: starting a new one");
+            start(spec)
         }
+        None => start(spec),
     }
-    start(spec)
 }
 
 /// Waits for `child` to exit: `waitpid(WNOHANG)` at every SIGCHLD, and

@@ -202,6 +202,9 @@ pub(super) struct Kind {
     /// The binary, so that an upgrade reaches new spares.
     identity: Option<Identity>,
     host_network: bool,
+    /// The `--sandbox-hide` paths, for the spare to make their covers
+    /// ahead.
+    hides: Vec<OsString>,
     env: Vec<(OsString, OsString)>,
     credentials: Option<Credentials>,
     limits: Option<Arc<Limits>>,
@@ -219,6 +222,7 @@ impl PartialEq for Kind {
             && self.program == other.program
             && self.identity == other.identity
             && self.host_network == other.host_network
+            && self.hides == other.hides
             && self.env == other.env
             && self.credentials == other.credentials
             && self.max_line == other.max_line
@@ -234,13 +238,18 @@ impl Kind {
         }
         let mut sandbox = false;
         let mut host_network = true;
+        let mut hides = Vec::new();
         let mut args = spec.args.iter();
         while let Some(arg) = args.next() {
             let bytes = arg.as_bytes();
             if arg == "--cwd" || arg == "--sandbox-hide" {
+                let path = args.next()?;
                 // A spare takes absolute paths only.
-                if !Path::new(args.next()?).is_absolute() {
+                if !Path::new(path).is_absolute() {
                     return None;
+                }
+                if arg == "--sandbox-hide" {
+                    hides.push(path.clone());
                 }
             } else if bytes.starts_with(b"--cwd=") || bytes.starts_with(b"--sandbox-hide=") {
                 return None;
@@ -266,6 +275,7 @@ impl Kind {
             program: spec.program.clone(),
             identity,
             host_network,
+            hides,
             env,
             credentials: spec.confine.credentials.clone(),
             limits: spec.confine.limits.clone(),
@@ -278,6 +288,9 @@ impl Kind {
         let mut args: Vec<OsString> = vec!["spare".into()];
         if !self.host_network {
             args.push("--without-host-network".into());
+        }
+        for hide in &self.hides {
+            args.extend(["--sandbox-hide".into(), hide.clone()]);
         }
         SpawnSpec {
             program: self.program.clone(),
@@ -341,8 +354,8 @@ pub(super) struct Assigned {
     pub limits: Option<Arc<ChildLimits>>,
 }
 
-/// Takes a ready spare for `spec` if it could take one, and sees to it
-/// that spares of its kind follow. Runs on the spawner thread.
+/// Takes a ready spare for `spec` if it could take one; [`refill`] then
+/// sees to it that spares of its kind follow. Runs on the spawner thread.
 pub(super) fn claim(spec: &SpawnSpec) -> Option<Spare> {
     if TARGET.load(Ordering::Relaxed) == 0 {
         return None;
@@ -377,8 +390,14 @@ pub(super) fn claim(spec: &SpawnSpec) -> Option<Spare> {
     if claimed.is_none() {
         MISSED.fetch_add(1, Ordering::Relaxed);
     }
-    pool.refill();
     claimed
+}
+
+/// Starts spares until the pool has its number again: after a claim,
+/// once the claimed spare has its assignment (starting one is work the
+/// claimed one need not wait behind).
+pub(super) fn refill() {
+    pool().refill();
 }
 
 /// Sends `spare` its assignment for `spec`: the command line and the
@@ -710,7 +729,11 @@ mod tests {
             "no secret goes to a spare"
         );
         let spare = kind.spec();
-        assert_eq!(spare.args, ["spare"]);
+        assert_eq!(
+            spare.args,
+            ["spare", "--sandbox-hide", "/s"],
+            "the spare makes the hides' covers ahead"
+        );
         assert!(spare.stderr_log.is_none() && spare.confine.cwd_dir.is_none());
 
         for refused in [
