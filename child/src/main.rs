@@ -81,8 +81,9 @@ fn agent_main_with(args: Vec<OsString>, head: Option<spare::HeadStart>) -> ! {
     let egress_secret = std::env::var_os(SECRET_ENV);
     std::env::remove_var(SECRET_ENV);
     let (mut command, spare, runtime, registry) = match head {
+        // Built before the assignment's environment was in place.
         Some(head) => (
-            head.command,
+            cli::reread_environment(head.command),
             Some(head.sandbox),
             Some(head.runtime),
             head.registry,

@@ -70,28 +70,37 @@ impl Ahead {
         Ahead { scratch, hides }
     }
 
-    /// Attaches a tmpfs of `kind` made ahead onto `dir`; `None` when none
-    /// is left (then the caller mounts one).
-    pub fn attach(&mut self, kind: Tmpfs, dir: &Path) -> Option<rustix::io::Result<()>> {
+    /// Attaches a tmpfs of `kind` made ahead onto `dir`; false when none
+    /// is left or it could not be attached (a policy that allows making
+    /// one but not `move_mount`, say): then the caller mounts one, as a
+    /// failed `move_mount` attached nothing.
+    pub fn attach(&mut self, kind: Tmpfs, dir: &Path) -> bool {
         let pool = match kind {
             SCRATCH => &mut self.scratch,
             HIDE => &mut self.hides,
-            _ => return None,
+            _ => return false,
         };
-        let mount = pool.pop()?;
-        Some(move_mount(
-            &mount,
-            "",
-            CWD,
-            dir,
-            MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
-        ))
+        let Some(mount) = pool.pop() else {
+            return false;
+        };
+        let flags = MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH;
+        match move_mount(&mount, "", CWD, dir, flags) {
+            Ok(()) => true,
+            Err(_) => {
+                // The others would fail alike.
+                self.scratch.clear();
+                self.hides.clear();
+                false
+            }
+        }
     }
 }
 
 /// A new, empty, detached tmpfs of `kind`.
 fn detached(kind: Tmpfs) -> rustix::io::Result<OwnedFd> {
     let fs = fsopen("tmpfs", FsOpenFlags::FSOPEN_CLOEXEC)?;
+    // As mount(2) names it in the mount table.
+    fsconfig_set_string(&fs, "source", "tmpfs")?;
     for option in kind.options.split(',') {
         let (key, value) = option.split_once('=').unwrap_or((option, ""));
         fsconfig_set_string(&fs, key, value)?;

@@ -140,11 +140,11 @@ fn apply_step(step: &MountStep, sources: &Sources, ahead: &mut Ahead) -> Result<
 /// Lays an empty tmpfs of `kind` on `dir`: one made ahead if any is
 /// left, else a new one.
 fn tmpfs(dir: &Path, kind: Tmpfs, ahead: &mut Ahead, what: &str) -> Result<(), SandboxError> {
+    if ahead.attach(kind, dir) {
+        return Ok(());
+    }
     let what = format!("{what} {}", dir.display());
     let failed = failed(&what);
-    if let Some(attached) = ahead.attach(kind, dir) {
-        return attached.map_err(|e| failed(Errno::from_raw(e.raw_os_error())));
-    }
     let mut flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
     if kind.noexec {
         flags |= MsFlags::MS_NOEXEC;
