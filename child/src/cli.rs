@@ -6,7 +6,7 @@ use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
+use clap::{Args, FromArgMatches, Parser, Subcommand};
 use corral_protocol::ndjson::DEFAULT_MAX_LINE;
 use corral_protocol::permission::PermissionMode;
 
@@ -207,49 +207,9 @@ impl Mode {
     }
 }
 
-/// The command line [`Cli`] parses, built: building it is most of what
-/// a parse costs (a few hundred microseconds), which a spare agent pays
-/// while it waits for its assignment.
-pub fn built_command() -> clap::Command {
-    let mut command = Cli::command();
-    command.build();
-    command
-}
-
-/// Parses a typical agent command line with `command` and drops the
-/// result: the first parse of a built command still sets up the
-/// subcommand it meets, and runs code nothing has run in this process
-/// yet. A spare agent does it while it waits, as `program` (its own
-/// argv\[0\], which names the command in messages from then on).
-pub fn rehearse(command: &mut clap::Command, program: OsString) {
-    let args = [
-        program,
-        "rpc".into(),
-        "--sandbox".into(),
-        "--cwd".into(),
-        "/".into(),
-    ];
-    let _ = command.try_get_matches_from_mut(args);
-}
-
-/// `command` (built before the environment was what it is now: a spare
-/// agent's, before its assignment) with the arguments that fall back to
-/// an environment variable reading it again: clap reads it when the
-/// argument is made, not when it parses.
-pub fn reread_environment(command: clap::Command) -> clap::Command {
-    let reread = |mode: clap::Command| {
-        mode.mut_arg("otlp_endpoint", |arg| {
-            arg.env(crate::agent_args::OTLP_ENDPOINT_ENV)
-        })
-    };
-    command
-        .mut_subcommand("rpc", reread)
-        .mut_subcommand("run", reread)
-}
-
-/// Parses `args` with `command` (from [`built_command`], or
-/// [`Cli::command`]), as [`Parser::parse_from`] would: on an error, or
-/// for `--help` and `--version`, prints and exits.
+/// Parses `args` with `command` (`Cli::command()`), as
+/// [`Parser::parse_from`] would: on an error, or for `--help` and
+/// `--version`, prints and exits.
 pub fn parse_with(command: &mut clap::Command, args: Vec<OsString>) -> Cli {
     let mut matches = command
         .try_get_matches_from_mut(args)
@@ -279,23 +239,6 @@ pub fn mode_flag_as_subcommand(mut args: Vec<OsString>) -> Vec<OsString> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_command_built_before_the_environment_reads_it_again() {
-        // No other test reads this variable.
-        std::env::remove_var(crate::agent_args::OTLP_ENDPOINT_ENV);
-        let mut command = built_command();
-        rehearse(&mut command, "corral-agent".into());
-        std::env::set_var(
-            crate::agent_args::OTLP_ENDPOINT_ENV,
-            "http://127.0.0.1:4318",
-        );
-        let mut command = reread_environment(command);
-        let cli = parse_with(&mut command, vec!["corral-agent".into(), "rpc".into()]);
-        std::env::remove_var(crate::agent_args::OTLP_ENDPOINT_ENV);
-        let endpoint = cli.mode.agent_args().and_then(|a| a.otlp_endpoint.clone());
-        assert_eq!(endpoint.as_deref(), Some("http://127.0.0.1:4318"));
-    }
     use clap::ValueEnum;
 
     #[test]

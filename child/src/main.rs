@@ -80,15 +80,12 @@ fn agent_main_with(args: Vec<OsString>, head: Option<spare::HeadStart>) -> ! {
     // The same for the egress secret: only a relay is ever given it again.
     let egress_secret = std::env::var_os(SECRET_ENV);
     std::env::remove_var(SECRET_ENV);
-    let (mut command, spare, runtime, registry) = match head {
-        // Built before the assignment's environment was in place.
-        Some(head) => (
-            cli::reread_environment(head.command),
-            Some(head.sandbox),
-            Some(head.runtime),
-            head.registry,
-        ),
-        None => (Cli::command(), None, None, tracing_subscriber::registry()),
+    // Made here, not ahead in a spare: clap reads an argument's
+    // environment variable when it makes the argument.
+    let mut command = Cli::command();
+    let (spare, runtime, registry) = match head {
+        Some(head) => (Some(head.sandbox), Some(head.runtime), head.registry),
+        None => (None, None, tracing_subscriber::registry()),
     };
     let mut cli = cli::parse_with(&mut command, cli::mode_flag_as_subcommand(args));
     drop(command);

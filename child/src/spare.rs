@@ -18,9 +18,9 @@
 //! project the arguments name (the scratch directories, the hides, the
 //! project bound back, Landlock in force), so a project's start is left
 //! with only its own part. While it waits, a spare also makes ready what
-//! a start needs whatever the project ([`HeadStart`]): the command line's
-//! parser, the async runtime (reaping already), the logs' span registry,
-//! and where its command line is shown.
+//! a start needs whatever the project ([`HeadStart`]): the async runtime
+//! (reaping already), the logs' span registry, and where its command line
+//! is shown.
 //!
 //! The assignment must ask for `rpc` or `run` with `--sandbox`, an
 //! absolute `--cwd` and `--sandbox-hide` paths, and the same network
@@ -73,8 +73,6 @@ pub type Main = fn(Vec<OsString>, Option<HeadStart>) -> !;
 pub struct HeadStart {
     /// The sandbox as far as it goes without a project.
     pub sandbox: Spare,
-    /// The command line, built ([`crate::cli::built_command`]).
-    pub command: clap::Command,
     /// The async runtime, built ([`crate::runtime::build`]) and reaping
     /// ([`sandbox::start_reaping`]): one thread still, as
     /// [`Spare::finish`] needs.
@@ -117,14 +115,9 @@ pub fn run(options: &[OsString], main: Main) -> ! {
     }
     let mut head = HeadStart {
         sandbox,
-        command: crate::cli::built_command(),
         runtime,
         registry: tracing_subscriber::Registry::default(),
     };
-    let program = std::env::args_os()
-        .next()
-        .unwrap_or_else(|| "corral-agent".into());
-    crate::cli::rehearse(&mut head.command, program);
     let title = Title::find();
     if let Err(e) = write_all(SPARE_READY) {
         eprintln!("corral-agent spare: cannot say it is ready: {e}");
