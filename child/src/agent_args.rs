@@ -130,9 +130,6 @@ pub struct AgentArgs {
     /// Export OpenTelemetry traces (one per prompt: model calls, tool calls,
     /// waits) over OTLP/HTTP to this base URL, e.g. http://127.0.0.1:4318.
     /// Off unless given.
-    #[arg(long, value_name = "URL", env = OTLP_ENDPOINT_ENV)]
+    #[arg(long, value_name = "URL", env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
     pub otlp_endpoint: Option<String>,
 }
-
-/// The environment variable `--otlp-endpoint` falls back to.
-pub const OTLP_ENDPOINT_ENV: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";

@@ -6,7 +6,7 @@ use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use clap::{Args, FromArgMatches, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 use corral_protocol::ndjson::DEFAULT_MAX_LINE;
 use corral_protocol::permission::PermissionMode;
 
@@ -205,16 +205,6 @@ impl Mode {
             | Mode::McpHttpBridge => None,
         }
     }
-}
-
-/// Parses `args` with `command` (`Cli::command()`), as
-/// [`Parser::parse_from`] would: on an error, or for `--help` and
-/// `--version`, prints and exits.
-pub fn parse_with(command: &mut clap::Command, args: Vec<OsString>) -> Cli {
-    let mut matches = command
-        .try_get_matches_from_mut(args)
-        .unwrap_or_else(|e| e.exit());
-    Cli::from_arg_matches_mut(&mut matches).unwrap_or_else(|e| e.format(command).exit())
 }
 
 /// `corral-agent --mode rpc …` (letscode's and Zi's spelling, also

@@ -18,7 +18,7 @@ use std::io::Write as _;
 use std::path::Path;
 use std::time::Duration;
 
-use clap::CommandFactory;
+use clap::Parser;
 use corral_agent::agent::{Agent, AgentEvent, Output, PermissionMode, RunKind, RunRequest};
 use corral_agent::cli::{self, AgentArgs, Cli, Mode, SandboxExecArgs, ToolNetwork};
 use corral_agent::egress::{open_socket, relay, EgressRoute};
@@ -80,15 +80,13 @@ fn agent_main_with(args: Vec<OsString>, head: Option<spare::HeadStart>) -> ! {
     // The same for the egress secret: only a relay is ever given it again.
     let egress_secret = std::env::var_os(SECRET_ENV);
     std::env::remove_var(SECRET_ENV);
-    // Made here, not ahead in a spare: clap reads an argument's
+    // Parsed here, not ahead in a spare: clap reads an argument's
     // environment variable when it makes the argument.
-    let mut command = Cli::command();
+    let mut cli = Cli::parse_from(cli::mode_flag_as_subcommand(args));
     let (spare, runtime, registry) = match head {
         Some(head) => (Some(head.sandbox), Some(head.runtime), head.registry),
         None => (None, None, tracing_subscriber::registry()),
     };
-    let mut cli = cli::parse_with(&mut command, cli::mode_flag_as_subcommand(args));
-    drop(command);
     // Before any mode runs: the others would run without the sandbox the
     // spare still has to finish.
     if spare.is_some() && !matches!(cli.mode, Mode::Rpc { .. } | Mode::Run { .. }) {

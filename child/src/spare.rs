@@ -354,3 +354,35 @@ fn read_exact(buffer: &mut [u8]) -> Result<bool, Errno> {
     }
     Ok(true)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(args: &[&str]) -> Option<(bool, Vec<std::path::PathBuf>)> {
+        parse_options(&args.iter().map(OsString::from).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn options_are_the_network_and_absolute_hides() {
+        assert_eq!(options(&[]), Some((true, vec![])));
+        assert_eq!(
+            options(&[
+                "--sandbox-hide",
+                "/s",
+                WITHOUT_HOST_NETWORK,
+                "--sandbox-hide",
+                "/t"
+            ]),
+            Some((false, vec!["/s".into(), "/t".into()]))
+        );
+        for refused in [
+            &["--sandbox-hide", "s"][..],
+            &["--sandbox-hide"],
+            &["--sandbox-hide=/s"],
+            &["--cwd", "/p"],
+        ] {
+            assert_eq!(options(refused), None, "{refused:?}");
+        }
+    }
+}

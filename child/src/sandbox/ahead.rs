@@ -50,20 +50,19 @@ impl Ahead {
         Ahead::default()
     }
 
-    /// Makes `scratch` scratch and `hides` hide tmpfs. Best effort: a
+    /// Makes `scratches` scratch and `hides` hide tmpfs. Best effort: a
     /// kernel without the mount API (or a filter that refuses it) leaves
     /// fewer, and the steps that find none mount as usual.
-    pub fn make(scratch: usize, hides: usize) -> Ahead {
+    pub fn make(scratches: usize, hides: usize) -> Ahead {
         let made = |kind: Tmpfs, count: usize| -> Vec<OwnedFd> {
             std::iter::repeat_with(|| detached(kind).ok())
                 .take(count)
                 .map_while(|mount| mount)
                 .collect()
         };
-        let wanted = scratch;
-        let scratch = made(SCRATCH, wanted);
-        let hides = match wanted > 0 && scratch.is_empty() {
-            // The first one failed: the others would too.
+        let scratch = made(SCRATCH, scratches);
+        // When the first one failed, the others would too.
+        let hides = match scratches > 0 && scratch.is_empty() {
             true => Vec::new(),
             false => made(HIDE, hides),
         };

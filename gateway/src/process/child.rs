@@ -302,9 +302,7 @@ impl Drop for ChildProcess {
 /// ready for a spawn like this, else a new process. Blocking: runs on the
 /// spawner thread.
 fn fork(spec: SpawnSpec) -> Result<Forked, SpawnError> {
-    let assigned = spares::claim(&spec).map(|spare| spares::assign(spare, &spec));
-    spares::refill();
-    match assigned {
+    match spares::claim(&spec).map(|spare| spares::assign(spare, &spec)) {
         Some(Ok(assigned)) => Ok(Forked {
             spec,
             child: assigned.child,

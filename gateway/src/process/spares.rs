@@ -354,8 +354,10 @@ pub(super) struct Assigned {
     pub limits: Option<Arc<ChildLimits>>,
 }
 
-/// Takes a ready spare for `spec` if it could take one; [`refill`] then
-/// sees to it that spares of its kind follow. Runs on the spawner thread.
+/// Takes a ready spare for `spec` if it could take one, and sees to it
+/// that spares of its kind follow: at once when none was ready, else once
+/// the one taken has its assignment ([`assign`]; starting a spare is work
+/// the assigned one need not wait behind). Runs on the spawner thread.
 pub(super) fn claim(spec: &SpawnSpec) -> Option<Spare> {
     if TARGET.load(Ordering::Relaxed) == 0 {
         return None;
@@ -389,15 +391,9 @@ pub(super) fn claim(spec: &SpawnSpec) -> Option<Spare> {
     }
     if claimed.is_none() {
         MISSED.fetch_add(1, Ordering::Relaxed);
+        pool.refill();
     }
     claimed
-}
-
-/// Starts spares until the pool has its number again: after a claim,
-/// once the claimed spare has its assignment (starting one is work the
-/// claimed one need not wait behind).
-pub(super) fn refill() {
-    pool().refill();
 }
 
 /// Sends `spare` its assignment for `spec`: the command line and the
@@ -416,7 +412,10 @@ pub(super) fn assign(spare: Spare, spec: &SpawnSpec) -> std::io::Result<Assigned
     };
     let mut fds = vec![stderr.as_raw_fd()];
     fds.extend(spec.confine.cwd_dir.as_ref().map(|dir| dir.as_raw_fd()));
-    match send_assignment(&spare, spec, &fds) {
+    let sent = send_assignment(&spare, spec, &fds);
+    // The claim left the pool one short.
+    pool().refill();
+    match sent {
         Ok(()) => {
             ASSIGNED.fetch_add(1, Ordering::Relaxed);
             Ok(Assigned {
@@ -735,6 +734,12 @@ mod tests {
             "the spare makes the hides' covers ahead"
         );
         assert!(spare.stderr_log.is_none() && spare.confine.cwd_dir.is_none());
+        let other_hides = Kind::of(&spec(&["rpc", "--sandbox", "--cwd", "/srv/p"]));
+        assert_ne!(
+            Some(&kind),
+            other_hides.as_ref(),
+            "other hides are another kind"
+        );
 
         for refused in [
             &["rpc", "--cwd", "/srv/p"][..],
