@@ -3,7 +3,9 @@
 //! coding-guidance ("ponytail") addendum, project context files and
 //! `--append-system-prompt`.
 
-use std::path::Path;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 
 /// Context files looked up in the cwd and its ancestors, first match per
 /// directory wins.
@@ -67,6 +69,55 @@ pub fn system_prompt(cwd: &Path, tool_names: &[&str], options: &PromptOptions) -
     parts.join("\n\n")
 }
 
+/// A session's system prompt, assembled when the first model request
+/// needs it: its context files and the home's `config.json` are read then,
+/// not while the agent starts (which only answers its client's hello).
+#[derive(Clone)]
+pub struct SystemPrompt {
+    text: Arc<OnceLock<String>>,
+    make: Arc<dyn Fn() -> String + Send + Sync>,
+}
+
+impl SystemPrompt {
+    /// The prompt for a session in `cwd` with `tool_names`, its options
+    /// read from `home` ([`crate::setup::ponytail_enabled`]) on first use.
+    pub fn lazy(
+        cwd: PathBuf,
+        tool_names: Vec<&'static str>,
+        options: PromptOptions,
+        home: PathBuf,
+    ) -> SystemPrompt {
+        SystemPrompt::made_by(move || {
+            let options = PromptOptions {
+                ponytail: crate::setup::ponytail_enabled(&home),
+                ..options.clone()
+            };
+            system_prompt(&cwd, &tool_names, &options)
+        })
+    }
+
+    /// A prompt made by `make` on first use.
+    pub fn made_by(make: impl Fn() -> String + Send + Sync + 'static) -> SystemPrompt {
+        SystemPrompt {
+            text: Arc::new(OnceLock::new()),
+            make: Arc::new(make),
+        }
+    }
+
+    /// The prompt's text (assembled now if this is its first use).
+    pub fn text(&self) -> &str {
+        self.text.get_or_init(|| (self.make)())
+    }
+}
+
+impl fmt::Debug for SystemPrompt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SystemPrompt")
+            .field("assembled", &self.text.get().is_some())
+            .finish()
+    }
+}
+
 /// Context files from the outermost ancestor down to the cwd.
 fn context_files(cwd: &Path) -> Vec<(String, String)> {
     let mut found = Vec::new();
@@ -123,5 +174,28 @@ mod tests {
         assert!(plain.contains("You are corral-agent"));
         assert!(!plain.contains("Coding guidance"));
         assert!(!plain.contains("outer rules"));
+    }
+
+    #[test]
+    fn a_lazy_prompt_reads_its_files_on_first_use_and_keeps_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let (root, home) = (dir.path().join("p"), dir.path().join("home"));
+        std::fs::create_dir_all(root.join(".git")).unwrap();
+        std::fs::create_dir_all(&home).unwrap();
+        let options = PromptOptions {
+            context_files: true,
+            ..PromptOptions::default()
+        };
+        let prompt = SystemPrompt::lazy(root.clone(), vec!["read"], options, home.clone());
+        // Written after the session started, before its first request.
+        std::fs::write(root.join("AGENTS.md"), "late rules").unwrap();
+        std::fs::write(home.join("config.json"), r#"{"ponytail_enabled": false}"#).unwrap();
+        let copy = prompt.clone();
+        let text = copy.text().to_string();
+        assert!(text.contains("late rules"), "{text}");
+        assert!(text.contains("Available tools: read."));
+        assert!(!text.contains("Coding guidance"));
+        std::fs::write(root.join("AGENTS.md"), "changed again").unwrap();
+        assert_eq!(prompt.text(), text);
     }
 }

@@ -13,7 +13,7 @@ use crate::agent::journal::Journal;
 use crate::agent::{Session, Settings};
 use crate::agent_args::{AgentArgs, ProjectMcpConfig};
 use crate::mcp::{self, McpHub, Selection, ServerConfig};
-use crate::prompt::{system_prompt, PromptOptions};
+use crate::prompt::{PromptOptions, SystemPrompt};
 use crate::provider::{self, catalogue, Provider};
 use crate::sandbox::ToolConfinement;
 use crate::tools::ToolSet;
@@ -180,10 +180,11 @@ pub fn build(args: &AgentArgs, prepared: Prepared) -> Result<Setup, SetupError> 
     let prompt_options = PromptOptions {
         replace: args.system_prompt.clone(),
         append: args.append_system_prompt.clone(),
-        ponytail: ponytail_enabled(&home_dir()),
+        // Read with the rest, on first use.
+        ponytail: true,
         context_files: !args.no_context_files,
     };
-    let system_prompt = system_prompt(&cwd, &tools.names(), &prompt_options);
+    let system_prompt = SystemPrompt::lazy(cwd.clone(), tools.names(), prompt_options, home_dir());
 
     let mut session = Session::new(model, args.reasoning);
     if let Some((journal, messages)) = prepared.journal {

@@ -119,6 +119,9 @@ pub fn run(options: &[OsString], main: Main) -> ! {
         registry: tracing_subscriber::Registry::default(),
     };
     let title = Title::find();
+    if let Some(title) = &title {
+        title.own();
+    }
     if let Err(e) = write_all(SPARE_READY) {
         eprintln!("corral-agent spare: cannot say it is ready: {e}");
         std::process::exit(1);

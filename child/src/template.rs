@@ -437,6 +437,25 @@ impl Title {
         })
     }
 
+    /// Makes the block's pages this process's own now, writing to each
+    /// the byte already there: a process cloned from another shares them
+    /// until it writes, and [`Title::set`] then faults none in.
+    pub(crate) fn own(&self) {
+        const PAGE: usize = 4096;
+        let first = self.start;
+        let last = self.start + self.len - 1;
+        let pages = (first / PAGE..=last / PAGE).map(|page| (page * PAGE).max(first));
+        for at in pages {
+            // SAFETY: `at` lies in the argument block (see `set`); the
+            // write puts back the byte just read, so nothing that reads
+            // the block sees a change.
+            unsafe {
+                let byte = at as *mut u8;
+                std::ptr::write_volatile(byte, std::ptr::read_volatile(byte));
+            }
+        }
+    }
+
     /// Writes `argv` joined by spaces as one string, as `setproctitle`
     /// does, then zeroes, and makes the block's last byte a space: the
     /// kernel then shows `/proc/PID/cmdline` up to the string's end, not

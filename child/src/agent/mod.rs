@@ -52,8 +52,8 @@ pub const MAX_QUEUED_RUNS: usize = 64;
 pub struct Settings {
     /// The working directory tools resolve paths against.
     pub cwd: PathBuf,
-    /// The resolved system prompt.
-    pub system_prompt: String,
+    /// The system prompt (assembled on first use).
+    pub system_prompt: crate::prompt::SystemPrompt,
     /// Model calls one prompt may make before it is stopped.
     pub max_steps: u32,
     /// What tool commands give up when the agent is sandboxed.

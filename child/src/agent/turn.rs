@@ -374,7 +374,7 @@ pub(crate) fn build_request(ctx: &RunCtx<'_>) -> ModelRequest {
         });
     ModelRequest {
         model: session.model.clone(),
-        system: ctx.shared.settings.system_prompt.clone(),
+        system: ctx.shared.settings.system_prompt.text().to_string(),
         messages: session.messages().to_vec(),
         tools: ctx.shared.tools.specs(),
         reasoning: session.reasoning,

@@ -28,7 +28,7 @@ use crate::broker;
 use crate::dialect::ChildGreeting;
 use crate::offload::{self, Lane, WorkLost};
 use crate::process::{handshake, spawner};
-use crate::process::{ChildProcess, Confine, Credentials, SpawnError, SpawnSpec, StderrLog};
+use crate::process::{ChildProcess, Confine, Credentials, SpawnError, SpawnSpec, Start, StderrLog};
 use crate::projects;
 use crate::statefs::{self, StateFsError};
 
@@ -125,16 +125,18 @@ async fn spawn_and_greet_once(
     // crowding the CPU, and each child's ready timeout starts once it is
     // its turn.
     let _slot = spawner::start_slot().await;
-    let spec = {
+    let started = std::time::Instant::now();
+    // A ready spare agent is assigned the project in the same blocking
+    // task that checks and opens its directory.
+    let start = {
         let (dir, token) = (dir.to_path_buf(), token.clone());
         off_loop(project, settings, move |project, settings| {
-            spawn_spec(project, &dir, settings, &token)
+            spawn_spec(project, &dir, settings, &token).map(Start::prepare)
         })
         .await
         .map_err(lost)??
     };
-    let started = std::time::Instant::now();
-    let (process, mut output) = ChildProcess::spawn(spec).await.map_err(|e| match e {
+    let (process, mut output) = ChildProcess::spawn(start).await.map_err(|e| match e {
         SpawnError::NoDescriptors { .. } => StartError {
             message: e.to_string(),
             kind: StartFailure::Unavailable,

@@ -63,27 +63,78 @@ pub struct ChildProcess {
     spare: bool,
 }
 
+/// A child's start, prepared: a spare agent already sent its assignment
+/// ([`Start::prepare`], off the event loop), or a spawn for the spawner
+/// thread. Dropping a prepared start that is not started ends its spare.
+pub struct Start(Option<Prepared>);
+
+enum Prepared {
+    /// The spawner thread takes a ready spare, else forks.
+    Claim(SpawnSpec),
+    /// The spawner thread forks (no spare was ready for it).
+    Fork(SpawnSpec),
+    /// A spare agent, assigned its project.
+    Assigned(Forked),
+}
+
+impl Start {
+    /// Takes a ready spare agent for `spec` and sends it its assignment
+    /// now, on the calling thread, when one fits; else the spawner thread
+    /// forks the child. Blocking (it opens the child's stderr file): call
+    /// it off the event loop, inside the runtime (a blocking task), where
+    /// the spawn's other file-system steps run: a cold start served by a
+    /// spare then needs no trip to the spawner thread.
+    pub fn prepare(spec: SpawnSpec) -> Start {
+        let prepared = match spares::claim(&spec) {
+            Some(spare) => assigned(spares::assign(spare, &spec), spec),
+            None => Prepared::Fork(spec),
+        };
+        Start(Some(prepared))
+    }
+}
+
+impl From<SpawnSpec> for Start {
+    fn from(spec: SpawnSpec) -> Start {
+        Start(Some(Prepared::Claim(spec)))
+    }
+}
+
+impl Drop for Start {
+    fn drop(&mut self) {
+        if let Some(Prepared::Assigned(forked)) = self.0.take() {
+            // Its reaping needs the runtime; without one (shutting down),
+            // it is killed and left to the gateway's exit.
+            match tokio::runtime::Handle::try_current() {
+                Ok(_) => forked.abandon(),
+                Err(_) => kill_group(forked.pid, Signal::SIGKILL, &forked.spec.project),
+            }
+        }
+    }
+}
+
 impl ChildProcess {
-    /// Starts the child (on the spawner thread, see `spawner`) and
-    /// its pump tasks. Must be called from a task on the tokio runtime.
+    /// Starts the child (a spare agent assigned its project, else forked or
+    /// executed on the spawner thread, see `spawner`) and its pump tasks.
+    /// Must be called from a task on the tokio runtime.
     pub async fn spawn(
-        spec: SpawnSpec,
+        start: impl Into<Start>,
     ) -> Result<(ChildProcess, mpsc::Receiver<ChildOutput>), SpawnError> {
-        let program = spec.program.clone();
+        let forked = match start.into().0.take() {
+            Some(Prepared::Assigned(forked)) => forked,
+            Some(Prepared::Claim(spec)) => on_spawner(spec, fork).await?,
+            Some(Prepared::Fork(spec)) => on_spawner(spec, super::start::start).await?,
+            None => unreachable!("a start is taken once"),
+        };
+        Self::started(forked)
+    }
+
+    /// The child `forked` with its pump tasks.
+    fn started(forked: Forked) -> Result<(ChildProcess, mpsc::Receiver<ChildOutput>), SpawnError> {
+        let program = forked.spec.program.clone();
         let gone = |source: std::io::Error| SpawnError::Io {
             program: program.clone(),
             source,
         };
-        let (tx, rx) = oneshot::channel();
-        spawner::submit(move || {
-            if let Err(Ok(unclaimed)) = tx.send(fork(spec)) {
-                unclaimed.abandon();
-            }
-        })
-        .map_err(|e| gone(std::io::Error::other(e)))?;
-        let forked = rx
-            .await
-            .map_err(|_| gone(std::io::Error::other(spawner::SpawnerGone)))??;
         let Forked {
             spec,
             child,
@@ -298,12 +349,46 @@ impl Drop for ChildProcess {
     }
 }
 
+/// Runs `start` (blocking) with `spec` on the spawner thread; a child
+/// started for a caller that stopped waiting is ended there.
+async fn on_spawner(
+    spec: SpawnSpec,
+    start: fn(SpawnSpec) -> Result<Forked, SpawnError>,
+) -> Result<Forked, SpawnError> {
+    let program = spec.program.clone();
+    let gone = |source: std::io::Error| SpawnError::Io {
+        program: program.clone(),
+        source,
+    };
+    let (tx, rx) = oneshot::channel();
+    spawner::submit(move || {
+        if let Err(Ok(unclaimed)) = tx.send(start(spec)) {
+            unclaimed.abandon();
+        }
+    })
+    .map_err(|e| gone(std::io::Error::other(e)))?;
+    rx.await
+        .map_err(|_| gone(std::io::Error::other(spawner::SpawnerGone)))?
+}
+
 /// Starts the child: a spare agent assigned its project when one is
 /// ready for a spawn like this, else a new process. Blocking: runs on the
 /// spawner thread.
 fn fork(spec: SpawnSpec) -> Result<Forked, SpawnError> {
-    match spares::claim(&spec).map(|spare| spares::assign(spare, &spec)) {
-        Some(Ok(assigned)) => Ok(Forked {
+    let Some(spare) = spares::claim(&spec) else {
+        return start(spec);
+    };
+    match assigned(spares::assign(spare, &spec), spec) {
+        Prepared::Assigned(forked) => Ok(forked),
+        Prepared::Fork(spec) | Prepared::Claim(spec) => start(spec),
+    }
+}
+
+/// The child a spare agent's `assignment` for `spec` gave, or `spec`
+/// to fork when the spare could not be assigned.
+fn assigned(assignment: std::io::Result<spares::Assigned>, spec: SpawnSpec) -> Prepared {
+    match assignment {
+        Ok(assigned) => Prepared::Assigned(Forked {
             spec,
             child: assigned.child,
             pid: assigned.pid,
@@ -312,11 +397,10 @@ fn fork(spec: SpawnSpec) -> Result<Forked, SpawnError> {
             limits: assigned.limits,
             spare: true,
         }),
-        Some(Err(e)) => {
+        Err(e) => {
             tracing::warn!(project = %spec.project, error = %e, "a spare agent could not be assigned: starting a new one");
-            start(spec)
+            Prepared::Fork(spec)
         }
-        None => start(spec),
     }
 }
 

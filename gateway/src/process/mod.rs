@@ -51,6 +51,7 @@ mod template;
 pub use backoff::{CrashHistory, Decision, InvalidPolicy, RestartPolicy};
 pub use child::{
     ChildGone, ChildOutput, ChildProcess, Confine, ExitInfo, LineRefused, SpawnError, SpawnSpec,
+    Start,
 };
 pub use env::{child_env, DEFAULT_ALLOWED, TOKEN_VAR};
 pub use handshake::{hello, random_token, HandshakeError, HELLO_ID};

@@ -357,7 +357,9 @@ pub(super) struct Assigned {
 /// Takes a ready spare for `spec` if it could take one, and sees to it
 /// that spares of its kind follow: at once when none was ready, else once
 /// the one taken has its assignment ([`assign`]; starting a spare is work
-/// the assigned one need not wait behind). Runs on the spawner thread.
+/// the assigned one need not wait behind). Runs off the event loop,
+/// inside the runtime: in the start's blocking task, or on the spawner
+/// thread.
 pub(super) fn claim(spec: &SpawnSpec) -> Option<Spare> {
     if TARGET.load(Ordering::Relaxed) == 0 {
         return None;
@@ -401,7 +403,7 @@ pub(super) fn claim(spec: &SpawnSpec) -> Option<Spare> {
 /// child's is) and the project directory the gateway opened. A spare that
 /// cannot be sent it is retired; one whose stderr file could not be
 /// opened (the gateway out of descriptors, say) goes back to the pool.
-/// Runs on the spawner thread.
+/// Blocking, like [`claim`].
 pub(super) fn assign(spare: Spare, spec: &SpawnSpec) -> std::io::Result<Assigned> {
     let (stderr, stderr_from) = match stderr_of(spec) {
         Ok(opened) => opened,

@@ -36,7 +36,8 @@ pub(super) struct Forked {
 
 impl Forked {
     /// Ends a child nobody waits for any more (its start was cancelled).
-    /// Called on the spawner thread, inside the asking task's runtime.
+    /// Called inside the runtime (on the spawner thread, in a blocking
+    /// task or on the event loop).
     pub(super) fn abandon(self) {
         kill_group(self.pid, Signal::SIGKILL, &self.spec.project);
         if let Some(limits) = &self.limits {
