@@ -79,8 +79,10 @@ pub struct SystemPrompt {
 }
 
 impl SystemPrompt {
-    /// The prompt for a session in `cwd` with `tool_names`, its options
-    /// read from `home` ([`crate::setup::ponytail_enabled`]) on first use.
+    /// The prompt for a session in `cwd` with `tool_names` and `options`,
+    /// except the coding-guidance addendum: whether it goes in is read
+    /// from `home`'s `config.json` ([`crate::setup::ponytail_enabled`]) on
+    /// first use, whatever `options.ponytail` says.
     pub fn lazy(
         cwd: PathBuf,
         tool_names: Vec<&'static str>,
@@ -104,9 +106,25 @@ impl SystemPrompt {
         }
     }
 
-    /// The prompt's text (assembled now if this is its first use).
+    /// The prompt's text, assembled on this thread if this is its first
+    /// use (blocking: it reads files).
     pub fn text(&self) -> &str {
         self.text.get_or_init(|| (self.make)())
+    }
+
+    /// The prompt's text, assembled on a blocking thread if this is its
+    /// first use: a slow file system holds up the run that waits for it,
+    /// not the agent's runtime (aborts, other requests, signals).
+    pub async fn assembled(&self) -> String {
+        if let Some(text) = self.text.get() {
+            return text.clone();
+        }
+        let prompt = self.clone();
+        match tokio::task::spawn_blocking(move || prompt.text().to_string()).await {
+            Ok(text) => text,
+            // No blocking thread to be had: here, then.
+            Err(_) => self.text().to_string(),
+        }
     }
 }
 
@@ -191,7 +209,10 @@ mod tests {
         std::fs::write(root.join("AGENTS.md"), "late rules").unwrap();
         std::fs::write(home.join("config.json"), r#"{"ponytail_enabled": false}"#).unwrap();
         let copy = prompt.clone();
-        let text = copy.text().to_string();
+        let text = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(copy.assembled());
         assert!(text.contains("late rules"), "{text}");
         assert!(text.contains("Available tools: read."));
         assert!(!text.contains("Coding guidance"));

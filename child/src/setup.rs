@@ -180,8 +180,8 @@ pub fn build(args: &AgentArgs, prepared: Prepared) -> Result<Setup, SetupError> 
     let prompt_options = PromptOptions {
         replace: args.system_prompt.clone(),
         append: args.append_system_prompt.clone(),
-        // Read with the rest, on first use.
-        ponytail: true,
+        // Read from config.json with the rest, on first use.
+        ponytail: false,
         context_files: !args.no_context_files,
     };
     let system_prompt = SystemPrompt::lazy(cwd.clone(), tools.names(), prompt_options, home_dir());

@@ -442,8 +442,13 @@ impl Title {
     /// until it writes, and [`Title::set`] then faults none in.
     pub(crate) fn own(&self) {
         const PAGE: usize = 4096;
+        let Some(last) = (self.start + self.len)
+            .checked_sub(1)
+            .filter(|_| self.len > 0)
+        else {
+            return;
+        };
         let first = self.start;
-        let last = self.start + self.len - 1;
         let pages = (first / PAGE..=last / PAGE).map(|page| (page * PAGE).max(first));
         for at in pages {
             // SAFETY: `at` lies in the argument block (see `set`); the

@@ -22,7 +22,7 @@ commands run and their outcomes, the current state, and the next steps. Be conci
 every detail needed to continue. Reply with the summary only.";
 
 pub(crate) async fn run_compact(ctx: &RunCtx<'_>) {
-    let mut request = build_request(ctx);
+    let mut request = build_request(ctx, COMPACT_SYSTEM.to_string());
     if request.messages.is_empty() {
         ctx.emit(AgentEvent::Error(
             "nothing to compact: the transcript is empty".into(),
@@ -30,7 +30,6 @@ pub(crate) async fn run_compact(ctx: &RunCtx<'_>) {
         .await;
         return;
     }
-    request.system = COMPACT_SYSTEM.to_string();
     request.reasoning = ReasoningLevel::Off;
     request.max_output = request.max_output.min(SUMMARY_MAX_OUTPUT);
     request.messages.push(Message::new(

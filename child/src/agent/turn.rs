@@ -57,10 +57,11 @@ async fn steps(ctx: &RunCtx<'_>) {
     let mut recovered = false;
     // The MCP servers' tools are listed before the first model call.
     ctx.shared.tools.ready(&ctx.cancel).await;
+    let system = ctx.shared.settings.system_prompt.assembled().await;
     for step in 1..=max_steps {
         take_steering(ctx).await;
         ctx.emit(AgentEvent::TurnStart { step }).await;
-        let request = build_request(ctx);
+        let request = build_request(ctx, system.clone());
         let model = request.model.clone();
         let span = trace::model_call(&model, step);
         let called = call_model(ctx, request, step > 1)
@@ -365,8 +366,9 @@ async fn end_turn(ctx: &RunCtx<'_>, stop: Stop, error: Option<String>) {
     ctx.emit(AgentEvent::TurnEnd { stop, error }).await;
 }
 
-/// The request for the next model call, from the current session state.
-pub(crate) fn build_request(ctx: &RunCtx<'_>) -> ModelRequest {
+/// The request for the next model call with `system`, from the current
+/// session state.
+pub(crate) fn build_request(ctx: &RunCtx<'_>, system: String) -> ModelRequest {
     let session = ctx.shared.session();
     let max_output = catalogue::find(ctx.shared.provider.name(), &session.model)
         .map_or(DEFAULT_MAX_OUTPUT, |info| {
@@ -374,7 +376,7 @@ pub(crate) fn build_request(ctx: &RunCtx<'_>) -> ModelRequest {
         });
     ModelRequest {
         model: session.model.clone(),
-        system: ctx.shared.settings.system_prompt.text().to_string(),
+        system,
         messages: session.messages().to_vec(),
         tools: ctx.shared.tools.specs(),
         reasoning: session.reasoning,

@@ -125,13 +125,15 @@ async fn spawn_and_greet_once(
     // crowding the CPU, and each child's ready timeout starts once it is
     // its turn.
     let _slot = spawner::start_slot().await;
-    let started = std::time::Instant::now();
     // A ready spare agent is assigned the project in the same blocking
     // task that checks and opens its directory.
-    let start = {
+    let (start, started) = {
         let (dir, token) = (dir.to_path_buf(), token.clone());
         off_loop(project, settings, move |project, settings| {
-            spawn_spec(project, &dir, settings, &token).map(Start::prepare)
+            let spec = spawn_spec(project, &dir, settings, &token)?;
+            // The spawn begins here, as `child_spawn_seconds` counts it.
+            let began = std::time::Instant::now();
+            Ok::<_, StartError>((Start::prepare(spec), began))
         })
         .await
         .map_err(lost)??

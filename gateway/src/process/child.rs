@@ -102,11 +102,17 @@ impl From<SpawnSpec> for Start {
 impl Drop for Start {
     fn drop(&mut self) {
         if let Some(Prepared::Assigned(forked)) = self.0.take() {
-            // Its reaping needs the runtime; without one (shutting down),
-            // it is killed and left to the gateway's exit.
+            // Its reaping needs the runtime (blocking tasks have it too);
+            // dropped on a thread outside it, the spare is killed and
+            // left to the gateway's exit.
             match tokio::runtime::Handle::try_current() {
                 Ok(_) => forked.abandon(),
-                Err(_) => kill_group(forked.pid, Signal::SIGKILL, &forked.spec.project),
+                Err(_) => {
+                    kill_group(forked.pid, Signal::SIGKILL, &forked.spec.project);
+                    if let Some(limits) = &forked.limits {
+                        limits.kill_all();
+                    }
+                }
             }
         }
     }

@@ -145,7 +145,8 @@ fn pool() -> MutexGuard<'static, Pool> {
 
 impl Pool {
     /// Starts spares of the pool's kind until enough are ready or
-    /// starting. Needs the tokio runtime (the spawner thread enters it).
+    /// starting. Needs the tokio runtime (the spawner thread enters it;
+    /// blocking tasks run in it).
     fn refill(&mut self) {
         let Some(kind) = self.kind.clone() else {
             return;

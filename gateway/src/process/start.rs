@@ -40,8 +40,9 @@ impl Forked {
     /// task or on the event loop).
     pub(super) fn abandon(self) {
         kill_group(self.pid, Signal::SIGKILL, &self.spec.project);
-        if let Some(limits) = &self.limits {
+        if let Some(limits) = self.limits {
             limits.kill_all();
+            tokio::spawn(super::limits::watch::remove_when_empty(limits));
         }
         // Nobody else will reap it (it then leaves the live set).
         launched::reap_later(self.child);
