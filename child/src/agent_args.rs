@@ -129,7 +129,24 @@ pub struct AgentArgs {
     pub mcp_timeout: u64,
     /// Export OpenTelemetry traces (one per prompt: model calls, tool calls,
     /// waits) over OTLP/HTTP to this base URL, e.g. http://127.0.0.1:4318.
-    /// Off unless given.
-    #[arg(long, value_name = "URL", env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
+    /// Off unless given, here or in OTEL_EXPORTER_OTLP_ENDPOINT.
+    #[arg(long, value_name = "URL")]
     pub otlp_endpoint: Option<String>,
+}
+
+/// The variable `--otlp-endpoint` falls back to.
+pub const OTLP_ENDPOINT_ENV: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
+
+impl AgentArgs {
+    /// `--otlp-endpoint`, else [`OTLP_ENDPOINT_ENV`] when set and not
+    /// empty. The variable is read when asked, not by the parser: a spare
+    /// agent makes its parser before its assignment brings the
+    /// environment.
+    pub fn otlp_endpoint(&self) -> Option<String> {
+        self.otlp_endpoint.clone().or_else(|| {
+            std::env::var(OTLP_ENDPOINT_ENV)
+                .ok()
+                .filter(|url| !url.is_empty())
+        })
+    }
 }

@@ -31,6 +31,8 @@ Environment:
   CORRAL_EGRESS_SECRET  --tool-network proxy: the secret of the gateway's egress
                      socket; removed from the environment at start
   CORRAL_LOG         log filter for stderr, e.g. debug [default: warn]
+  OTEL_EXPORTER_OTLP_ENDPOINT  rpc and run: where to export traces, unless
+                     --otlp-endpoint says
   ZUT_HOME, CORRAL_HOME  the home holding config.json [default: ~/.corral]
 
 Exit codes:
@@ -42,6 +44,25 @@ Exit codes:
   75  the --session journal is in use by another agent process
   78  --sandbox was asked for and this host cannot provide it (reason on stderr)
   126, 127  sandbox-exec: CMD cannot be executed, or is not found";
+
+/// Parses `args` (a process's argv) as `corral-agent`'s command line,
+/// exiting with clap's message on an error, with `command` when given: the
+/// parser made ahead by [`clap::CommandFactory::command`] and not used
+/// since (a spare agent makes it while it waits); else with a new one.
+/// No argument reads the environment when the parser is made, so one made
+/// before the environment was in place parses as a new one would.
+pub fn parse(command: Option<clap::Command>, args: Vec<OsString>) -> Cli {
+    use clap::FromArgMatches as _;
+    let args = mode_flag_as_subcommand(args);
+    let Some(command) = command else {
+        return Cli::parse_from(args);
+    };
+    let mut matches = command.get_matches_from(args);
+    Cli::from_arg_matches_mut(&mut matches).unwrap_or_else(|e| {
+        let mut command = <Cli as clap::CommandFactory>::command();
+        e.format(&mut command).exit()
+    })
+}
 
 #[derive(Debug, Parser)]
 #[command(
@@ -261,6 +282,95 @@ mod tests {
             parse(&["sandbox-exec", "pi-acp"]).is_err(),
             "CMD only after --"
         );
+    }
+
+    /// What a parser made ahead, as a spare agent makes it, parses.
+    fn parsed_ahead(command: clap::Command, args: &[&str]) -> Result<Cli, clap::Error> {
+        use clap::FromArgMatches as _;
+        let args: Vec<OsString> = std::iter::once("corral-agent")
+            .chain(args.iter().copied())
+            .map(OsString::from)
+            .collect();
+        let mut matches = command.try_get_matches_from(mode_flag_as_subcommand(args))?;
+        Cli::from_arg_matches_mut(&mut matches)
+    }
+
+    #[test]
+    fn a_parser_made_ahead_parses_as_a_new_one() {
+        let lines: &[&[&str]] = &[
+            &[
+                "rpc",
+                "--dialect",
+                "zi",
+                "--permission-mode",
+                "plan",
+                "--cwd",
+                "/p",
+            ],
+            &[
+                "rpc",
+                "--permission-mode",
+                "ask",
+                "--dialect",
+                "zi",
+                "--sandbox",
+            ],
+            &[
+                "--dialect",
+                "letscode",
+                "--mode",
+                "rpc",
+                "--session",
+                "/s/p.jsonl",
+            ],
+            &[
+                "rpc",
+                "--dialect",
+                "acp",
+                "--sandbox",
+                "--sandbox-hide",
+                "/state",
+                "--cwd",
+                "/p",
+                "--tool-network",
+                "off",
+                "--otlp-endpoint",
+                "http://127.0.0.1:4318",
+            ],
+            &["run", "--provider", "echo", "hello"],
+            &["rpc", "--dialect", "nope"],
+            &["rpc", "--max-steps"],
+        ];
+        for line in lines {
+            let ahead = parsed_ahead(<Cli as clap::CommandFactory>::command(), line);
+            let fresh = rewritten(line);
+            match (ahead, fresh) {
+                (Ok(ahead), Ok(fresh)) => {
+                    assert_eq!(format!("{ahead:?}"), format!("{fresh:?}"), "{line:?}")
+                }
+                (Err(ahead), Err(fresh)) => assert_eq!(ahead.kind(), fresh.kind(), "{line:?}"),
+                (ahead, fresh) => panic!("{line:?}: {ahead:?} against {fresh:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn the_otlp_endpoint_variable_is_read_after_the_parser_was_made() {
+        let command = <Cli as clap::CommandFactory>::command();
+        // The assignment's environment arrives after the parser was made.
+        std::env::set_var(
+            crate::agent_args::OTLP_ENDPOINT_ENV,
+            "http://127.0.0.1:4318",
+        );
+        let cli = parsed_ahead(command, &["rpc", "--provider", "echo"]).unwrap();
+        let given = parse(&["rpc", "--otlp-endpoint", "http://127.0.0.1:9"]).unwrap();
+        let endpoint = cli.mode.agent_args().unwrap().otlp_endpoint();
+        // The flag wins over the variable.
+        let flagged = given.mode.agent_args().unwrap().otlp_endpoint();
+        std::env::remove_var(crate::agent_args::OTLP_ENDPOINT_ENV);
+        assert_eq!(endpoint.as_deref(), Some("http://127.0.0.1:4318"));
+        assert_eq!(flagged.as_deref(), Some("http://127.0.0.1:9"));
+        assert_eq!(cli.mode.agent_args().unwrap().otlp_endpoint(), None);
     }
 
     fn rewritten(args: &[&str]) -> Result<Cli, clap::Error> {

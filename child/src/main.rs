@@ -18,9 +18,8 @@ use std::io::Write as _;
 use std::path::Path;
 use std::time::Duration;
 
-use clap::Parser;
 use corral_agent::agent::{Agent, AgentEvent, Output, PermissionMode, RunKind, RunRequest};
-use corral_agent::cli::{self, AgentArgs, Cli, Mode, SandboxExecArgs, ToolNetwork};
+use corral_agent::cli::{self, AgentArgs, Mode, SandboxExecArgs, ToolNetwork};
 use corral_agent::egress::{open_socket, relay, EgressRoute};
 use corral_agent::mcp;
 use corral_agent::rpc::dialects::Dialect;
@@ -80,13 +79,16 @@ fn agent_main_with(args: Vec<OsString>, head: Option<spare::HeadStart>) -> ! {
     // The same for the egress secret: only a relay is ever given it again.
     let egress_secret = std::env::var_os(SECRET_ENV);
     std::env::remove_var(SECRET_ENV);
-    // Parsed here, not ahead in a spare: clap reads an argument's
-    // environment variable when it makes the argument.
-    let mut cli = Cli::parse_from(cli::mode_flag_as_subcommand(args));
-    let (spare, runtime, registry) = match head {
-        Some(head) => (Some(head.sandbox), Some(head.runtime), head.registry),
-        None => (None, None, tracing_subscriber::registry()),
+    let (spare, runtime, registry, command) = match head {
+        Some(head) => (
+            Some(head.sandbox),
+            Some(head.runtime),
+            head.registry,
+            Some(head.command),
+        ),
+        None => (None, None, tracing_subscriber::registry(), None),
     };
+    let mut cli = cli::parse(command, args);
     // Before any mode runs: the others would run without the sandbox the
     // spare still has to finish.
     if spare.is_some() && !matches!(cli.mode, Mode::Rpc { .. } | Mode::Run { .. }) {
@@ -122,12 +124,12 @@ fn agent_main_with(args: Vec<OsString>, head: Option<spare::HeadStart>) -> ! {
         Mode::Rpc { agent, .. } | Mode::Run { agent, .. }
             if agent.sandbox && agent.model_socket.is_some() =>
         {
-            if agent.otlp_endpoint.is_some() {
+            if agent.otlp_endpoint().is_some() {
                 eprintln!("corral-agent: --model-socket with --sandbox leaves the agent no network: no traces are exported");
             }
             None
         }
-        Mode::Rpc { agent, .. } | Mode::Run { agent, .. } => agent.otlp_endpoint.clone(),
+        Mode::Rpc { agent, .. } | Mode::Run { agent, .. } => agent.otlp_endpoint(),
         Mode::SandboxProbe { .. }
         | Mode::SandboxExec { .. }
         | Mode::EgressRelay { .. }

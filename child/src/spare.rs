@@ -19,8 +19,8 @@
 //! project bound back, Landlock in force), so a project's start is left
 //! with only its own part. While it waits, a spare also makes ready what
 //! a start needs whatever the project ([`HeadStart`]): the async runtime
-//! (reaping already), the logs' span registry, and where its command line
-//! is shown.
+//! (reaping already), the logs' span registry, the command-line parser
+//! (made, not yet used), and where its command line is shown.
 //!
 //! The assignment must ask for `rpc` or `run` with `--sandbox`, an
 //! absolute `--cwd` and `--sandbox-hide` paths, and the same network
@@ -80,6 +80,10 @@ pub struct HeadStart {
     /// The logs' span registry, allocated (its slab is most of what
     /// setting up the logs costs); the filter comes with the assignment.
     pub registry: tracing_subscriber::Registry,
+    /// The command-line parser, made (not built: clap builds it as it
+    /// parses) and never used: [`crate::cli::parse`] parses the assignment
+    /// with it as with a new one.
+    pub command: clap::Command,
 }
 
 /// Runs the spare with `options` (the arguments after `spare`). Never
@@ -117,6 +121,7 @@ pub fn run(options: &[OsString], main: Main) -> ! {
         sandbox,
         runtime,
         registry: tracing_subscriber::Registry::default(),
+        command: <crate::cli::Cli as clap::CommandFactory>::command(),
     };
     let title = Title::find();
     if let Some(title) = &title {

@@ -284,10 +284,18 @@ fn spawn_spec(
         }));
     }
     let session = settings.sessions_dir.join(format!("{project}.jsonl"));
-    if let Some(user) = &settings.credentials {
-        prepare_journal(&settings.sessions_dir, project, user).map_err(|e| {
+    // Made here, on the file lane, for a child user to open after it
+    // dropped to that user, and for corral-agent anyway: creating a file is
+    // the slowest step of its start, and cheaper outside its namespaces.
+    if settings.credentials.is_some() || settings.child_command.is_none() {
+        prepare_journal(
+            &settings.sessions_dir,
+            project,
+            settings.credentials.as_ref(),
+        )
+        .map_err(|e| {
             state_refused(
-                format!("cannot prepare the session journal for the child user: {e}"),
+                format!("cannot prepare the session journal for the child: {e}"),
                 &e,
             )
         })?;
@@ -442,13 +450,13 @@ fn prepare_home(
     home.set_owner_and_mode(user.map(|u| (u.uid, u.gid)), 0o700)
 }
 
-/// Creates the journal `SESSIONS/PROJECT.jsonl` if missing, owned by the
-/// child user with mode 0600, so the child can open it after dropping to
-/// that user; follows no link.
+/// Creates the journal `SESSIONS/PROJECT.jsonl` if missing, with mode
+/// 0600 and owned by the child user when there is one (so the child can
+/// open it after dropping to that user); follows no link.
 fn prepare_journal(
     sessions_dir: &Path,
     project: &str,
-    user: &Credentials,
+    user: Option<&Credentials>,
 ) -> Result<(), StateFsError> {
     let dir = state_subdir(sessions_dir, 0o755)?;
     let name = format!("{project}.jsonl");
@@ -457,7 +465,9 @@ fn prepare_journal(
         let path = dir.path().join(&name);
         statefs::io_error(path, &e)
     };
-    std::os::unix::fs::fchown(&file, Some(user.uid), Some(user.gid)).map_err(failed)?;
+    if let Some(user) = user {
+        std::os::unix::fs::fchown(&file, Some(user.uid), Some(user.gid)).map_err(failed)?;
+    }
     file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))
         .map_err(failed)
 }
