@@ -81,7 +81,7 @@ pub struct SystemPrompt {
 impl SystemPrompt {
     /// The prompt for a session in `cwd` with `tool_names` and `options`,
     /// except the coding-guidance addendum: whether it goes in is read
-    /// from `home`'s `config.json` ([`crate::setup::ponytail_enabled`]) on
+    /// from `home`'s `config.json` ([`ponytail_enabled`]) on
     /// first use, whatever `options.ponytail` says.
     pub fn lazy(
         cwd: PathBuf,
@@ -91,7 +91,7 @@ impl SystemPrompt {
     ) -> SystemPrompt {
         SystemPrompt::made_by(move || {
             let options = PromptOptions {
-                ponytail: crate::setup::ponytail_enabled(&home),
+                ponytail: ponytail_enabled(&home),
                 ..options.clone()
             };
             system_prompt(&cwd, &tool_names, &options)
@@ -133,6 +133,21 @@ impl fmt::Debug for SystemPrompt {
         f.debug_struct("SystemPrompt")
             .field("assembled", &self.text.get().is_some())
             .finish()
+    }
+}
+
+/// `ponytail_enabled` from `HOME/config.json`: on unless it is `false`. A
+/// missing or unreadable file means the default.
+pub fn ponytail_enabled(home: &Path) -> bool {
+    let Ok(text) = std::fs::read_to_string(home.join("config.json")) else {
+        return true;
+    };
+    match serde_json::from_str::<serde_json::Value>(&text) {
+        Ok(config) => config.get("ponytail_enabled") != Some(&serde_json::Value::Bool(false)),
+        Err(e) => {
+            tracing::warn!(error = %e, "ignoring unreadable config.json");
+            true
+        }
     }
 }
 
@@ -192,6 +207,26 @@ mod tests {
         assert!(plain.contains("You are corral-agent"));
         assert!(!plain.contains("Coding guidance"));
         assert!(!plain.contains("outer rules"));
+    }
+
+    #[test]
+    fn ponytail_is_on_unless_explicitly_false() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(ponytail_enabled(dir.path()));
+        std::fs::write(
+            dir.path().join("config.json"),
+            r#"{"ponytail_enabled": true}"#,
+        )
+        .unwrap();
+        assert!(ponytail_enabled(dir.path()));
+        std::fs::write(
+            dir.path().join("config.json"),
+            r#"{"ponytail_enabled": false}"#,
+        )
+        .unwrap();
+        assert!(!ponytail_enabled(dir.path()));
+        std::fs::write(dir.path().join("config.json"), "{broken").unwrap();
+        assert!(ponytail_enabled(dir.path()));
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! `bench-scale [--projects N] [--burst N] [--idle-clients N]
 //! [--fanout N,N] [--fd-cap N] [--nofile N] [--connected N]
-//! [--min-pings N] [--cold N] [--only SECTION,…] [--bin-dir DIR]`: how far one
+//! [--min-pings N] [--cold N] [--cold-rows ROW,…] [--only SECTION,…] [--bin-dir DIR]`: how far one
 //! `corral` gateway scales on this machine, as markdown tables:
 //! `--projects` projects each connected once and left idle, with
 //! descriptors, processes and PSS per project and a ping of each
@@ -32,7 +32,7 @@ use corral_e2e::bench::{cold, idle, nofile, scale};
 
 const HELP: &str = "usage: bench-scale [--projects N] [--burst N] [--idle-clients N] \
 [--fanout N,N] [--fd-cap N] [--nofile N] [--connected N] [--min-pings N] \
-[--cold N] [--only idle,burst,pings,clients,fds,cold] \
+[--cold N] [--cold-rows ROW,…] [--only idle,burst,pings,clients,fds,cold] \
 [--bin-dir DIR]
 
 How far one corral gateway scales on this machine, as markdown tables.
@@ -67,6 +67,8 @@ options:
   --burst N           projects spawned at once during the pings (default 300)
   --min-pings N       pings pooled over bursts, at least (default 1000)
   --cold N            cold starts per row of the cold section (default 100)
+  --cold-rows A,B     rows of the cold section to run: spare, forked,
+                      executed, unconfined, standalone (default all)
   --idle-clients N    idle clients of the clients section (default 2000)
   --fanout N,N        client counts of the delivery table (default 1000,10000)
   --fd-cap N          most projects the fds section opens (default 5000)
@@ -91,6 +93,8 @@ struct Args {
     min_pings: usize,
     /// Cold starts per row of the cold section.
     cold: usize,
+    /// Rows of the cold section to run (all when empty).
+    cold_rows: Vec<String>,
     /// Sections to run (all when empty).
     only: Vec<String>,
     bin_dir: Option<PathBuf>,
@@ -101,6 +105,7 @@ fn parse_args(given: Vec<String>) -> anyhow::Result<Args> {
         connected: 200,
         min_pings: 1000,
         cold: 100,
+        cold_rows: Vec::new(),
         projects: 2000,
         burst: 300,
         idle_clients: 2000,
@@ -128,6 +133,16 @@ fn parse_args(given: Vec<String>) -> anyhow::Result<Args> {
             "--connected" => args.connected = value()?.parse().context("--connected")?,
             "--min-pings" => args.min_pings = value()?.parse().context("--min-pings")?,
             "--cold" => args.cold = value()?.parse().context("--cold")?,
+            "--cold-rows" => {
+                args.cold_rows = value()?.split(',').map(String::from).collect();
+                if let Some(bad) = args
+                    .cold_rows
+                    .iter()
+                    .find(|r| !COLD_ROWS.contains(&r.as_str()))
+                {
+                    bail!("--cold-rows: unknown row {bad:?} (one of {COLD_ROWS:?})");
+                }
+            }
             "--only" => {
                 args.only = value()?.split(',').map(String::from).collect();
                 if let Some(bad) = args.only.iter().find(|s| !SECTIONS.contains(&s.as_str())) {
@@ -162,6 +177,10 @@ fn row(name: &str, latency: &Option<Latency>) -> String {
         None => format!("| {name} | – | – | – |"),
     }
 }
+
+/// The rows of the cold section `--cold-rows` can name, in the order
+/// they run.
+const COLD_ROWS: [&str; 5] = ["spare", "forked", "executed", "unconfined", "standalone"];
 
 /// The sections `--only` can name, in the order they run.
 const SECTIONS: [&str; 6] = ["idle", "burst", "pings", "clients", "fds", "cold"];
@@ -204,24 +223,44 @@ async fn main() -> anyhow::Result<()> {
 ///    (the default), forked from the template, executed and (the floor)
 ///    without the sandbox; and the standalone start beside them.
 async fn cold_starts(bins: &Bins, args: &Args) -> anyhow::Result<()> {
-    let spare = cold::through_gateway(bins, args.cold, &[]).await?;
-    let templated = cold::through_gateway(bins, args.cold, &["--spare-agents", "0"]).await?;
-    let executed = cold::through_gateway(bins, args.cold, &["--child-template", "off"]).await?;
-    // What the gateway and the agent cost without any confinement: the
-    // floor under both rows above.
-    let unconfined = cold::through_gateway(bins, args.cold, &["--sandbox", "off"]).await?;
-    let standalone = cold::standalone(bins, args.cold).await?;
+    let wanted = |row: &str| args.cold_rows.is_empty() || args.cold_rows.iter().any(|r| r == row);
+    // The gateway rows: the name `--cold-rows` knows, the table's, and
+    // the gateway's extra arguments. Unconfined is what the gateway and
+    // the agent cost without any confinement: the floor under the rest.
+    let gateways: [(&str, &str, &[&str]); 4] = [
+        ("spare", "a spare agent assigned (the default)", &[]),
+        (
+            "forked",
+            "forked from the template (`--spare-agents 0`)",
+            &["--spare-agents", "0"],
+        ),
+        (
+            "executed",
+            "executed (`--child-template off`)",
+            &["--child-template", "off"],
+        ),
+        (
+            "unconfined",
+            "unconfined (`--sandbox off`), forked",
+            &["--sandbox", "off"],
+        ),
+    ];
+    let mut measured = Vec::new();
+    for (row, name, extra) in gateways {
+        if wanted(row) {
+            measured.push((name, cold::through_gateway(bins, args.cold, extra).await?));
+        }
+    }
+    let standalone = match wanted("standalone") {
+        true => Some(cold::standalone(bins, args.cold).await?),
+        false => None,
+    };
     println!(
         "\n## A project's cold start through the gateway ({} projects per row)\n",
         args.cold
     );
     println!("| echo provider | p50 | p99 | max |\n|---|---|---|---|");
-    for (name, run) in [
-        ("a spare agent assigned (the default)", &spare),
-        ("forked from the template (`--spare-agents 0`)", &templated),
-        ("executed (`--child-template off`)", &executed),
-        ("unconfined (`--sandbox off`), forked", &unconfined),
-    ] {
+    for (name, run) in &measured {
         println!(
             "{}",
             row(&format!("{name}: cold start (cold − warm)"), &run.start)
@@ -232,13 +271,15 @@ async fn cold_starts(bins: &Bins, args: &Args) -> anyhow::Result<()> {
         );
         println!("{}", row(&format!("{name}: the same, warm"), &run.warm));
     }
-    println!(
-        "{}",
-        row(
-            "standalone `corral-agent rpc --sandbox`: spawn → pong",
-            &standalone
-        )
-    );
+    if let Some(standalone) = standalone {
+        println!(
+            "{}",
+            row(
+                "standalone `corral-agent rpc --sandbox`: spawn → pong",
+                &standalone
+            )
+        );
+    }
     Ok(())
 }
 

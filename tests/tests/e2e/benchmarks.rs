@@ -85,6 +85,20 @@ fn bench_scale_runs_its_sections() {
 }
 
 #[test]
+fn bench_scale_runs_only_the_cold_rows_asked_for() {
+    let out = run(
+        "bench-scale",
+        &["--only", "cold", "--cold", "2", "--cold-rows", "spare"],
+    );
+    assert!(
+        out.contains("| a spare agent assigned (the default): cold start (cold − warm) | "),
+        "{out}"
+    );
+    assert!(!out.contains("forked from the template"), "{out}");
+    assert!(!out.contains("standalone"), "{out}");
+}
+
+#[test]
 fn bench_broker_compares_both_model_paths() {
     let out = run(
         "bench-broker",
