@@ -533,12 +533,17 @@ async fn host_of(gateways: &[&Gateway], project: &str) -> usize {
 
 #[tokio::test]
 async fn two_gateways_behind_nginx_serve_two_projects_endpoints() {
-    const PROJECTS: &[&str] = &["alpha", "beta", "gamma", "delta", "epsilon"];
+    // Which gateway a name hashes to depends on the gateways' ports, so
+    // the test tries names until each gateway holds one: with five names
+    // both missed one gateway in about one run of twenty; with 32, a fair
+    // hash misses one in 2^31.
+    let names: Vec<String> = (0..32).map(|k| format!("p{k:02}")).collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
     let dir = tempfile::tempdir().unwrap();
     let spawn = || {
         GatewaySpawn::default()
             .echo()
-            .projects(PROJECTS)
+            .projects(&names)
             .projects_root(dir.path().join("projects"))
             .state_dir(dir.path().join("state"))
             .behind_local_proxy()
@@ -555,7 +560,7 @@ async fn two_gateways_behind_nginx_serve_two_projects_endpoints() {
 
     // One project on each gateway, found by opening them through nginx.
     let mut chosen: [Option<&str>; 2] = [None, None];
-    for (k, project) in PROJECTS.iter().enumerate() {
+    for (k, project) in names.iter().enumerate() {
         let transport = if k % 2 == 0 {
             Transport::Http1
         } else {
