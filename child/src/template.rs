@@ -28,6 +28,23 @@
 //!
 //! Nothing random exists in the template: it never creates a hash map,
 //! a TLS context or a runtime, so each child seeds its own on first use.
+//!
+//! What a raw clone leaves as it was, and why that is acceptable:
+//! - The C library's thread block of the child's main thread still holds
+//!   the template's thread id (its `fork` would have refreshed it). The C
+//!   library compares it only with itself (the owner of a recursive lock
+//!   such as the loader's); no other thread of the child can have that id
+//!   while the template, its holder, lives, and `raise` asks the kernel.
+//!   Rust's own locks are futexes that record no owner.
+//! - The kernel gives the child no robust-futex list; nothing here uses
+//!   robust or process-shared mutexes.
+//! - `RLIMIT_NPROC` (the fallback for a pids limit without a cgroup) is
+//!   checked by `fork` and, after an account switch, by `execve`. Without
+//!   the `execve`, the agent itself is admitted even when its account is
+//!   at the limit; every process it starts (its tools) is still refused
+//!   there.
+//! - The child never executes the binary, so the execute permission on it
+//!   is checked once, when the gateway starts the template.
 
 #![allow(unsafe_code)]
 

@@ -3,7 +3,8 @@
 //! (`corral_spare_agent_assignments_total`: served by a spare;
 //! `corral_spare_agent_misses_total`: could have been, found none ready;
 //! `corral_spare_agent_failures_total`: spares that did not start, died
-//! or could not be assigned).
+//! or could not be assigned; `corral_spare_agent_nudges_total`: spares
+//! told a start was coming, to warm up before their assignment).
 
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
@@ -19,6 +20,7 @@ pub struct SparesCollector {
     assigned: IntCounter,
     missed: IntCounter,
     failed: IntCounter,
+    nudged: IntCounter,
     descs: Vec<Desc>,
 }
 
@@ -41,11 +43,16 @@ impl SparesCollector {
             "spare_agent_failures_total",
             "Spare agents that did not start, died waiting, or could not be sent their project.",
         ))?;
+        let nudged = IntCounter::with_opts(opts(
+            "spare_agent_nudges_total",
+            "Spare agents told a cold start was coming, to warm up before their assignment.",
+        ))?;
         let descs = [
             &ready.desc(),
             &assigned.desc(),
             &missed.desc(),
             &failed.desc(),
+            &nudged.desc(),
         ]
         .into_iter()
         .flatten()
@@ -57,6 +64,7 @@ impl SparesCollector {
             assigned,
             missed,
             failed,
+            nudged,
             descs,
         })
     }
@@ -80,6 +88,7 @@ impl Collector for SparesCollector {
             (&self.assigned, stats.assigned),
             (&self.missed, stats.missed),
             (&self.failed, stats.failed),
+            (&self.nudged, stats.nudged),
         ] {
             counter.inc_by(total.saturating_sub(counter.get()));
         }
@@ -88,6 +97,7 @@ impl Collector for SparesCollector {
             &self.assigned.collect(),
             &self.missed.collect(),
             &self.failed.collect(),
+            &self.nudged.collect(),
         ]
         .into_iter()
         .flatten()
