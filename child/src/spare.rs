@@ -28,9 +28,7 @@
 //! `--model-socket` it has no host network; start it
 //! `--without-host-network`), and carry nothing but argv and the
 //! environment, else the agent refuses it and exits. End of file before an
-//! assignment ends the spare quietly. Before its assignment, a spare may
-//! be nudged ([`corral_protocol::template::SPARE_NUDGE`]): it then warms
-//! up for the start that is coming and waits on. Until its assignment a spare holds
+//! assignment ends the spare quietly. Until its assignment a spare holds
 //! no secret: the token and secrets come with it (the received bytes are
 //! zeroed once copied into the environment; the environment itself, as in
 //! any agent, keeps them until the agent reads and removes them).
@@ -41,14 +39,11 @@
 //! that moment. Whoever keeps spares should replace them now and then.
 
 use std::ffi::OsString;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStringExt;
 
-use corral_protocol::template::{
-    SpawnRequest, MAX_REQUEST, SPARE_NUDGE, SPARE_READY, SPARE_REFUSED_EXIT,
-};
+use corral_protocol::template::{SpawnRequest, MAX_REQUEST, SPARE_READY, SPARE_REFUSED_EXIT};
 use nix::errno::Errno;
-use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
 use crate::sandbox::{self, Spare, EXIT_SANDBOX_UNAVAILABLE};
 use crate::template::{replace_environment, wipe, Title};
@@ -240,28 +235,16 @@ fn populate(start: usize, len: usize) {
 /// `--cwd` must name.
 fn read_assignment() -> Result<Option<(SpawnRequest, Option<OwnedFd>)>, String> {
     let mut len = [0u8; 4];
-    let project = loop {
-        let (first, project) = match receive_stderr(&mut len) {
-            Ok((0, _)) => return Ok(None),
-            Ok(got) => got,
-            Err(e) => return Err(format!("cannot read the assignment: {e}")),
-        };
-        match read_exact(&mut len[first..]) {
-            Ok(true) => {}
-            Ok(false) | Err(Errno::EPIPE) => return Err("the assignment ends early".to_string()),
-            Err(e) => return Err(format!("cannot read the assignment: {e}")),
-        }
-        if len != SPARE_NUDGE {
-            break project;
-        }
-        if project.is_some() {
-            return Err("a nudge came with descriptors".to_string());
-        }
-        // The assignment may have come right behind it: then it goes first.
-        if !assignment_waiting() {
-            warm_up();
-        }
+    let (first, project) = match receive_stderr(&mut len) {
+        Ok((0, _)) => return Ok(None),
+        Ok(got) => got,
+        Err(e) => return Err(format!("cannot read the assignment: {e}")),
     };
+    match read_exact(&mut len[first..]) {
+        Ok(true) => {}
+        Ok(false) | Err(Errno::EPIPE) => return Err("the assignment ends early".to_string()),
+        Err(e) => return Err(format!("cannot read the assignment: {e}")),
+    }
     let len = u32::from_le_bytes(len) as usize;
     if len > MAX_REQUEST {
         return Err(format!(
@@ -280,38 +263,6 @@ fn read_assignment() -> Result<Option<(SpawnRequest, Option<OwnedFd>)>, String> 
     // It holds the token and the secrets, now copied out.
     wipe(&mut buffer);
     decoded.map(|request| Some((request, project)))
-}
-
-/// Whether bytes wait on descriptor 0 (an error counts as yes: reading
-/// will tell).
-fn assignment_waiting() -> bool {
-    let stdin = std::io::stdin();
-    let mut ready = [PollFd::new(stdin.as_fd(), PollFlags::POLLIN)];
-    !matches!(poll(&mut ready, PollTimeout::ZERO), Ok(0))
-}
-
-/// A typical assignment's command line, parsed to warm up.
-const REHEARSAL: [&str; 7] = [
-    "corral-agent",
-    "rpc",
-    "--provider",
-    "echo",
-    "--sandbox",
-    "--cwd",
-    "/",
-];
-
-/// What a nudge ([`SPARE_NUDGE`]) has the spare do: run, on throwaway
-/// copies, the start's user-space steps that need no assignment (a
-/// command line parsed by a parser made for it, the default log filter
-/// made), so that the code and memory they touch are in the caches when
-/// the assignment comes. After a spare has waited a while, its start
-/// takes about twice as long without it. Nothing of it is kept, and the
-/// parser the assignment is parsed with is not this one.
-fn warm_up() {
-    let mut command = <crate::cli::Cli as clap::CommandFactory>::command();
-    drop(command.try_get_matches_from_mut(REHEARSAL));
-    drop(corral_telemetry::log_filter::<tracing_subscriber::Registry>("warn"));
 }
 
 /// Refuses an assignment that asks for more than its arguments and

@@ -156,15 +156,6 @@ impl SpawnRequest {
 /// its assignment: nothing else comes before the protocol's first line.
 pub const SPARE_READY: &[u8; 4] = b"CSR1";
 
-/// A nudge to a waiting spare agent: a start is coming, its assignment
-/// follows within a millisecond or so. Four bytes where an assignment's
-/// length goes, never a valid one (above [`MAX_REQUEST`]), sent without
-/// descriptors. The spare warms up what every start runs (a throwaway
-/// parse of a command line, a log filter made and dropped), unless its
-/// assignment is already there, and waits on. It carries nothing, and a
-/// nudge that no assignment follows costs the spare only that warm-up.
-pub const SPARE_NUDGE: [u8; 4] = u32::MAX.to_le_bytes();
-
 /// The exit code of a spare agent that refused its assignment, or could
 /// not finish its sandbox for it for a reason of its own (its view of the
 /// host, its network, a thread): the spare's failure, not the project's.
@@ -268,13 +259,6 @@ mod tests {
             credentials: Some((1000, 1000, vec![1000, 27])),
             parent_death: 9,
         }
-    }
-
-    #[test]
-    fn a_nudge_is_never_an_assignment_length() {
-        assert!(u32::from_le_bytes(SPARE_NUDGE) as usize > MAX_REQUEST);
-        let assignment = encode_assignment(vec![b"corral-agent".to_vec()], Vec::new());
-        assert_ne!(assignment[..4], SPARE_NUDGE);
     }
 
     #[test]

@@ -136,12 +136,6 @@ impl AgentSpawn {
                 .expect("the spare agent did not say it was ready in time")
                 .expect("read the spare agent's ready bytes");
             assert_eq!(&ready, corral_protocol::template::SPARE_READY);
-            // Nudged first, as the gateway does, with time to warm up.
-            stdin
-                .write_all(&corral_protocol::template::SPARE_NUDGE)
-                .await
-                .expect("nudge the spare");
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
             let mut argv = vec![workspace_bin("corral-agent").into_os_string().into_vec()];
             argv.extend(self.args.iter().map(|a| a.clone().into_bytes()));
             argv.extend([b"--cwd".to_vec(), cwd.clone().into_os_string().into_vec()]);

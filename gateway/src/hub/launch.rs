@@ -125,11 +125,6 @@ async fn spawn_and_greet_once(
     // crowding the CPU, and each child's ready timeout starts once it is
     // its turn.
     let _slot = spawner::start_slot().await;
-    // The spare this start will likely take warms up while the files
-    // below are made.
-    if settings.child_command.is_none() {
-        crate::process::spares::nudge();
-    }
     // A ready spare agent is assigned the project in the same blocking
     // task that checks and opens its directory.
     let (start, started) = {

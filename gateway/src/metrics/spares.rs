@@ -3,8 +3,7 @@
 //! (`corral_spare_agent_assignments_total`: served by a spare;
 //! `corral_spare_agent_misses_total`: could have been, found none ready;
 //! `corral_spare_agent_failures_total`: spares that did not start, died
-//! or could not be assigned; `corral_spare_agent_nudges_total`: spares
-//! told a start was coming, to warm up before their assignment).
+//! or could not be assigned).
 
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
@@ -20,7 +19,6 @@ pub struct SparesCollector {
     assigned: IntCounter,
     missed: IntCounter,
     failed: IntCounter,
-    nudged: IntCounter,
     descs: Vec<Desc>,
 }
 
@@ -43,16 +41,11 @@ impl SparesCollector {
             "spare_agent_failures_total",
             "Spare agents that did not start, died waiting, or could not be sent their project.",
         ))?;
-        let nudged = IntCounter::with_opts(opts(
-            "spare_agent_nudges_total",
-            "Spare agents told a cold start was coming, to warm up before their assignment.",
-        ))?;
         let descs = [
             &ready.desc(),
             &assigned.desc(),
             &missed.desc(),
             &failed.desc(),
-            &nudged.desc(),
         ]
         .into_iter()
         .flatten()
@@ -64,7 +57,6 @@ impl SparesCollector {
             assigned,
             missed,
             failed,
-            nudged,
             descs,
         })
     }
@@ -88,7 +80,6 @@ impl Collector for SparesCollector {
             (&self.assigned, stats.assigned),
             (&self.missed, stats.missed),
             (&self.failed, stats.failed),
-            (&self.nudged, stats.nudged),
         ] {
             counter.inc_by(total.saturating_sub(counter.get()));
         }
@@ -97,7 +88,6 @@ impl Collector for SparesCollector {
             &self.assigned.collect(),
             &self.missed.collect(),
             &self.failed.collect(),
-            &self.nudged.collect(),
         ]
         .into_iter()
         .flatten()

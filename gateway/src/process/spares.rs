@@ -41,11 +41,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use corral_protocol::template::{encode_assignment, MAX_REQUEST, SPARE_NUDGE, SPARE_READY};
+use corral_protocol::template::{encode_assignment, MAX_REQUEST, SPARE_READY};
 use nix::errno::Errno;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::Signal;
-use nix::sys::socket::{send, sendmsg, ControlMessage, MsgFlags};
+use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
 use tokio::io::AsyncReadExt;
 
 use super::launched::{self, Launched};
@@ -96,7 +96,6 @@ static LOOKING: AtomicBool = AtomicBool::new(false);
 static ASSIGNED: AtomicU64 = AtomicU64::new(0);
 static MISSED: AtomicU64 = AtomicU64::new(0);
 static FAILED: AtomicU64 = AtomicU64::new(0);
-static NUDGED: AtomicU64 = AtomicU64::new(0);
 
 /// Sets how many spares are kept (`--spare-agents`; 0: none). Call before
 /// the first start.
@@ -115,8 +114,6 @@ pub struct Stats {
     pub missed: u64,
     /// Spares that failed to start, or died or could not be assigned.
     pub failed: u64,
-    /// Nudges sent to spares ([`nudge`]).
-    pub nudged: u64,
 }
 
 pub fn stats() -> Stats {
@@ -125,7 +122,6 @@ pub fn stats() -> Stats {
         assigned: ASSIGNED.load(Ordering::Relaxed),
         missed: MISSED.load(Ordering::Relaxed),
         failed: FAILED.load(Ordering::Relaxed),
-        nudged: NUDGED.load(Ordering::Relaxed),
     }
 }
 
@@ -401,32 +397,6 @@ pub(super) fn claim(spec: &SpawnSpec) -> Option<Spare> {
         pool.refill();
     }
     claimed
-}
-
-/// Nudges the spare the next claim would take
-/// ([`corral_protocol::template::SPARE_NUDGE`]): a start is coming, and the
-/// spare warms up while the start's files are made. Called on the event
-/// loop once a start holds its start slot, so never blocking: skipped
-/// while another thread holds the pool, and a full socket drops the
-/// nudge. A nudged spare that is not claimed after all only waits on.
-pub fn nudge() {
-    if TARGET.load(Ordering::Relaxed) == 0 {
-        return;
-    }
-    let pool = match POOL.try_lock() {
-        Ok(pool) => pool,
-        Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
-        Err(std::sync::TryLockError::WouldBlock) => return,
-    };
-    if pool.stopped || pool.resting() {
-        return;
-    }
-    if let Some(spare) = pool.ready.first() {
-        let flags = MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL;
-        if send(spare.stdio.as_raw_fd(), &SPARE_NUDGE, flags).is_ok() {
-            NUDGED.fetch_add(1, Ordering::Relaxed);
-        }
-    }
 }
 
 /// Sends `spare` its assignment for `spec`: the command line and the

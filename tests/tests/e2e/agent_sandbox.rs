@@ -536,10 +536,11 @@ async fn a_missing_feature_exits_78_with_the_reason() {
     assert!(stderr.contains("--sandbox"), "{stderr}");
 }
 
-/// Starts `corral-agent spare` and waits for its ready bytes: the spare
-/// and its stdin.
-async fn ready_spare() -> (tokio::process::Child, tokio::process::ChildStdin) {
-    use tokio::io::AsyncReadExt;
+/// Starts `corral-agent spare`, waits for its ready bytes, gives it
+/// `argv` (after the program) and `env` as its assignment, closes its
+/// stdin and waits for its end: (exit code, stderr).
+async fn assign_spare(argv: &[&str], env: &[&str]) -> (Option<i32>, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut child = Command::new(workspace_bin("corral-agent"))
         .arg("spare")
         .stdin(Stdio::piped())
@@ -548,37 +549,14 @@ async fn ready_spare() -> (tokio::process::Child, tokio::process::ChildStdin) {
         .kill_on_drop(true)
         .spawn()
         .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
     let mut ready = [0u8; 4];
-    let stdout = child.stdout.as_mut().unwrap();
     tokio::time::timeout(READ_TIMEOUT, stdout.read_exact(&mut ready))
         .await
         .expect("no ready bytes in time")
         .unwrap();
     assert_eq!(&ready, corral_protocol::template::SPARE_READY);
-    let stdin = child.stdin.take().unwrap();
-    (child, stdin)
-}
-
-/// Waits for a spare's end: its exit code, what it printed after the
-/// ready bytes, and its stderr.
-async fn spare_end(child: tokio::process::Child) -> (Option<i32>, Vec<u8>, String) {
-    let output = tokio::time::timeout(READ_TIMEOUT, child.wait_with_output())
-        .await
-        .expect("the spare did not exit")
-        .unwrap();
-    (
-        output.status.code(),
-        output.stdout,
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
-}
-
-/// Starts `corral-agent spare`, waits for its ready bytes, gives it
-/// `argv` (after the program) and `env` as its assignment, closes its
-/// stdin and waits for its end: (exit code, stderr).
-async fn assign_spare(argv: &[&str], env: &[&str]) -> (Option<i32>, String) {
-    use tokio::io::AsyncWriteExt;
-    let (child, mut stdin) = ready_spare().await;
+    let mut stdin = child.stdin.take().unwrap();
     let argv = std::iter::once("corral-agent")
         .chain(argv.iter().copied())
         .map(|a| a.as_bytes().to_vec())
@@ -587,8 +565,14 @@ async fn assign_spare(argv: &[&str], env: &[&str]) -> (Option<i32>, String) {
     let assignment = corral_protocol::template::encode_assignment(argv, env);
     stdin.write_all(&assignment).await.unwrap();
     drop(stdin);
-    let (code, _, stderr) = spare_end(child).await;
-    (code, stderr)
+    let output = tokio::time::timeout(READ_TIMEOUT, child.wait_with_output())
+        .await
+        .expect("the spare did not exit")
+        .unwrap();
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
 }
 
 #[tokio::test]
@@ -671,32 +655,6 @@ async fn a_spare_agent_without_an_assignment_ends_quietly() {
         "{:?}",
         String::from_utf8_lossy(&output.stderr)
     );
-}
-
-/// Nudges only warm a spare up: nudged twice and then given no assignment,
-/// it ends as quietly; a nudge cut short is an assignment that ends early.
-#[tokio::test]
-async fn a_nudged_spare_agent_waits_on_for_its_assignment() {
-    use corral_protocol::template::{SPARE_NUDGE, SPARE_REFUSED_EXIT};
-    use tokio::io::AsyncWriteExt;
-    for (sent, code, said) in [
-        ([&SPARE_NUDGE[..], &SPARE_NUDGE[..]].concat(), 0, ""),
-        (SPARE_NUDGE[..2].to_vec(), SPARE_REFUSED_EXIT, "ends early"),
-    ] {
-        let (child, mut stdin) = ready_spare().await;
-        for chunk in sent.chunks(4) {
-            stdin.write_all(chunk).await.unwrap();
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        drop(stdin);
-        let (exit, stdout, stderr) = spare_end(child).await;
-        assert_eq!(exit, Some(code), "{stderr}");
-        match said {
-            "" => assert!(stderr.is_empty(), "{stderr}"),
-            said => assert!(stderr.contains(said), "{stderr}"),
-        }
-        assert!(stdout.is_empty(), "nothing after the ready bytes");
-    }
 }
 
 #[tokio::test]

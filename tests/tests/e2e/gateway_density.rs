@@ -355,8 +355,7 @@ async fn the_spare(gateway: &Gateway) -> u32 {
 /// project's child is that process, confined as any other (its agent is
 /// pid 1 of its namespace, runs in the project with its stderr in the
 /// project's file and shows its own command line), and another spare takes
-/// its place. It was nudged before its assignment. With `--spare-agents 0`
-/// there is none.
+/// its place. With `--spare-agents 0` there is none.
 #[tokio::test]
 async fn a_cold_start_takes_a_spare_agent_and_another_takes_its_place() {
     let gateway = GatewaySpawn::default()
@@ -395,12 +394,6 @@ async fn a_cold_start_takes_a_spare_agent_and_another_takes_its_place() {
         metric(&gateway, "corral_spare_agent_assignments_total").await,
         1.0
     );
-    // Told a start was coming before its assignment (alpha's start found
-    // no spare to tell).
-    assert_eq!(
-        metric(&gateway, "corral_spare_agent_nudges_total").await,
-        1.0
-    );
     // It is a child as any other: it answers again and stops with the
     // gateway, its spare too.
     visit(&gateway, "beta").await;
@@ -436,7 +429,6 @@ async fn a_cold_start_takes_a_spare_agent_and_another_takes_its_place() {
         "corral_spare_agents_ready",
         "corral_spare_agent_assignments_total",
         "corral_spare_agent_misses_total",
-        "corral_spare_agent_nudges_total",
     ] {
         assert_eq!(metric(&gateway, name).await, 0.0, "{name}");
     }
