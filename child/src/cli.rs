@@ -45,10 +45,21 @@ Exit codes:
   78  --sandbox was asked for and this host cannot provide it (reason on stderr)
   126, 127  sandbox-exec: CMD cannot be executed, or is not found";
 
+/// The parser, made and built ahead of any command line: what clap does
+/// before its first parse (propagating settings and arguments through the
+/// subcommands) is done, and the parse that comes later only parses.
+/// Nothing of it depends on the environment, which clap reads as it
+/// parses.
+pub fn made_ahead() -> clap::Command {
+    let mut command = <Cli as clap::CommandFactory>::command();
+    command.build();
+    command
+}
+
 /// Parses `args` (a process's argv) as `corral-agent`'s command line,
 /// exiting with clap's message on an error, with `command` when given: the
-/// parser made ahead by [`clap::CommandFactory::command`] and not used
-/// since (a spare agent makes it while it waits); else with a new one.
+/// parser made ahead by [`made_ahead`] and not used since (a spare agent
+/// makes it while it waits); else with a new one.
 /// No argument reads the environment when the parser is made, so one made
 /// before the environment was in place parses as a new one would.
 pub fn parse(command: Option<clap::Command>, args: Vec<OsString>) -> Cli {
@@ -342,7 +353,7 @@ mod tests {
             &["rpc", "--max-steps"],
         ];
         for line in lines {
-            let ahead = parsed_ahead(<Cli as clap::CommandFactory>::command(), line);
+            let ahead = parsed_ahead(made_ahead(), line);
             let fresh = rewritten(line);
             match (ahead, fresh) {
                 (Ok(ahead), Ok(fresh)) => {
@@ -356,7 +367,7 @@ mod tests {
 
     #[test]
     fn the_otlp_endpoint_variable_is_read_after_the_parser_was_made() {
-        let command = <Cli as clap::CommandFactory>::command();
+        let command = made_ahead();
         // The assignment's environment arrives after the parser was made.
         std::env::set_var(
             crate::agent_args::OTLP_ENDPOINT_ENV,

@@ -80,9 +80,9 @@ pub struct HeadStart {
     /// The logs' span registry, allocated (its slab is most of what
     /// setting up the logs costs); the filter comes with the assignment.
     pub registry: tracing_subscriber::Registry,
-    /// The command-line parser, made (not built: clap builds it as it
-    /// parses) and never used: [`crate::cli::parse`] parses the assignment
-    /// with it as with a new one.
+    /// The command-line parser, made and built ([`crate::cli::made_ahead`])
+    /// and never used: [`crate::cli::parse`] parses the assignment with it
+    /// as with a new one.
     pub command: clap::Command,
 }
 
@@ -121,7 +121,7 @@ pub fn run(options: &[OsString], main: Main) -> ! {
         sandbox,
         runtime,
         registry: tracing_subscriber::Registry::default(),
-        command: <crate::cli::Cli as clap::CommandFactory>::command(),
+        command: crate::cli::made_ahead(),
     };
     let title = Title::find();
     if let Some(title) = &title {
