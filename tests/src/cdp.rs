@@ -29,8 +29,13 @@ use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 /// Where Debian's `chromium` package installs the browser.
 pub const CHROMIUM: &str = "/usr/bin/chromium";
 
-/// How long one protocol call, the launch, or a [`Page::wait_for`] may take.
+/// How long one protocol call or a [`Page::wait_for`] may take.
 pub const CDP_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// How long the browser may take to start listening: longer than a call,
+/// as a first start in a new profile on a busy machine has been seen to
+/// take over 20 s.
+pub const LAUNCH_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// Page errors kept for [`Page::errors`]; later ones are dropped.
 const MAX_ERRORS: usize = 100;
@@ -129,7 +134,7 @@ impl Browser {
             .ok_or_else(|| CdpError::Launch("no stderr pipe".into()))?;
         let mut lines = BufReader::new(stderr).lines();
         let mut seen = Vec::new();
-        let endpoint = tokio::time::timeout(CDP_TIMEOUT, async {
+        let endpoint = tokio::time::timeout(LAUNCH_TIMEOUT, async {
             while let Ok(Some(line)) = lines.next_line().await {
                 if let Some(at) = line.find("ws://") {
                     if line.contains("DevTools listening on") {
@@ -150,9 +155,10 @@ impl Browser {
                 )))
             }
             Err(_) => {
-                return Err(CdpError::Launch(
-                    "no `DevTools listening on` line within 20 s".into(),
-                ))
+                return Err(CdpError::Launch(format!(
+                    "no `DevTools listening on` line within {} s",
+                    LAUNCH_TIMEOUT.as_secs()
+                )))
             }
         };
         // Keep draining stderr so chromium never blocks on a full pipe.
