@@ -22,20 +22,6 @@ pub const TOKEN: &str = "bench-client-token-0123456789";
 /// How long a gateway has to exit after SIGTERM before it is killed.
 const STOP_GRACE: Duration = Duration::from_secs(10);
 
-/// A new directory, removed on drop, for a benchmark's projects, state
-/// and homes: under `$TMPDIR` when it is set, else under `/var/tmp`, on
-/// the host's disk as a gateway's state directory would be (`/var/lib`),
-/// rather than `/tmp`, which may be anything. On the machine the README's
-/// figures come from, `/tmp` is on the same ext4 disk as the rest yet
-/// creating a file there takes about 0.25 ms against 0.015 ms anywhere
-/// else, and a cold start creates two (its journal and its stderr log).
-pub fn work_dir() -> anyhow::Result<TempDir> {
-    let base = std::env::var_os("TMPDIR")
-        .filter(|dir| !dir.is_empty())
-        .map_or_else(|| PathBuf::from("/var/tmp"), PathBuf::from);
-    tempfile::tempdir_in(&base).with_context(|| format!("create a directory in {}", base.display()))
-}
-
 /// Where the two binaries under test are.
 #[derive(Debug, Clone)]
 pub struct Bins {
@@ -119,7 +105,7 @@ pub struct BenchGateway {
 impl BenchGateway {
     /// Starts the gateway and waits for its `listening on http://ADDR` line.
     pub async fn start(bins: &Bins, args: GatewayArgs) -> anyhow::Result<BenchGateway> {
-        let temp = work_dir()?;
+        let temp = tempfile::tempdir().context("create a temp dir")?;
         let root = temp.path().join("projects");
         let home = temp.path().join("home");
         for dir in [root.join(PROJECT), home.clone()] {
@@ -242,7 +228,7 @@ impl StdioAgent {
 
     /// Spawns with `extra` flags after `rpc` (`--sandbox`, say).
     pub async fn spawn_with(bins: &Bins, extra: &[&str]) -> anyhow::Result<StdioAgent> {
-        let temp = work_dir()?;
+        let temp = tempfile::tempdir().context("create a temp dir")?;
         let mut child = Command::new(&bins.agent)
             .arg("rpc")
             .args(extra)

@@ -21,7 +21,6 @@ const HELP: &str =
 
 What the model-key broker adds to a model call: time to first token and
 streaming throughput, straight to the provider versus through the broker.
-Its temporary directories go under $TMPDIR, else /var/tmp.
 
 options:
   --prompts N         prompts per path (default 20)

@@ -27,7 +27,6 @@ const HELP: &str = "usage: bench-gateway [--pings N] [--events N] [--clients N] 
 What the corral gateway costs on top of a corral-agent child: ping round
 trips over stdio versus through the gateway, event fan-out per dialect, and
 the gateway's memory with a client that never reads.
-Its temporary directories go under $TMPDIR, else /var/tmp.
 
 options:
   --pings N           pings per path (default 2000)

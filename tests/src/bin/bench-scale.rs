@@ -37,8 +37,7 @@ const HELP: &str = "usage: bench-scale [--projects N] [--burst N] [--idle-client
 
 How far one corral gateway scales on this machine, as markdown tables.
 Children run the echo provider, sandboxed. Build in release first:
-cargo build --release --workspace. Its temporary directories go under
-$TMPDIR, else /var/tmp.
+cargo build --release --workspace.
 
 sections (all by default, in this order):
   idle      --projects projects each connected once (the client leaves after

@@ -28,7 +28,6 @@ const HELP: &str = "usage: bench-startup [--runs N] [--agent PATH]
 The child's cold start (spawn to the first ping's answer) and idle memory,
 unconfined and with --sandbox, and a spare agent's start (assignment to
 the first ping's answer), alternating run by run.
-Its temporary directories go under $TMPDIR, else /var/tmp.
 
 options:
   --runs N        cold starts per mode (default 50)
@@ -250,7 +249,7 @@ fn main() -> anyhow::Result<()> {
                 .join("corral-agent")
         }
     };
-    let cwd = corral_e2e::bench::procs::work_dir()?;
+    let cwd = tempfile::tempdir()?;
     let mut plain = Samples::default();
     let mut sandboxed = Samples::default();
     let mut spare = Samples::default();
