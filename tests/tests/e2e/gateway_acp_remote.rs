@@ -534,9 +534,9 @@ async fn host_of(gateways: &[&Gateway], project: &str) -> usize {
 #[tokio::test]
 async fn two_gateways_behind_nginx_serve_two_projects_endpoints() {
     // Which gateway a name hashes to depends on the gateways' ports, so
-    // the test tries names until each gateway holds one: with five names
-    // both missed one gateway in about one run of twenty; with 32, a fair
-    // hash misses one in 2^31.
+    // the test tries names until each gateway holds one: five names all
+    // went to one gateway in about one run of twenty; with 32, a fair hash
+    // sends all to one in 2^31.
     let names: Vec<String> = (0..32).map(|k| format!("p{k:02}")).collect();
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
     let dir = tempfile::tempdir().unwrap();
