@@ -13,6 +13,8 @@ use std::path::{Path, PathBuf};
 use rustix::fs::{Mode, OFlags, CWD};
 use rustix::io::Errno;
 
+pub mod ahead;
+
 /// Why a path under the state directory could not be made or opened.
 #[derive(Debug, thiserror::Error)]
 #[error("{}: {}", path.display(), describe(*errno))]
@@ -117,6 +119,24 @@ impl Dir {
             | OFlags::CLOEXEC
             | OFlags::NOCTTY;
         self.open_file(name, flags, mode)
+    }
+
+    /// [`Dir::append_file`] for a file that cold starts make: one made
+    /// ahead is renamed into place when `name` is missing (see [`ahead`]).
+    pub fn append_file_made_ahead(&self, name: &str, mode: u32) -> Result<File, StateFsError> {
+        ahead::append_file(self, name, mode)
+    }
+
+    /// Another handle on this directory.
+    pub fn try_clone(&self) -> Result<Dir, StateFsError> {
+        let fd = rustix::io::fcntl_dupfd_cloexec(&self.fd, 0).map_err(|errno| StateFsError {
+            path: self.path.clone(),
+            errno,
+        })?;
+        Ok(Dir {
+            fd,
+            path: self.path.clone(),
+        })
     }
 
     /// Opens the regular file `name` for reading; a link is refused, and

@@ -286,7 +286,8 @@ fn spawn_spec(
     let session = settings.sessions_dir.join(format!("{project}.jsonl"));
     // Made here, on the file lane, for a child user to open after it
     // dropped to that user, and for corral-agent anyway: creating a file is
-    // the slowest step of its start, and cheaper outside its namespaces.
+    // the slowest step of its start (a file made ahead is renamed into
+    // place instead), and cheaper outside its namespaces.
     if settings.credentials.is_some() || settings.child_command.is_none() {
         prepare_journal(
             &settings.sessions_dir,
@@ -450,9 +451,10 @@ fn prepare_home(
     home.set_owner_and_mode(user.map(|u| (u.uid, u.gid)), 0o700)
 }
 
-/// Creates the journal `SESSIONS/PROJECT.jsonl` if missing, with mode
-/// 0600 and owned by the child user when there is one (so the child can
-/// open it after dropping to that user); follows no link.
+/// Creates the journal `SESSIONS/PROJECT.jsonl` if missing (from a file
+/// made ahead, see [`statefs::ahead`]), with mode 0600 and owned by the
+/// child user when there is one (so the child can open it after dropping
+/// to that user); follows no link.
 fn prepare_journal(
     sessions_dir: &Path,
     project: &str,
@@ -460,7 +462,7 @@ fn prepare_journal(
 ) -> Result<(), StateFsError> {
     let dir = state_subdir(sessions_dir, 0o755)?;
     let name = format!("{project}.jsonl");
-    let file = dir.append_file(&name, 0o600)?;
+    let file = dir.append_file_made_ahead(&name, 0o600)?;
     let failed = |e: std::io::Error| {
         let path = dir.path().join(&name);
         statefs::io_error(path, &e)

@@ -66,11 +66,12 @@ impl StderrLog {
         statefs::Dir::open_root(&self.state)?.subdir(LOGS_DIR, 0o700)
     }
 
-    /// Opens the file for a new child to append to (made 0600 if missing;
-    /// cut first if it is over [`MAX_BYTES`]).
+    /// Opens the file for a new child to append to (made 0600 if missing,
+    /// from a file made ahead: see [`statefs::ahead`]; cut first if it is
+    /// over [`MAX_BYTES`]).
     pub fn open_for_child(&self) -> Result<std::fs::File, StateFsError> {
         let dir = self.dir()?;
-        let file = dir.append_file(&self.name, 0o600)?;
+        let file = dir.append_file_made_ahead(&self.name, 0o600)?;
         if file.metadata().is_ok_and(|m| m.len() > MAX_BYTES) {
             self.cut(&dir, file.metadata().map_or(0, |m| m.len()));
         }

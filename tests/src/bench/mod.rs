@@ -8,6 +8,7 @@ pub mod broker;
 pub mod cli;
 pub mod client;
 pub mod cold;
+pub mod disk;
 pub mod fanout;
 pub mod idle;
 pub mod memory;

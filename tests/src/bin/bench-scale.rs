@@ -15,7 +15,8 @@
 //! `--fd-cap`), with how it degrades there; and a project's cold start
 //! through the gateway, cold connect minus warm, with and without the
 //! agent template and without the sandbox, beside the standalone
-//! sandboxed start (`cold`).
+//! sandboxed start (`cold`); and what creating a file costs on the
+//! temporary directory's disk against renaming one made ahead (`disk`).
 //! Children run the echo
 //! provider, sandboxed (the default). Build in release first:
 //! `cargo build --release --workspace`.
@@ -28,11 +29,12 @@ use std::path::PathBuf;
 use anyhow::{bail, Context};
 use corral_e2e::bench::procs::Bins;
 use corral_e2e::bench::stats::{micros, Latency};
-use corral_e2e::bench::{cold, idle, nofile, scale};
+use corral_e2e::bench::{cold, disk, idle, nofile, scale};
 
 const HELP: &str = "usage: bench-scale [--projects N] [--burst N] [--idle-clients N] \
 [--fanout N,N] [--fd-cap N] [--nofile N] [--connected N] [--min-pings N] \
-[--cold N] [--cold-rows ROW,…] [--only idle,burst,pings,clients,fds,cold] \
+[--cold N] [--cold-rows ROW,…] \
+[--only idle,burst,pings,clients,fds,cold,disk] \
 [--bin-dir DIR]
 
 How far one corral gateway scales on this machine, as markdown tables.
@@ -60,6 +62,9 @@ sections (all by default, in this order):
             --child-template off and with --sandbox off, beside a
             standalone corral-agent rpc --sandbox spawned and pinged
             (bench-startup's figure)
+  disk      creating a file in a new directory on the temporary
+            directory's disk, against renaming one made earlier into place
+            (the gateway's files made ahead)
 
 options:
   --projects N        projects of idle and burst (default 2000)
@@ -183,7 +188,7 @@ fn row(name: &str, latency: &Option<Latency>) -> String {
 const COLD_ROWS: [&str; 5] = ["spare", "forked", "executed", "unconfined", "standalone"];
 
 /// The sections `--only` can name, in the order they run.
-const SECTIONS: [&str; 6] = ["idle", "burst", "pings", "clients", "fds", "cold"];
+const SECTIONS: [&str; 7] = ["idle", "burst", "pings", "clients", "fds", "cold", "disk"];
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -216,6 +221,23 @@ async fn main() -> anyhow::Result<()> {
     if run("cold") {
         cold_starts(&bins, &args).await?;
     }
+    if run("disk") {
+        disk()?;
+    }
+    Ok(())
+}
+
+/// 7. Creating a file against renaming one made ahead.
+fn disk() -> anyhow::Result<()> {
+    let temp = tempfile::tempdir().context("create a temp dir")?;
+    let files = disk::measure(temp.path())?;
+    println!(
+        "\n## A file of a cold start on this disk ({} each, open included)\n",
+        disk::SAMPLES
+    );
+    println!("| file, in a new directory | p50 | p99 | max |\n|---|---|---|---|");
+    println!("{}", row("created", &files.created));
+    println!("{}", row("made ahead, renamed into place", &files.renamed));
     Ok(())
 }
 

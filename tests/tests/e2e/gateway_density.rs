@@ -498,3 +498,87 @@ async fn a_spare_that_sees_another_project_directory_gives_way_to_a_new_agent() 
         "{log}"
     );
 }
+
+/// The names of the files made ahead in `dir`, with their inodes.
+fn made_ahead(dir: &Path) -> Vec<(String, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let mut files: Vec<(String, u64)> = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with(".ahead-"))
+                .map(|e| {
+                    let inode = e.metadata().unwrap().ino();
+                    (e.file_name().to_string_lossy().into_owned(), inode)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    files.sort();
+    files
+}
+
+/// A cold start renames files the gateway made ahead into place as the
+/// project's journal and stderr file (creating a file can be slow on a
+/// busy disk); new ones are made after it, and a project that has its
+/// files keeps them.
+#[tokio::test]
+async fn a_cold_start_takes_its_journal_and_stderr_file_from_files_made_ahead() {
+    use std::os::unix::fs::MetadataExt;
+    let gateway = GatewaySpawn::default()
+        .echo()
+        .projects(&["alpha", "beta"])
+        .spawn()
+        .await;
+    let (sessions, logs) = (gateway.state.join("sessions"), gateway.state.join("logs"));
+    visit(&gateway, "alpha").await;
+    let full = |dir: &Path| made_ahead(dir).len();
+    assert_eq!(settles_at(8, || full(&sessions)).await, 8);
+    assert_eq!(settles_at(8, || full(&logs)).await, 8);
+    let ahead: Vec<u64> = made_ahead(&sessions)
+        .into_iter()
+        .chain(made_ahead(&logs))
+        .map(|(_, inode)| inode)
+        .collect();
+
+    visit(&gateway, "beta").await;
+    for file in [sessions.join("beta.jsonl"), logs.join("beta.log")] {
+        let meta = std::fs::symlink_metadata(&file).unwrap();
+        assert!(
+            ahead.contains(&meta.ino()),
+            "{} was made ahead",
+            file.display()
+        );
+        assert!(meta.is_file() && meta.nlink() == 1);
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+        let age = std::time::SystemTime::now()
+            .duration_since(meta.modified().unwrap())
+            .unwrap_or_default();
+        assert!(age < Duration::from_secs(60), "its times are the start's");
+    }
+    // Replaced in the background.
+    assert_eq!(settles_at(8, || full(&sessions)).await, 8);
+    assert_eq!(settles_at(8, || full(&logs)).await, 8);
+    // A restart of a project reuses its files.
+    let journal = std::fs::metadata(sessions.join("alpha.jsonl"))
+        .unwrap()
+        .ino();
+    let before = made_ahead(&sessions);
+    let alpha = gateway.child_pids();
+    let (status, _) = gateway
+        .http_post("/v1/projects/alpha/stop", Some(ADMIN_TOKEN))
+        .await;
+    assert_eq!(status, 202);
+    assert_eq!(
+        settles_at(alpha.len() - 1, || gateway.child_pids().len()).await,
+        alpha.len() - 1
+    );
+    visit(&gateway, "alpha").await;
+    assert_eq!(
+        std::fs::metadata(sessions.join("alpha.jsonl"))
+            .unwrap()
+            .ino(),
+        journal
+    );
+    assert_eq!(made_ahead(&sessions), before);
+}

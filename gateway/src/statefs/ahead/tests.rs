@@ -1,0 +1,175 @@
+use std::os::unix::fs::{symlink, PermissionsExt};
+use std::path::Path;
+
+use super::*;
+
+fn ahead_files(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(PREFIX))
+        .collect();
+    names.sort();
+    names
+}
+
+fn sessions(state: &Path) -> Dir {
+    Dir::open_root(state)
+        .unwrap()
+        .subdir("sessions", 0o755)
+        .unwrap()
+}
+
+#[test]
+fn a_missing_file_is_one_made_ahead_renamed_into_place() {
+    let state = tempfile::tempdir().unwrap();
+    let dir = sessions(state.path());
+    let path = state.path().join("sessions");
+    refill(&dir);
+    assert_eq!(ahead_files(&path).len(), PER_DIR);
+    let before = ahead_files(&path);
+    // Made ahead an hour ago, as far as its times say.
+    let old = SystemTime::now() - Duration::from_secs(3600);
+    for name in &before {
+        let file = std::fs::File::options()
+            .write(true)
+            .open(path.join(name))
+            .unwrap();
+        file.set_times(std::fs::FileTimes::new().set_modified(old))
+            .unwrap();
+    }
+    let inode = |name: &str| std::fs::metadata(path.join(name)).unwrap().ino();
+    let inodes: Vec<u64> = before.iter().map(|n| inode(n)).collect();
+
+    let mut file = dir.append_file_made_ahead("p.jsonl", 0o640).unwrap();
+    std::io::Write::write_all(&mut file, b"{}\n").unwrap();
+    // One was taken (not refilled: no runtime here), and it is the file.
+    assert_eq!(ahead_files(&path).len(), PER_DIR - 1);
+    assert!(inodes.contains(&inode("p.jsonl")));
+    let meta = std::fs::metadata(path.join("p.jsonl")).unwrap();
+    assert_eq!(meta.permissions().mode() & 0o777, 0o640);
+    assert!(meta.modified().unwrap() > old + Duration::from_secs(3000));
+    assert_eq!(std::fs::read(path.join("p.jsonl")).unwrap(), b"{}\n");
+
+    // An existing file is opened for appending, nothing taken.
+    let mut again = dir.append_file_made_ahead("p.jsonl", 0o600).unwrap();
+    std::io::Write::write_all(&mut again, b"[]\n").unwrap();
+    assert_eq!(std::fs::read(path.join("p.jsonl")).unwrap(), b"{}\n[]\n");
+    assert_eq!(ahead_files(&path).len(), PER_DIR - 1);
+
+    // Refilled: the one taken is made again.
+    refill(&dir);
+    assert_eq!(ahead_files(&path), before);
+}
+
+#[test]
+fn with_none_made_ahead_the_file_is_created() {
+    let state = tempfile::tempdir().unwrap();
+    let dir = sessions(state.path());
+    drop(dir.append_file_made_ahead("q.jsonl", 0o600).unwrap());
+    let meta = std::fs::metadata(state.path().join("sessions/q.jsonl")).unwrap();
+    assert!(meta.is_file());
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+}
+
+#[test]
+fn a_link_in_place_is_refused_and_takes_nothing() {
+    let state = tempfile::tempdir().unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let target = elsewhere.path().join("target");
+    std::fs::write(&target, "precious").unwrap();
+    let dir = sessions(state.path());
+    refill(&dir);
+    symlink(&target, state.path().join("sessions/j.jsonl")).unwrap();
+    assert!(dir
+        .append_file_made_ahead("j.jsonl", 0o600)
+        .unwrap_err()
+        .is_link());
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "precious");
+    assert_eq!(ahead_files(&state.path().join("sessions")).len(), PER_DIR);
+}
+
+#[test]
+fn leftovers_are_used_only_when_empty_plain_and_unlinked_elsewhere() {
+    let state = tempfile::tempdir().unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let path = state.path().join("sessions");
+    let dir = sessions(state.path());
+    // An empty leftover of an earlier run is fine; one with content, a
+    // link, a hard link to a file elsewhere in the state directory and a
+    // directory are not.
+    std::fs::write(path.join(".ahead-0"), "").unwrap();
+    std::fs::write(path.join(".ahead-1"), "someone's lines").unwrap();
+    let target = elsewhere.path().join("target");
+    std::fs::write(&target, "").unwrap();
+    symlink(&target, path.join(".ahead-2")).unwrap();
+    std::fs::write(state.path().join("other"), "").unwrap();
+    std::fs::hard_link(state.path().join("other"), path.join(".ahead-3")).unwrap();
+    std::fs::create_dir(path.join(".ahead-4")).unwrap();
+    refill(&dir);
+    for project in 0..PER_DIR {
+        drop(
+            dir.append_file_made_ahead(&format!("p{project}.jsonl"), 0o600)
+                .unwrap(),
+        );
+    }
+    // Four were taken, then the rest created.
+    assert_eq!(
+        ahead_files(&path),
+        [".ahead-1", ".ahead-2", ".ahead-3", ".ahead-4"]
+    );
+    assert_eq!(
+        std::fs::read_to_string(path.join(".ahead-1")).unwrap(),
+        "someone's lines"
+    );
+    for project in 0..PER_DIR {
+        let meta = std::fs::symlink_metadata(path.join(format!("p{project}.jsonl"))).unwrap();
+        assert!(meta.is_file() && meta.len() == 0 && meta.nlink() == 1);
+    }
+    assert_eq!(std::fs::metadata(&target).unwrap().nlink(), 1);
+}
+
+#[test]
+fn a_file_made_meanwhile_is_not_replaced() {
+    let state = tempfile::tempdir().unwrap();
+    let path = state.path().join("sessions");
+    let dir = sessions(state.path());
+    refill(&dir);
+    // The name is missing when looked up, then made by someone else before
+    // the rename: the rename fails rather than replacing it.
+    std::fs::write(path.join("r.jsonl"), "theirs").unwrap();
+    assert!(take(&dir, "r.jsonl").is_none());
+    assert_eq!(
+        std::fs::read_to_string(path.join("r.jsonl")).unwrap(),
+        "theirs"
+    );
+    assert_eq!(ahead_files(&path).len(), PER_DIR);
+    // The file is still ready for the next start.
+    assert!(take(&dir, "s.jsonl").is_some());
+    assert_eq!(ahead_files(&path).len(), PER_DIR - 1);
+}
+
+#[tokio::test]
+async fn a_taken_file_is_replaced_in_the_background() {
+    let state = tempfile::tempdir().unwrap();
+    let path = state.path().join("sessions");
+    let dir = sessions(state.path());
+    // The first start creates its file and has the rest made.
+    drop(dir.append_file_made_ahead("a.jsonl", 0o600).unwrap());
+    let filled = |want: usize| {
+        let path = path.clone();
+        async move {
+            for _ in 0..500 {
+                if ahead_files(&path).len() == want {
+                    return true;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            false
+        }
+    };
+    assert!(filled(PER_DIR).await, "{:?}", ahead_files(&path));
+    drop(dir.append_file_made_ahead("b.jsonl", 0o600).unwrap());
+    assert!(filled(PER_DIR).await, "{:?}", ahead_files(&path));
+    assert!(path.join("b.jsonl").is_file());
+}
