@@ -12,11 +12,14 @@
 //!
 //! A file is taken with `renameat2(RENAME_NOREPLACE)`, so it never
 //! replaces a file of the same name (a journal a start raced to make) and
-//! of two gateways sharing the directory only one takes it. A leftover
-//! `.ahead-N` (from an earlier run) is used only if it is an empty
-//! regular file of this process's user with one link; anything else under
-//! that name is left alone and the name skipped. A file system without
-//! `RENAME_NOREPLACE` (some network ones) gets plain creation.
+//! of two gateways sharing the directory only one takes it. What is
+//! taken is used only if, opened at its new name (no link followed, not
+//! blocking), it is still an empty regular file of this process's user
+//! with one link; else it is removed from that name and the file created
+//! as usual. A leftover `.ahead-N` (from an earlier run) is adopted only
+//! if it is such a file; anything else under that name is left alone and
+//! the name skipped. On a file system without `RENAME_NOREPLACE` (some
+//! network ones) the files made ahead are removed and files are created.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -47,6 +50,8 @@ struct Shelf {
     ready: Vec<usize>,
     /// A refill is on its way.
     filling: bool,
+    /// Files were taken while it was: another refill follows it.
+    again: bool,
     /// The file system cannot take a file without replacing: none kept.
     unsupported: bool,
 }
@@ -74,20 +79,8 @@ pub(super) fn append_file(dir: &Dir, name: &str, mode: u32) -> Result<File, Stat
     }
     let taken = take(dir, name);
     refill_later(dir);
-    match taken {
-        Some(()) => {
-            let file = dir.open_file(name, append_flags(), 0)?;
-            let now = SystemTime::now();
-            let times = std::fs::FileTimes::new()
-                .set_accessed(now)
-                .set_modified(now);
-            file.set_times(times)
-                .and_then(|()| {
-                    file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(mode))
-                })
-                .map_err(|e| dir.io_failed(name, e))?;
-            Ok(file)
-        }
+    match taken.then(|| adopt(dir, name, mode)).flatten() {
+        Some(file) => Ok(file),
         None => dir.append_file(name, mode),
     }
 }
@@ -96,42 +89,103 @@ fn append_flags() -> OFlags {
     OFlags::WRONLY | OFlags::APPEND | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NOCTTY
 }
 
-/// Renames a ready file to `name`; `None` when none is ready or `name`
-/// appeared meanwhile (the file is kept for the next start).
-fn take(dir: &Dir, name: &str) -> Option<()> {
+/// Whether `meta` is what a file made ahead is: an empty regular file of
+/// this user with one link.
+fn made_ahead(meta: &std::fs::Metadata) -> bool {
+    meta.is_file()
+        && meta.len() == 0
+        && meta.nlink() == 1
+        && meta.uid() == nix::unistd::geteuid().as_raw()
+}
+
+/// Opens the file just renamed to `name`, if it is still what was made
+/// ahead (someone able to write the directory could have put something
+/// else under its `.ahead-N` name since); else removes it from that name.
+fn adopt(dir: &Dir, name: &str, mode: u32) -> Option<File> {
+    // Not blocking on a FIFO put there.
+    let flags = append_flags() | OFlags::NONBLOCK;
+    let file = rustix::fs::openat(dir, name, flags, Mode::empty())
+        .ok()
+        .map(File::from)
+        .filter(|file| file.metadata().is_ok_and(|m| made_ahead(&m)));
+    let Some(file) = file else {
+        let _ = rustix::fs::unlinkat(dir, name, rustix::fs::AtFlags::empty());
+        return None;
+    };
+    let now = SystemTime::now();
+    let times = std::fs::FileTimes::new()
+        .set_accessed(now)
+        .set_modified(now);
+    let ready = rustix::fs::fcntl_setfl(&file, OFlags::APPEND)
+        .map_err(std::io::Error::from)
+        .and_then(|()| file.set_times(times))
+        .and_then(|()| file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(mode)));
+    // In place either way; the caller opens it again.
+    ready.ok().map(|()| file)
+}
+
+/// Renames a ready file to `name`: false when none is ready, `name`
+/// appeared meanwhile or the rename failed (the file is kept for the
+/// next start).
+fn take(dir: &Dir, name: &str) -> bool {
+    if name.contains('/') {
+        return false;
+    }
     loop {
-        let number = with_shelf(dir, |shelf| shelf.ready.pop())?;
+        let Some(number) = with_shelf(dir, |shelf| shelf.ready.pop()) else {
+            return false;
+        };
         let from = format!("{PREFIX}{number}");
         match rustix::fs::renameat_with(dir, from.as_str(), dir, name, RenameFlags::NOREPLACE) {
-            Ok(()) => return Some(()),
-            Err(Errno::EXIST) => {
-                with_shelf(dir, |shelf| shelf.ready.push(number));
-                return None;
-            }
-            Err(Errno::INVAL | Errno::NOSYS | Errno::OPNOTSUPP) => {
-                with_shelf(dir, |shelf| {
-                    shelf.unsupported = true;
-                    shelf.ready.clear();
-                });
-                return None;
-            }
+            Ok(()) => return true,
             // Gone (another gateway took it): try the next one.
-            Err(_) => {}
+            Err(Errno::NOENT) => {}
+            Err(Errno::INVAL | Errno::NOSYS | Errno::OPNOTSUPP) => {
+                unsupported(dir, number);
+                return false;
+            }
+            Err(_) => {
+                with_shelf(dir, |shelf| {
+                    if !shelf.ready.contains(&number) {
+                        shelf.ready.push(number);
+                    }
+                });
+                return false;
+            }
         }
     }
 }
 
+/// Notes that `dir`'s file system cannot rename without replacing, and
+/// removes the files made ahead there (`number` and the ready ones).
+fn unsupported(dir: &Dir, number: usize) {
+    let ready = with_shelf(dir, |shelf| {
+        shelf.unsupported = true;
+        std::mem::take(&mut shelf.ready)
+    });
+    for number in ready.into_iter().chain([number]) {
+        let name = format!("{PREFIX}{number}");
+        let _ = rustix::fs::unlinkat(dir, name.as_str(), rustix::fs::AtFlags::empty());
+    }
+}
+
 /// Makes the missing files of `dir` [`REFILL_AFTER`] from now, on the
-/// files lane, unless a refill is on its way. Needs the tokio runtime;
-/// without it nothing is kept ahead.
+/// files lane; if a refill is on its way, another follows it. Needs the
+/// tokio runtime; without it nothing is kept ahead.
 fn refill_later(dir: &Dir) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };
     let wanted = with_shelf(dir, |shelf| {
-        let wanted = !shelf.filling && !shelf.unsupported && shelf.ready.len() < PER_DIR;
-        shelf.filling |= wanted;
-        wanted
+        if shelf.unsupported || shelf.ready.len() >= PER_DIR {
+            return false;
+        }
+        if shelf.filling {
+            shelf.again = true;
+            return false;
+        }
+        shelf.filling = true;
+        true
     });
     if !wanted {
         return;
@@ -156,7 +210,8 @@ fn refill_later(dir: &Dir) {
     });
 }
 
-/// Makes (or adopts) the files of `dir` that are not ready.
+/// Makes (or adopts) the files of `dir` that are not ready; then, if
+/// files were taken while it ran, has another refill follow.
 pub(super) fn refill(dir: &Dir) {
     let ready = with_shelf(dir, |shelf| shelf.ready.clone());
     let mut made = Vec::new();
@@ -165,34 +220,32 @@ pub(super) fn refill(dir: &Dir) {
             made.push(number);
         }
     }
-    with_shelf(dir, |shelf| {
+    let again = with_shelf(dir, |shelf| {
         for number in made {
             if !shelf.ready.contains(&number) {
                 shelf.ready.push(number);
             }
         }
         shelf.filling = false;
+        std::mem::take(&mut shelf.again)
     });
+    if again {
+        refill_later(dir);
+    }
 }
 
 /// Makes `.ahead-NUMBER`, or adopts the one there if it is an empty
-/// regular file of this user with one link.
+/// regular file of this user with one link (looked at without opening
+/// it: `O_PATH`).
 fn make(dir: &Dir, number: usize) -> bool {
     let name = format!("{PREFIX}{number}");
     let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC | OFlags::NOCTTY;
     match rustix::fs::openat(dir, name.as_str(), flags, Mode::from_raw_mode(0o600)) {
         Ok(_) => true,
         Err(Errno::EXIST) => {
-            let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
-            let Ok(fd) = rustix::fs::openat(dir, name.as_str(), flags, Mode::empty()) else {
-                return false;
-            };
-            File::from(fd).metadata().is_ok_and(|m| {
-                m.is_file()
-                    && m.len() == 0
-                    && m.nlink() == 1
-                    && m.uid() == nix::unistd::geteuid().as_raw()
-            })
+            let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+            rustix::fs::openat(dir, name.as_str(), flags, Mode::empty())
+                .is_ok_and(|fd| File::from(fd).metadata().is_ok_and(|m| made_ahead(&m)))
         }
         Err(_) => false,
     }

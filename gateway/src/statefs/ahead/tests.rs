@@ -138,14 +138,14 @@ fn a_file_made_meanwhile_is_not_replaced() {
     // The name is missing when looked up, then made by someone else before
     // the rename: the rename fails rather than replacing it.
     std::fs::write(path.join("r.jsonl"), "theirs").unwrap();
-    assert!(take(&dir, "r.jsonl").is_none());
+    assert!(!take(&dir, "r.jsonl"));
     assert_eq!(
         std::fs::read_to_string(path.join("r.jsonl")).unwrap(),
         "theirs"
     );
     assert_eq!(ahead_files(&path).len(), PER_DIR);
     // The file is still ready for the next start.
-    assert!(take(&dir, "s.jsonl").is_some());
+    assert!(take(&dir, "s.jsonl"));
     assert_eq!(ahead_files(&path).len(), PER_DIR - 1);
 }
 
@@ -172,4 +172,76 @@ async fn a_taken_file_is_replaced_in_the_background() {
     drop(dir.append_file_made_ahead("b.jsonl", 0o600).unwrap());
     assert!(filled(PER_DIR).await, "{:?}", ahead_files(&path));
     assert!(path.join("b.jsonl").is_file());
+}
+
+fn ready(dir: &Dir) -> Vec<usize> {
+    let mut ready = with_shelf(dir, |shelf| shelf.ready.clone());
+    ready.sort();
+    ready
+}
+
+#[test]
+fn what_was_put_in_a_files_place_after_it_was_made_is_not_used() {
+    let state = tempfile::tempdir().unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let path = state.path().join("sessions");
+    let dir = sessions(state.path());
+    refill(&dir);
+    // Someone able to write the directory swaps the files made ahead
+    // for a file with content, a link, a hard link, a FIFO and a
+    // directory; the other three are left as made.
+    let target = elsewhere.path().join("target");
+    std::fs::write(&target, "").unwrap();
+    let swap = |n: usize| {
+        let name = path.join(format!(".ahead-{n}"));
+        std::fs::remove_file(&name).unwrap();
+        name
+    };
+    std::fs::write(swap(0), "someone's lines").unwrap();
+    symlink(&target, swap(1)).unwrap();
+    std::fs::hard_link(&target, swap(2)).unwrap();
+    nix::unistd::mkfifo(&swap(3), nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    std::fs::create_dir(swap(4)).unwrap();
+    // Every start gets an empty file of its own, at its name.
+    for project in 0..PER_DIR {
+        let name = format!("p{project}.jsonl");
+        let got = dir.append_file_made_ahead(&name, 0o600);
+        match std::fs::symlink_metadata(path.join(&name)) {
+            Ok(meta) if meta.is_file() => {
+                got.unwrap();
+                assert_eq!(meta.len(), 0, "{name}");
+                assert_eq!(meta.nlink(), 1, "{name}");
+            }
+            // The directory was renamed into place and cannot be removed
+            // from it: that start fails, as if it had been made there.
+            Ok(meta) => {
+                assert!(meta.is_dir(), "{name}");
+                assert!(got.is_err());
+            }
+            Err(e) => panic!("{name}: {e}"),
+        }
+    }
+    assert_eq!(std::fs::metadata(&target).unwrap().nlink(), 1);
+    assert_eq!(std::fs::read(&target).unwrap(), b"");
+}
+
+#[test]
+fn a_failed_take_keeps_the_files_ready_once_each() {
+    let state = tempfile::tempdir().unwrap();
+    let path = state.path().join("sessions");
+    let dir = sessions(state.path());
+    refill(&dir);
+    let all: Vec<usize> = (0..PER_DIR).collect();
+    // A name in a missing directory: an error, and nothing taken.
+    assert!(dir
+        .append_file_made_ahead("missing/x.jsonl", 0o600)
+        .is_err());
+    assert_eq!(ready(&dir), all);
+    // A name that appeared meanwhile, taken while a refill adopts the
+    // same files again: each is ready once.
+    std::fs::write(path.join("r.jsonl"), "theirs").unwrap();
+    assert!(!take(&dir, "r.jsonl"));
+    refill(&dir);
+    assert!(!take(&dir, "r.jsonl"));
+    assert_eq!(ready(&dir), all);
 }
