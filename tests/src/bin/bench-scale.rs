@@ -227,20 +227,6 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// 7. Creating a file against renaming one made ahead.
-fn disk() -> anyhow::Result<()> {
-    let temp = tempfile::tempdir().context("create a temp dir")?;
-    let files = disk::measure(temp.path())?;
-    println!(
-        "\n## A file of a cold start on this disk ({} each, open included)\n",
-        disk::SAMPLES
-    );
-    println!("| file, in a new directory | p50 | p99 | max |\n|---|---|---|---|");
-    println!("{}", row("created", &files.created));
-    println!("{}", row("made ahead, renamed into place", &files.renamed));
-    Ok(())
-}
-
 /// 6. A project's cold start through the gateway: served by a spare agent
 ///    (the default), forked from the template, executed and (the floor)
 ///    without the sandbox; and the standalone start beside them.
@@ -302,6 +288,20 @@ async fn cold_starts(bins: &Bins, args: &Args) -> anyhow::Result<()> {
             )
         );
     }
+    Ok(())
+}
+
+/// 7. Creating a file against renaming one made ahead.
+fn disk() -> anyhow::Result<()> {
+    let temp = tempfile::tempdir().context("create a temp dir")?;
+    let files = disk::measure(temp.path())?;
+    println!(
+        "\n## A file of a cold start on this disk ({} each, open included)\n",
+        disk::SAMPLES
+    );
+    println!("| file, in a new directory | p50 | p99 | max |\n|---|---|---|---|");
+    println!("{}", row("created", &files.created));
+    println!("{}", row("made ahead, renamed into place", &files.renamed));
     Ok(())
 }
 

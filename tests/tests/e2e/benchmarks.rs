@@ -99,6 +99,18 @@ fn bench_scale_runs_only_the_cold_rows_asked_for() {
 }
 
 #[test]
+fn bench_scale_times_creating_a_file_against_renaming_one() {
+    let out = run("bench-scale", &["--only", "disk"]);
+    assert!(out.contains("| file, in a new directory | p50 |"), "{out}");
+    assert!(out.contains("\n| created | "), "{out}");
+    assert!(
+        out.contains("\n| made ahead, renamed into place | "),
+        "{out}"
+    );
+    assert!(!out.contains("cold − warm"), "{out}");
+}
+
+#[test]
 fn bench_broker_compares_both_model_paths() {
     let out = run(
         "bench-broker",
