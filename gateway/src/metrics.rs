@@ -265,7 +265,7 @@ impl Metrics {
             frames: IntCounterVec::new(opts("frames_total", "Frames by hop."), &["direction"])?,
             bytes: IntCounterVec::new(opts("bytes_total", "Frame bytes by hop."), &["direction"])?,
             invalid_frames: IntCounterVec::new(opts("invalid_frames_total", "Invalid frames by source and reason."), &["source", "reason"])?,
-            connections: IntGauge::with_opts(opts("connections", "Open connections of the main listener."))?,
+            connections: IntGauge::with_opts(opts("connections", "Open connections of the main listener, and Streamable HTTP connections of the ACP endpoint (each holds a place under --max-connections)."))?,
             connections_refused: IntCounterVec::new(opts(
                 "connections_refused_total",
                 "Connections refused or closed early: over --max-connections with every connection authenticated (max_connections), closed to make room (evicted), no headers within --header-timeout (header_timeout), no descriptor left (no_descriptors), a WebSocket session over --max-connections-per-token (per_token).",

@@ -33,7 +33,10 @@
 //! Behind it, each connection is a client of the project's hub exactly
 //! like a WebSocket client ([`crate::ws::serve`]): its place under
 //! `--max-connections-per-token`, replay, permission requests, audit and
-//! budgets are the same. A `POST` body is at most `--max-frame-bytes` and
+//! budgets are the same. It also holds a place under `--max-connections`
+//! of its own ([`ConnectionSlot::another`]) from its `initialize` until
+//! it ends, whatever TCP connections its requests come on; at the cap an
+//! `initialize` is `503`. A `POST` body is at most `--max-frame-bytes` and
 //! must arrive within `--hello-timeout`; frames wait for the stream in a
 //! small queue counted against `--client-buffer-bytes`; a connection with
 //! no stream open and no request for [`IDLE_GRACE`] is closed.
@@ -352,6 +355,7 @@ async fn post_endpoint(
         );
     }
     let headers = request.headers().clone();
+    let slot = request.extensions().get::<Arc<ConnectionSlot>>().cloned();
     let body = match read_body(&state, request.into_body()).await {
         Ok(body) => body,
         Err(refused) => return refused,
@@ -370,7 +374,25 @@ async fn post_endpoint(
                 "Acp-Connection-Id header required (only initialize opens a connection)",
             );
         };
-        return initialize(state, caller, project, message, id).await;
+        // A place under `--max-connections` of its own, for its whole
+        // life: it outlives the request's TCP connection, and one TCP
+        // connection may open many.
+        let place = match slot.map(|slot| slot.another()) {
+            Some(None) => {
+                state.metrics.connection_refused("max_connections");
+                let mut refused = refuse(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "too many connections (--max-connections); retry",
+                );
+                refused
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                return refused;
+            }
+            Some(Some(place)) => Some(place),
+            None => None,
+        };
+        return initialize(state, caller, project, message, id, place).await;
     }
     let connection = match named_connection(&state, &caller, &project, &headers) {
         Ok(connection) => connection,
@@ -416,12 +438,14 @@ async fn read_body(state: &AppState, body: Body) -> Result<Bytes, Response> {
 
 /// Opens a connection for `initialize` (id `id`): attaches its client to
 /// the project's hub, sends the request, and answers with the answer.
+/// `place` is its place under `--max-connections`, held until it ends.
 async fn initialize(
     state: Arc<AppState>,
     caller: Caller,
     project: String,
     message: Message,
     id: Value,
+    place: Option<Arc<ConnectionSlot>>,
 ) -> Response {
     let (role, dir) = match open_project(&state, &caller, &project).await {
         Ok(opened) => opened,
@@ -441,6 +465,7 @@ async fn initialize(
         let state = state.clone();
         let connection = connection.clone();
         async move {
+            let _place = place;
             let mut outlet = HttpOutlet {
                 tx: Some(outbox_tx),
                 connection: connection.clone(),

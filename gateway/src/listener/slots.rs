@@ -40,6 +40,8 @@ pub const SILENT_GRACE: Duration = Duration::from_secs(1);
 pub struct ConnectionSlot {
     /// The open count of the pool the place belongs to.
     open: Arc<AtomicUsize>,
+    /// The pool's cap.
+    cap: usize,
     metrics: Arc<Metrics>,
     /// Whether a request head arrived (a header timeout after one is an
     /// idle keep-alive connection ending, not a refusal).
@@ -66,6 +68,30 @@ impl ConnectionSlot {
     /// Whether [`ConnectionSlot::protect`] was called.
     pub fn is_protected(&self) -> bool {
         self.protected.load(Ordering::SeqCst)
+    }
+
+    /// Another place in this connection's pool, for something that outlives
+    /// its request and counts as a connection of its own (a Streamable
+    /// HTTP connection of the ACP endpoint); `None` at the pool's cap.
+    /// The place is protected, never closed to make room, and freed when
+    /// the last clone drops.
+    pub fn another(&self) -> Option<Arc<ConnectionSlot>> {
+        self.open
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |open| {
+                (open < self.cap).then_some(open + 1)
+            })
+            .ok()?;
+        self.metrics.connections.inc();
+        Some(Arc::new(ConnectionSlot {
+            open: self.open.clone(),
+            cap: self.cap,
+            metrics: self.metrics.clone(),
+            served: AtomicBool::new(true),
+            protected: AtomicBool::new(true),
+            idle: AtomicBool::new(false),
+            evict: CancellationToken::new(),
+            accepted: Instant::now(),
+        }))
     }
 
     /// Completes when the connection is to be closed to make room.
@@ -229,6 +255,7 @@ impl Pool {
         metrics.connections.inc();
         let slot = Arc::new(ConnectionSlot {
             open: self.open.clone(),
+            cap: self.cap,
             metrics: metrics.clone(),
             served: AtomicBool::new(false),
             protected: AtomicBool::new(false),
@@ -311,6 +338,26 @@ mod tests {
             assert!(expected.evict.is_cancelled());
         }
         assert!(!pool.queue.evict());
+    }
+
+    #[test]
+    fn another_place_counts_under_the_cap_until_dropped() {
+        let metrics = metrics();
+        let mut pool = Pool::new(3, 0);
+        let request = pool.take(&metrics);
+        let first = request.another().unwrap();
+        assert!(first.is_protected());
+        assert_eq!(pool.open.load(Ordering::SeqCst), 2);
+        let second = first.another().unwrap();
+        assert!(request.another().is_none(), "at the cap");
+        assert_eq!(pool.room(), Room::Full, "never closed to make room");
+        // The request's connection closing leaves the others counted.
+        drop(request);
+        assert_eq!(pool.open.load(Ordering::SeqCst), 2);
+        assert_eq!(metrics.connections.get(), 2);
+        drop((first, second));
+        assert_eq!(pool.open.load(Ordering::SeqCst), 0);
+        assert_eq!(metrics.connections.get(), 0);
     }
 
     #[tokio::test(start_paused = true)]

@@ -644,3 +644,74 @@ async fn a_gateway_whose_agents_speak_another_dialect_has_no_acp_endpoint() {
     assert_eq!(status, 404, "{body}");
     assert!(body.contains("--dialect acp"), "{body}");
 }
+
+/// A Streamable HTTP connection takes a place under `--max-connections`
+/// of its own for its whole life, however many a TCP connection opens:
+/// at the cap an `initialize` is `503` with `Retry-After`, and a `DELETE`
+/// gives the place back.
+#[tokio::test]
+async fn streamable_http_connections_count_under_max_connections() {
+    let gw = GatewaySpawn::default()
+        .echo()
+        .arg("--dialect")
+        .arg("acp")
+        .arg("--max-connections")
+        .arg("4")
+        .spawn()
+        .await;
+    let url = endpoint(gw.addr, "alpha", Transport::Http1);
+    // One TCP connection, kept alive, carries every request.
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(1)
+        .http1_only()
+        .build()
+        .unwrap();
+    let initialize = || {
+        http.post(&url)
+            .bearer_auth(TOKEN)
+            .header("content-type", "application/json")
+            .body(initialize_body())
+    };
+    let mut opened = Vec::new();
+    let refused = loop {
+        let (status, body, headers) = status_of(initialize()).await;
+        match status {
+            200 => opened.push(headers["acp-connection-id"].to_str().unwrap().to_string()),
+            503 => break (body, headers),
+            other => panic!("{other}: {body}"),
+        }
+        assert!(opened.len() < 4, "no more than the cap: {opened:?}");
+    };
+    assert!(!opened.is_empty());
+    assert!(refused.0.contains("--max-connections"), "{}", refused.0);
+    assert_eq!(refused.1["retry-after"], "1");
+    // Counted as a refusal at the cap (the scrape itself, over the cap
+    // too, is answered from the reserved places and counted as well).
+    let (_, metrics) = gw.http_get("/metrics", Some(ADMIN_TOKEN)).await;
+    let refusals: f64 = metrics
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("corral_connections_refused_total{reason=\"max_connections\"} ")
+        })
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    assert!(refusals >= 1.0, "{metrics}");
+
+    // Ended, its place is free again.
+    let (status, _, _) = status_of(
+        http.delete(&url)
+            .bearer_auth(TOKEN)
+            .header("acp-connection-id", &opened[0]),
+    )
+    .await;
+    assert_eq!(status, 202);
+    let mut reopened = false;
+    for _ in 0..100 {
+        if status_of(initialize()).await.0 == 200 {
+            reopened = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(reopened, "a place came free");
+}
