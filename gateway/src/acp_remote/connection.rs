@@ -74,20 +74,23 @@ pub struct Connection {
     pub session_streams: AtomicUsize,
 }
 
+/// A new connection, the receiving end of its inbox and the sending end
+/// of its outbox.
+pub type Opened = (
+    Arc<Connection>,
+    mpsc::Receiver<Map<String, Value>>,
+    mpsc::Sender<Outgoing>,
+);
+
 impl Connection {
-    pub fn new(
-        project: &str,
-        owner: String,
-        role: Role,
-    ) -> (
-        Arc<Connection>,
-        mpsc::Receiver<Map<String, Value>>,
-        mpsc::Sender<Outgoing>,
-    ) {
+    /// A new connection with a fresh id; `None` when the system has no
+    /// randomness to make one.
+    pub fn new(project: &str, owner: String, role: Role) -> Option<Opened> {
+        let id = fresh_id()?;
         let (inbox, inbox_rx) = mpsc::channel(INBOX_MESSAGES);
         let (outbox_tx, rx) = mpsc::channel(OUTBOX_FRAMES);
         let connection = Arc::new(Connection {
-            id: fresh_id(),
+            id,
             project: project.to_string(),
             owner,
             role,
@@ -102,7 +105,7 @@ impl Connection {
             streams: AtomicUsize::new(0),
             session_streams: AtomicUsize::new(0),
         });
-        (connection, inbox_rx, outbox_tx)
+        Some((connection, inbox_rx, outbox_tx))
     }
 
     /// Notes activity (a request, a stream that closed).
@@ -159,14 +162,13 @@ impl Drop for StreamGuard {
 
 /// 128 random bits, hex: unguessable, and no credential on its own (every
 /// request also carries the token of the identity that opened it).
-pub fn fresh_id() -> String {
+pub fn fresh_id() -> Option<String> {
     let mut bytes = [0u8; 16];
     if getrandom::getrandom(&mut bytes).is_err() {
-        // No randomness: an id nobody can use (it names no connection
-        // twice, and the owner check still stands).
-        tracing::error!("no randomness for a connection id");
+        tracing::error!("no randomness for an ACP connection id: the connection is refused");
+        return None;
     }
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    Some(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// The open connections, by id.
@@ -216,8 +218,8 @@ mod tests {
 
     #[test]
     fn ids_are_long_random_hex() {
-        let (a, _, _) = Connection::new("p", "k".into(), Role::Client);
-        let (b, _, _) = Connection::new("p", "k".into(), Role::Client);
+        let (a, _, _) = Connection::new("p", "k".into(), Role::Client).unwrap();
+        let (b, _, _) = Connection::new("p", "k".into(), Role::Client).unwrap();
         assert_eq!(a.id.len(), 32);
         assert!(a.id.bytes().all(|c| c.is_ascii_hexdigit()));
         assert_ne!(a.id, b.id);
@@ -227,7 +229,7 @@ mod tests {
     fn a_connection_is_found_only_by_its_owner_on_its_project() {
         let metrics = Metrics::new().unwrap();
         let connections = Connections::default();
-        let (c, _, _) = Connection::new("alpha", "token:a".into(), Role::Client);
+        let (c, _, _) = Connection::new("alpha", "token:a".into(), Role::Client).unwrap();
         connections.insert(c.clone(), &metrics);
         assert!(connections.get(&c.id, "alpha", "token:a").is_some());
         assert!(connections.get(&c.id, "beta", "token:a").is_none());
@@ -241,7 +243,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn idle_only_without_streams_and_requests() {
-        let (c, _, _) = Connection::new("p", "k".into(), Role::Client);
+        let (c, _, _) = Connection::new("p", "k".into(), Role::Client).unwrap();
         let stream = c.stream_opened();
         // With a stream open, it never goes idle.
         let waited = tokio::time::timeout(IDLE_GRACE * 3, c.idle()).await;
@@ -251,7 +253,7 @@ mod tests {
         c.idle().await;
         assert!(start.elapsed() >= IDLE_GRACE);
         // A request pushes it back.
-        let (c, _, _) = Connection::new("p", "k".into(), Role::Client);
+        let (c, _, _) = Connection::new("p", "k".into(), Role::Client).unwrap();
         tokio::time::sleep(IDLE_GRACE / 2).await;
         c.touch();
         let start = Instant::now();

@@ -201,13 +201,20 @@ pub fn connection_stream(
 /// A session-scoped stream: the transport lets a client open one per
 /// session, but this gateway sends every message on the connection's
 /// stream (one order for everything), so it only keeps alive until the
-/// connection ends.
+/// connection ends. `None` when the connection holds
+/// [`MAX_SESSION_STREAMS`](super::connection::MAX_SESSION_STREAMS)
+/// already (counted and checked in one step).
 pub fn session_stream(
     connection: Arc<Connection>,
-) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+) -> Option<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
     connection
         .session_streams
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        .fetch_update(
+            std::sync::atomic::Ordering::AcqRel,
+            std::sync::atomic::Ordering::Acquire,
+            |open| (open < super::connection::MAX_SESSION_STREAMS).then_some(open + 1),
+        )
+        .ok()?;
     let held = SessionStreamHold {
         _open: connection.stream_opened(),
         connection: connection.clone(),
@@ -217,7 +224,7 @@ pub fn session_stream(
         drop(held);
         None::<(Result<Event, Infallible>, SessionStreamHold)>
     });
-    Sse::new(stream).keep_alive(KeepAlive::new().interval(KEEP_ALIVE).text(""))
+    Some(Sse::new(stream).keep_alive(KeepAlive::new().interval(KEEP_ALIVE).text("")))
 }
 
 /// A session-scoped stream's place, given back when it closes.
@@ -252,7 +259,7 @@ mod tests {
         let budgets = Budgets::new(64 << 20, 1 << 30, metrics.clone());
         let budget = budgets.client();
         let (connection, _inbox, outbox_tx) =
-            Connection::new("p", "k".into(), crate::auth::Role::Client);
+            Connection::new("p", "k".into(), crate::auth::Role::Client).unwrap();
         let frame = format!("{{\"x\":\"{}\"}}", "a".repeat(1 << 20));
         let charge = budget.charge(frame.len()).unwrap();
         let sent = Outgoing::new(bytes::Bytes::from(frame.clone()), charge);
@@ -273,5 +280,28 @@ mod tests {
         }
         assert_eq!(budget.used(), 0);
         assert_eq!(String::from_utf8(text).unwrap(), expected);
+    }
+
+    #[tokio::test]
+    async fn session_streams_are_counted_and_capped_in_one_step() {
+        let (connection, _inbox, _outbox_tx) =
+            Connection::new("p", "k".into(), crate::auth::Role::Client).unwrap();
+        let cap = crate::acp_remote::connection::MAX_SESSION_STREAMS;
+        let open: Vec<_> = (0..cap)
+            .map(|_| session_stream(connection.clone()).unwrap().into_response())
+            .collect();
+        assert!(session_stream(connection.clone()).is_none(), "over the cap");
+        // A stream's place comes back when it ends.
+        connection.ended.cancel();
+        for response in open {
+            let mut body = response.into_body().into_data_stream();
+            while body.next().await.is_some() {}
+        }
+        assert_eq!(
+            connection
+                .session_streams
+                .load(std::sync::atomic::Ordering::Acquire),
+            0
+        );
     }
 }

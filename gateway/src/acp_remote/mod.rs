@@ -270,7 +270,13 @@ async fn get_endpoint(
         let mut headers = HeaderMap::new();
         // Names the connection, as the transport says; a WebSocket needs
         // no id afterwards (it is the connection).
-        if let Ok(id) = HeaderValue::from_str(&connection::fresh_id()) {
+        let Some(id) = connection::fresh_id() else {
+            return refuse(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "no randomness for a connection id",
+            );
+        };
+        if let Ok(id) = HeaderValue::from_str(&id) {
             headers.insert(CONNECTION_HEADER, id);
         }
         return ws::upgrade_authenticated(request, state, project, hello, dir, headers);
@@ -289,13 +295,10 @@ async fn get_endpoint(
     };
     connection.touch();
     let mut response = if header_text(request.headers(), SESSION_HEADER).is_some() {
-        let open = connection
-            .session_streams
-            .load(std::sync::atomic::Ordering::Relaxed);
-        if open >= connection::MAX_SESSION_STREAMS {
-            return refuse(StatusCode::CONFLICT, "too many session streams open");
+        match link::session_stream(connection.clone()) {
+            Some(stream) => stream.into_response(),
+            None => return refuse(StatusCode::CONFLICT, "too many session streams open"),
         }
-        link::session_stream(connection.clone()).into_response()
     } else {
         let Ok(outbox) = connection.outbox.clone().try_lock_owned() else {
             return refuse(
@@ -453,7 +456,12 @@ async fn initialize(
     };
     let owner = caller.who.key();
     let hello = hello(&state, caller, role);
-    let (connection, inbox_rx, outbox_tx) = Connection::new(&project, owner, role);
+    let Some((connection, inbox_rx, outbox_tx)) = Connection::new(&project, owner, role) else {
+        return refuse(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no randomness for a connection id",
+        );
+    };
     // Room for it: the channel is fresh.
     if connection.inbox.try_send(message.frame).is_err() {
         return refuse(StatusCode::INTERNAL_SERVER_ERROR, "the connection failed");
