@@ -21,7 +21,7 @@
 //! the name skipped. On a file system without `RENAME_NOREPLACE` (some
 //! network ones) the files made ahead are removed and files are created.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
@@ -42,7 +42,7 @@ pub const REFILL_AFTER: Duration = Duration::from_millis(20);
 const PREFIX: &str = ".ahead-";
 
 /// The files ready in each directory, by its path.
-static SHELVES: Mutex<Option<HashMap<PathBuf, Shelf>>> = Mutex::new(None);
+static SHELVES: Mutex<BTreeMap<PathBuf, Shelf>> = Mutex::new(BTreeMap::new());
 
 #[derive(Default)]
 struct Shelf {
@@ -56,17 +56,21 @@ struct Shelf {
     unsupported: bool,
 }
 
-fn shelves() -> MutexGuard<'static, Option<HashMap<PathBuf, Shelf>>> {
+fn shelves() -> MutexGuard<'static, BTreeMap<PathBuf, Shelf>> {
     SHELVES.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 fn with_shelf<T>(dir: &Dir, f: impl FnOnce(&mut Shelf) -> T) -> T {
-    let mut shelves = shelves();
-    let shelf = shelves
-        .get_or_insert_with(HashMap::new)
-        .entry(dir.path().to_path_buf())
-        .or_default();
-    f(shelf)
+    f(shelves().entry(dir.path().to_path_buf()).or_default())
+}
+
+impl Shelf {
+    /// Lists `number` as ready, once.
+    fn put(&mut self, number: usize) {
+        if !self.ready.contains(&number) {
+            self.ready.push(number);
+        }
+    }
 }
 
 /// Opens `name` in `dir` for appending, made with `mode` if missing: from
@@ -145,11 +149,7 @@ fn take(dir: &Dir, name: &str) -> bool {
                 return false;
             }
             Err(_) => {
-                with_shelf(dir, |shelf| {
-                    if !shelf.ready.contains(&number) {
-                        shelf.ready.push(number);
-                    }
-                });
+                with_shelf(dir, |shelf| shelf.put(number));
                 return false;
             }
         }
@@ -202,8 +202,7 @@ fn refill_later(dir: &Dir) {
         })
         .await;
         if filled.is_err() {
-            let mut shelves = shelves();
-            if let Some(shelf) = shelves.as_mut().and_then(|s| s.get_mut(&path)) {
+            if let Some(shelf) = shelves().get_mut(&path) {
                 shelf.filling = false;
             }
         }
@@ -222,9 +221,7 @@ pub(super) fn refill(dir: &Dir) {
     }
     let again = with_shelf(dir, |shelf| {
         for number in made {
-            if !shelf.ready.contains(&number) {
-                shelf.ready.push(number);
-            }
+            shelf.put(number);
         }
         shelf.filling = false;
         std::mem::take(&mut shelf.again)

@@ -1,5 +1,5 @@
 use std::os::unix::fs::{symlink, PermissionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::*;
 
@@ -13,18 +13,19 @@ fn ahead_files(dir: &Path) -> Vec<String> {
     names
 }
 
-fn sessions(state: &Path) -> Dir {
-    Dir::open_root(state)
+/// A state directory, its `sessions` directory's path and the directory.
+fn sessions() -> (tempfile::TempDir, PathBuf, Dir) {
+    let state = tempfile::tempdir().unwrap();
+    let dir = Dir::open_root(state.path())
         .unwrap()
         .subdir("sessions", 0o755)
-        .unwrap()
+        .unwrap();
+    (state, dir.path().to_path_buf(), dir)
 }
 
 #[test]
 fn a_missing_file_is_one_made_ahead_renamed_into_place() {
-    let state = tempfile::tempdir().unwrap();
-    let dir = sessions(state.path());
-    let path = state.path().join("sessions");
+    let (_state, path, dir) = sessions();
     refill(&dir);
     assert_eq!(ahead_files(&path).len(), PER_DIR);
     let before = ahead_files(&path);
@@ -64,37 +65,33 @@ fn a_missing_file_is_one_made_ahead_renamed_into_place() {
 
 #[test]
 fn with_none_made_ahead_the_file_is_created() {
-    let state = tempfile::tempdir().unwrap();
-    let dir = sessions(state.path());
+    let (_state, path, dir) = sessions();
     drop(dir.append_file_made_ahead("q.jsonl", 0o600).unwrap());
-    let meta = std::fs::metadata(state.path().join("sessions/q.jsonl")).unwrap();
+    let meta = std::fs::metadata(path.join("q.jsonl")).unwrap();
     assert!(meta.is_file());
     assert_eq!(meta.permissions().mode() & 0o777, 0o600);
 }
 
 #[test]
 fn a_link_in_place_is_refused_and_takes_nothing() {
-    let state = tempfile::tempdir().unwrap();
+    let (_state, path, dir) = sessions();
     let elsewhere = tempfile::tempdir().unwrap();
     let target = elsewhere.path().join("target");
     std::fs::write(&target, "precious").unwrap();
-    let dir = sessions(state.path());
     refill(&dir);
-    symlink(&target, state.path().join("sessions/j.jsonl")).unwrap();
+    symlink(&target, path.join("j.jsonl")).unwrap();
     assert!(dir
         .append_file_made_ahead("j.jsonl", 0o600)
         .unwrap_err()
         .is_link());
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "precious");
-    assert_eq!(ahead_files(&state.path().join("sessions")).len(), PER_DIR);
+    assert_eq!(ahead_files(&path).len(), PER_DIR);
 }
 
 #[test]
 fn leftovers_are_used_only_when_empty_plain_and_unlinked_elsewhere() {
-    let state = tempfile::tempdir().unwrap();
+    let (state, path, dir) = sessions();
     let elsewhere = tempfile::tempdir().unwrap();
-    let path = state.path().join("sessions");
-    let dir = sessions(state.path());
     // An empty leftover of an earlier run is fine; one with content, a
     // link, a hard link to a file elsewhere in the state directory and a
     // directory are not.
@@ -131,9 +128,7 @@ fn leftovers_are_used_only_when_empty_plain_and_unlinked_elsewhere() {
 
 #[test]
 fn a_file_made_meanwhile_is_not_replaced() {
-    let state = tempfile::tempdir().unwrap();
-    let path = state.path().join("sessions");
-    let dir = sessions(state.path());
+    let (_state, path, dir) = sessions();
     refill(&dir);
     // The name is missing when looked up, then made by someone else before
     // the rename: the rename fails rather than replacing it.
@@ -151,9 +146,7 @@ fn a_file_made_meanwhile_is_not_replaced() {
 
 #[tokio::test]
 async fn a_taken_file_is_replaced_in_the_background() {
-    let state = tempfile::tempdir().unwrap();
-    let path = state.path().join("sessions");
-    let dir = sessions(state.path());
+    let (_state, path, dir) = sessions();
     // The first start creates its file and has the rest made.
     drop(dir.append_file_made_ahead("a.jsonl", 0o600).unwrap());
     let filled = |want: usize| {
@@ -182,10 +175,8 @@ fn ready(dir: &Dir) -> Vec<usize> {
 
 #[test]
 fn what_was_put_in_a_files_place_after_it_was_made_is_not_used() {
-    let state = tempfile::tempdir().unwrap();
+    let (_state, path, dir) = sessions();
     let elsewhere = tempfile::tempdir().unwrap();
-    let path = state.path().join("sessions");
-    let dir = sessions(state.path());
     refill(&dir);
     // Someone able to write the directory swaps the files made ahead
     // for a file with content, a link, a hard link, a FIFO and a
@@ -227,9 +218,7 @@ fn what_was_put_in_a_files_place_after_it_was_made_is_not_used() {
 
 #[test]
 fn a_failed_take_keeps_the_files_ready_once_each() {
-    let state = tempfile::tempdir().unwrap();
-    let path = state.path().join("sessions");
-    let dir = sessions(state.path());
+    let (_state, path, dir) = sessions();
     refill(&dir);
     let all: Vec<usize> = (0..PER_DIR).collect();
     // A name in a missing directory: an error, and nothing taken.
