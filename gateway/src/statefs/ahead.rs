@@ -5,9 +5,9 @@
 //!
 //! Why: on ext4, creating a file allocates an inode, and how long that
 //! takes depends on the disk's history (where the free inodes are, what
-//! was freed lately): on the project's 2-core machine from ~0.02 ms to
+//! was freed lately): on the project's 2-core machine from 0.05 ms to
 //! over 1 ms per file, while a rename (and open) of a file made earlier
-//! took ~0.03 ms (`bench-scale --only disk`). The replacements are made
+//! took 0.02–0.04 ms (`bench-scale --only disk`). The replacements are made
 //! off the start's path ([`REFILL_AFTER`] later, on the files lane).
 //!
 //! A file is taken with `renameat2(RENAME_NOREPLACE)`, so it never
